@@ -1,0 +1,434 @@
+"""The stack configuration: the user-facing contract of ascend-fleet.
+
+These models are the single parser of the `ascend-fleet:` config namespace.
+The command line feeds them the values of `Pulumi.<stack>.yaml`; the Pulumi
+program feeds them what `pulumi.Config` hands over. Field docstrings are the
+reference documentation of every key. Keys are camelCase as in Pulumi configs;
+unknown keys are errors, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import difflib
+from decimal import Decimal
+from typing import Annotated, Any, Literal, Mapping
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from allocation.errors import ConfigError
+
+NAMESPACE = "ascend-fleet"
+DEFAULT_IMAGE = "quay.io/ascend/vllm-ascend:v0.20.2rc1"
+DEFAULT_MEMORY_BUDGET = Decimal("0.95")
+# Memory fractions are compared in integer units of 1/10000 so that 0.1 + 0.85
+# fits a 0.95 budget exactly, with no floating-point surprises.
+FRACTION_SCALE = 10_000
+# Config keys the Pulumi program reads but the planner has no use for.
+PROGRAM_ONLY_KEYS = frozenset({"sshPrivateKey"})
+
+
+def _multiple_of_scale(value: Decimal) -> Decimal:
+    if (value * FRACTION_SCALE) % 1:
+        raise ValueError(f"{value} has more than 4 decimal places")
+    return value
+
+
+def _power_of_two(value: int) -> int:
+    if value & (value - 1):
+        raise ValueError(f"{value} is not a power of two (1, 2, 4, 8, 16)")
+    return value
+
+
+Name = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", max_length=63)]
+Port = Annotated[int, Field(ge=1024, le=65535)]
+AnyPort = Annotated[int, Field(ge=1, le=65535)]
+Fraction = Annotated[Decimal, Field(gt=0, le=1), AfterValidator(_multiple_of_scale)]
+PowerOfTwo = Annotated[int, Field(ge=1, le=16), AfterValidator(_power_of_two)]
+PortCount = Annotated[int, Field(ge=1, le=1024)]
+
+
+def units(fraction: Decimal) -> int:
+    """A memory fraction in exact integer units of 1/FRACTION_SCALE."""
+    return int(fraction * FRACTION_SCALE)
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class PortRange(Model):
+    """An inclusive port range, written `[first, last]` in YAML."""
+
+    first: AnyPort
+    last: AnyPort
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_pair(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            if len(value) != 2:
+                raise ValueError("a port range is [first, last]")
+            return {"first": value[0], "last": value[1]}
+        if isinstance(value, str) and "-" in value:
+            first, _, last = value.partition("-")
+            return {"first": first.strip(), "last": last.strip()}
+        if isinstance(value, (int, str)):
+            return {"first": value, "last": value}
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PortRange:
+        if self.last < self.first:
+            raise ValueError(f"range {self.first}-{self.last} ends before it starts")
+        return self
+
+    def __str__(self) -> str:
+        return f"{self.first}-{self.last}" if self.last != self.first else str(self.first)
+
+
+class Mount(Model):
+    """An extra bind mount from the host into the container."""
+
+    source: str
+    """Absolute path on the host."""
+    target: str
+    """Absolute path inside the container."""
+    read_only: bool = True
+    """Mount read-only (default)."""
+
+
+class ContainerSettings(Model):
+    """Settings a service inherits from `ascend-fleet:defaults` unless it sets them itself."""
+
+    image: str | None = None
+    """Container image. Default `quay.io/ascend/vllm-ascend:v0.20.2rc1`."""
+    env: dict[str, str] | None = None
+    """Extra environment; merged over the tuning defaults (defaults' env, then the service's)."""
+    args: list[str] | None = None
+    """Extra `vllm serve` arguments, appended after the generated ones (defaults' first)."""
+    mounts: list[Mount] | None = None
+    """Extra bind mounts (defaults' and the service's are both applied)."""
+    shm_size_mib: int | None = Field(default=None, ge=64)
+    """Shared memory of the container in MiB. Default 10486 (the seed's 10.24 GB)."""
+    start_timeout_seconds: int | None = Field(default=None, ge=60)
+    """How long a model may take to load before it counts as failed: the health check's
+    start period and how long `pulumi up` waits for healthy. Default 1800."""
+    all_devices: bool | None = None
+    """Opt in to the seed's layout: every card mounted into a privileged container.
+    Off by default, so a container can only touch its own cards."""
+    restart: Literal["unless-stopped", "always"] | None = None
+    """Docker restart policy. Default `unless-stopped`."""
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values_as_strings(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: v if isinstance(v, str) else _scalar_to_str(v) for k, v in value.items()}
+        return value
+
+
+def _scalar_to_str(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, Decimal)):
+        return str(value)
+    return value  # left for pydantic to reject with a clear type error
+
+
+class Defaults(ContainerSettings):
+    """`ascend-fleet:defaults`: applied to every service unless it overrides."""
+
+
+class Host(Model):
+    """One entry of `ascend-fleet:hosts`: an Ascend server reachable over SSH."""
+
+    name: Name
+    """Unique host name: lowercase letters, digits and '-'."""
+    address: str = Field(min_length=1)
+    """SSH address (name or IP) of the host; also the address of the API endpoints."""
+    user: str = "root"
+    """SSH user; must be allowed to use Docker on the host."""
+    ssh_port: AnyPort = 22
+    """SSH port."""
+    npus: PowerOfTwo = 8
+    """Number of NPUs (cards) on the host."""
+    hbm_gi_b: int = Field(default=64, ge=1, alias="hbmGiB")
+    """HBM per NPU in GiB; shown in the plan next to each memory fraction."""
+    memory_budget: Fraction | None = None
+    """Per-card ceiling on the sum of memory fractions; overrides `ascend-fleet:memoryBudget`."""
+    reserved_ports: list[PortRange] = []
+    """Ports on this host the allocator must never hand out (in addition to `ascend-fleet:ports.reserved`)."""
+    docker_host: str | None = None
+    """Docker daemon URL; default `ssh://user@address:sshPort`. Set `unix:///var/run/docker.sock`
+    for a daemon on the machine running Pulumi (the dev stack)."""
+
+
+class Service(ContainerSettings):
+    """One entry of `ascend-fleet:services`: a `vllm serve` instance."""
+
+    name: Name
+    """Unique service name in the stack; also the container name."""
+    model: str = Field(min_length=1)
+    """Path of the weights on the host, mounted read-only at the same path."""
+    host: Name | None = None
+    """Host to run on; when absent the allocator places the service on a host with room."""
+    served_model_name: str | None = None
+    """`--served-model-name`; default: the service name."""
+    tensor_parallel_size: PowerOfTwo = 1
+    """Cards in the tensor-parallel group, all on one host, aligned (pairs, quads, all eight)."""
+    memory_fraction: Fraction = Decimal("0.9")
+    """`--gpu-memory-utilization`: the share of each of its cards' memory the service may take."""
+    max_model_len: int | None = Field(default=None, ge=1)
+    """`--max-model-len`."""
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    """`--max-num-seqs`."""
+    hccl_port_ranges: bool = True
+    """Set `HCCL_NPU_SOCKET_PORT_RANGE`/`HCCL_HOST_SOCKET_PORT_RANGE`. Set false for models with MC2
+    fused operators on Atlas A2, which do not support them: the service then keeps HCCL's default
+    NPU port 16666 and gets its cards to itself."""
+    api_port: Port | None = None
+    """Pin: the API port (`--port`, published on the host)."""
+    devices: list[Annotated[int, Field(ge=0)]] | None = None
+    """Pin: physical NPU indices; as many as `tensorParallelSize`."""
+    hccl_npu_socket_port_range: PortRange | None = None
+    """Pin: `HCCL_NPU_SOCKET_PORT_RANGE` as `[first, last]`."""
+    hccl_host_socket_port_range: PortRange | None = None
+    """Pin: `HCCL_HOST_SOCKET_PORT_RANGE` as `[first, last]`."""
+    hccl_if_base_port: Annotated[int, Field(ge=1024, le=65504)] | None = None
+    """Pin: `HCCL_IF_BASE_PORT`; HCCL uses 32 ports from it."""
+    vllm_port: Port | None = None
+    """Pin: `VLLM_PORT`, the base of vLLM's internal ports (not the API port)."""
+
+    @model_validator(mode="after")
+    def _pins_agree(self) -> Service:
+        problems = []
+        if self.devices is not None:
+            if len(self.devices) != self.tensor_parallel_size:
+                problems.append(
+                    f"devices {self.devices} pins {len(self.devices)} cards but "
+                    f"tensorParallelSize is {self.tensor_parallel_size}"
+                )
+            if len(set(self.devices)) != len(self.devices):
+                problems.append(f"devices {self.devices} lists a card twice")
+        for key, pinned in (
+            ("hcclNpuSocketPortRange", self.hccl_npu_socket_port_range),
+            ("hcclHostSocketPortRange", self.hccl_host_socket_port_range),
+        ):
+            if pinned is not None and pinned.first < 1024:
+                problems.append(f"{key} {pinned} starts below 1024")
+        if not self.hccl_port_ranges and (
+            self.hccl_npu_socket_port_range or self.hccl_host_socket_port_range
+        ):
+            problems.append("hcclPortRanges is false but an HCCL socket port range is pinned")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class Ports(Model):
+    """`ascend-fleet:ports`: where the allocator takes each kind of port from, per host.
+
+    Every window of every service on a host is disjoint from every other, whatever its kind.
+    """
+
+    api_base: Port = 8000
+    """First API port handed to services without an `apiPort` pin."""
+    hccl_npu_socket_base: Port = 16666
+    """First port of the `HCCL_NPU_SOCKET_PORT_RANGE` blocks (HCCL's own default is 16666)."""
+    hccl_npu_socket_count: PortCount = 16
+    """Ports per `HCCL_NPU_SOCKET_PORT_RANGE` block: at least the HCCL processes per card."""
+    hccl_host_socket_base: Port = 60032
+    """First port of the `HCCL_HOST_SOCKET_PORT_RANGE` blocks; starts past HCCL's default
+    `HCCL_IF_BASE_PORT` window (60000-60031)."""
+    hccl_host_socket_count: PortCount = 16
+    """Ports per `HCCL_HOST_SOCKET_PORT_RANGE` block."""
+    hccl_if_base: Port = 61000
+    """First `HCCL_IF_BASE_PORT`; each service gets a 32-port window from there."""
+    vllm_base: Port = 62000
+    """First `VLLM_PORT`."""
+    vllm_count: PortCount = 16
+    """Ports reserved per service from its `VLLM_PORT` for vLLM's internal servers."""
+    reserved: list[PortRange] = [PortRange(first=60000, last=60031)]
+    """Ports never handed out on any host: single ports (`22`), `"a-b"` strings or `[a, b]`.
+    Default: HCCL's default host window 60000-60031, kept free for processes outside the plan."""
+
+
+class Ssh(Model):
+    """`ascend-fleet:ssh`: how Pulumi, the host checks and `doctor` reach the hosts."""
+
+    identity_file: str | None = None
+    """Private key file (`ssh -i`). The key itself can be given as the secret `ascend-fleet:sshPrivateKey`."""
+    known_hosts_file: str | None = None
+    """`UserKnownHostsFile`; default: ssh's own."""
+    strict_host_key_checking: Literal["yes", "accept-new", "no"] = "yes"
+    """`StrictHostKeyChecking`: keep `yes` in production."""
+    connect_timeout_seconds: int = Field(default=10, ge=1, le=300)
+    """`ConnectTimeout`: an unreachable host costs this long, not minutes."""
+
+    def options(self) -> list[str]:
+        """The `ssh -o` style options shared by every SSH client the project runs."""
+        opts = [
+            "-o", f"StrictHostKeyChecking={self.strict_host_key_checking}",
+            "-o", f"ConnectTimeout={self.connect_timeout_seconds}",
+            "-o", "BatchMode=yes",
+        ]  # fmt: skip
+        if self.known_hosts_file:
+            opts += ["-o", f"UserKnownHostsFile={self.known_hosts_file}"]
+        if self.identity_file:
+            opts += ["-i", self.identity_file]
+        return opts
+
+
+class FleetConfig(Model):
+    """Everything under the `ascend-fleet:` namespace of one stack."""
+
+    stack: str = Field(exclude=True)
+    defaults: Defaults = Defaults()
+    """Settings applied to every service unless it overrides them."""
+    hosts: list[Host] = Field(min_length=1)
+    """The Ascend hosts of the stack."""
+    services: list[Service] = []
+    """The model services of the stack."""
+    ports: Ports = Ports()
+    """Port policy: where each kind of port comes from."""
+    memory_budget: Fraction = DEFAULT_MEMORY_BUDGET
+    """Per-card ceiling on the sum of memory fractions of the services sharing a card."""
+    ssh: Ssh = Ssh()
+    """SSH client settings."""
+
+    @model_validator(mode="after")
+    def _references(self) -> FleetConfig:
+        problems = []
+        for kind, names in (
+            ("host", [h.name for h in self.hosts]),
+            ("service", [s.name for s in self.services]),
+        ):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            problems += [f"{kind} name '{n}' is used more than once" for n in dupes]
+        hosts = {h.name: h for h in self.hosts}
+        for s in self.services:
+            if s.host is None:
+                continue
+            host = hosts.get(s.host)
+            if host is None:
+                problems.append(
+                    f"service {s.name}: unknown host '{s.host}'{_suggest(s.host, hosts)}; "
+                    f"hosts are {', '.join(sorted(hosts))}"
+                )
+                continue
+            if s.tensor_parallel_size > host.npus:
+                problems.append(
+                    f"service {s.name}: tensorParallelSize {s.tensor_parallel_size} is larger "
+                    f"than host {host.name}'s {host.npus} NPUs"
+                )
+            bad = [d for d in s.devices or () if d >= host.npus]
+            if bad:
+                problems.append(
+                    f"service {s.name}: devices {bad} do not exist on host {host.name} "
+                    f"(cards 0-{host.npus - 1})"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def host(self, name: str) -> Host:
+        return next(h for h in self.hosts if h.name == name)
+
+    def budget(self, host: Host) -> Decimal:
+        return host.memory_budget if host.memory_budget is not None else self.memory_budget
+
+
+def _suggest(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _field_aliases(model: type[BaseModel]) -> list[str]:
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _describe_location(loc: tuple[Any, ...], values: Mapping[str, Any]) -> str:
+    """`services[1] (qwen-vl).tensorParallelSize` from pydantic's location tuple."""
+    out = f"{NAMESPACE}:{loc[0]}" if loc else NAMESPACE
+    node: Any = values.get(loc[0]) if loc else values
+    for part in loc[1:]:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+            if isinstance(node, Mapping) and isinstance(node.get("name"), str):
+                out += f" ({node['name']})"
+        else:
+            out += f".{part}"
+            node = node.get(part) if isinstance(node, Mapping) else None
+    return out
+
+
+def _describe_error(err: Any, values: Mapping[str, Any]) -> str:
+    loc = tuple(err["loc"])
+    if err["type"] == "extra_forbidden":
+        parent_loc, key = loc[:-1], str(loc[-1])
+        model = _model_at(parent_loc)
+        hint = _suggest(key, _field_aliases(model)) if model else ""
+        where = _describe_location(parent_loc, values) if parent_loc else "the stack config"
+        return f"{where}: unknown key '{key}'{hint}"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{_describe_location(loc, values)}: {msg}"
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The config model found at a pydantic location, to suggest the key the user meant."""
+    model: Any = FleetConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = next(
+            (f for n, f in model.model_fields.items() if (f.alias or n) == part or n == part),
+            None,
+        )
+        if field is None:
+            return None
+        annotation = field.annotation
+        model = next(
+            (a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type) and issubclass(a, BaseModel)),
+            None,
+        )
+        if model is None:
+            return None
+    return model
+
+
+def parse_fleet(stack: str, values: Mapping[str, Any]) -> FleetConfig:
+    """Validate the `ascend-fleet:` values of a stack (namespace stripped) into a FleetConfig.
+
+    Raises ConfigError listing every problem at once, each with its location.
+    """
+    known = set(_field_aliases(FleetConfig)) - {"stack"}
+    problems = [
+        f"unknown config key '{NAMESPACE}:{key}'{_suggest(key, known)}"
+        for key in sorted(values)
+        if key not in known and key not in PROGRAM_ONLY_KEYS
+    ]
+    data = {k: v for k, v in values.items() if k in known}
+    try:
+        fleet = FleetConfig.model_validate({"stack": stack, **data})
+    except ValidationError as exc:
+        problems += [_describe_error(e, values) for e in exc.errors()]
+    else:
+        if not problems:
+            return fleet
+    raise ConfigError(f"stack {stack}: invalid configuration: " + "; ".join(problems) + ".")

@@ -1,0 +1,21 @@
+"""The one exception family of the project.
+
+Every problem an operator can cause (a bad key, a conflicting pin, a fleet that
+does not fit) is a `FleetError` whose message is a complete, single-paragraph
+explanation. The command line and the Pulumi program print it without a
+traceback.
+"""
+
+from __future__ import annotations
+
+
+class FleetError(Exception):
+    """A problem with the stack configuration or the fleet it describes."""
+
+
+class ConfigError(FleetError):
+    """The stack configuration is malformed: unknown keys, bad values, unknown hosts."""
+
+
+class AllocationError(FleetError):
+    """The configuration is well formed but the fleet cannot be allocated as asked."""
