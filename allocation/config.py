@@ -32,6 +32,14 @@ DEFAULT_MEMORY_BUDGET = Decimal("0.95")
 # Memory fractions are compared in integer units of 1/10000 so that 0.1 + 0.85
 # fits a 0.95 budget exactly, with no floating-point surprises.
 FRACTION_SCALE = 10_000
+# Variables the allocator sets; in `env` they would silently defeat it.
+ALLOCATED_ENV = (
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "HCCL_NPU_SOCKET_PORT_RANGE",
+    "HCCL_HOST_SOCKET_PORT_RANGE",
+    "HCCL_IF_BASE_PORT",
+    "VLLM_PORT",
+)
 # Config keys the Pulumi program reads but the planner has no use for.
 PROGRAM_ONLY_KEYS = frozenset({"sshPrivateKey"})
 
@@ -138,6 +146,12 @@ class ContainerSettings(Model):
     @classmethod
     def _env_values_as_strings(cls, value: Any) -> Any:
         if isinstance(value, Mapping):
+            owned = sorted(set(value) & set(ALLOCATED_ENV))
+            if owned:
+                raise ValueError(
+                    f"{', '.join(owned)} is set by the allocator; pin it with the service's "
+                    "devices/hccl*/vllmPort keys instead of env"
+                )
             return {k: v if isinstance(v, str) else _scalar_to_str(v) for k, v in value.items()}
         return value
 

@@ -1,0 +1,223 @@
+"""Card placement: which host and which cards each service gets.
+
+Services are placed largest first (pinned cards, then pinned hosts, then the
+rest; within each, by tensor-parallel size and memory fraction, descending,
+then by name), so the order of the YAML never matters. A service goes on the
+aligned group of cards that leaves the least memory unused (best fit), and an
+auto-placed service on the first host, by name, that has such a group. Memory
+is counted in exact integer units (see `config.units`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service, units
+
+Group = tuple[int, ...]
+
+
+def fmt_units(value: int) -> str:
+    """0.85-style text for a memory amount in units."""
+    text = f"{value / FRACTION_SCALE:.4f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
+
+
+@dataclass
+class Cards:
+    """Working memory state of one host's cards while the plan is made."""
+
+    host: Host
+    budget: int
+    free: list[int] = field(init=False)
+    users: list[list[Service]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.free = [self.budget] * self.host.npus
+        self.users = [[] for _ in range(self.host.npus)]
+
+    def exclusive(self, card: int) -> bool:
+        return any(not s.hccl_port_ranges for s in self.users[card])
+
+    def aligned_groups(self, tp: int) -> list[Group]:
+        return [tuple(range(start, start + tp)) for start in range(0, self.host.npus - tp + 1, tp)]
+
+    def fits(self, group: Group, service: Service) -> bool:
+        need = units(service.memory_fraction)
+        if not service.hccl_port_ranges and any(self.users[c] for c in group):
+            return False
+        return all(self.free[c] >= need and not self.exclusive(c) for c in group)
+
+    def best_group(self, service: Service) -> Group | None:
+        """The aligned group leaving the least memory unused; the lowest cards on a tie."""
+        need = units(service.memory_fraction)
+        fitting = [g for g in self.aligned_groups(service.tensor_parallel_size) if self.fits(g, service)]
+        return min(fitting, key=lambda g: (sum(self.free[c] - need for c in g), g), default=None)
+
+    def take(self, group: Group, service: Service) -> None:
+        for c in group:
+            self.free[c] -= units(service.memory_fraction)
+            self.users[c].append(service)
+
+    def capacity(self, tp: int, exclusive: bool) -> int:
+        """Largest memory fraction (units) a TP group of this size could still get here."""
+        best = -1
+        for g in self.aligned_groups(tp):
+            if any(self.exclusive(c) for c in g) or (exclusive and any(self.users[c] for c in g)):
+                continue
+            best = max(best, min(self.free[c] for c in g))
+        return best
+
+    def describe(self) -> str:
+        """Free memory per card, for error messages: `0:0.05 1:0.05 ...`."""
+        parts = []
+        for c in range(self.host.npus):
+            note = " (exclusive)" if self.exclusive(c) else ""
+            parts.append(f"{c}:{fmt_units(max(self.free[c], 0))}{note}")
+        return " ".join(parts)
+
+
+class LeftmostAtLeast:
+    """Max segment tree over hosts: the first host (in name order) whose value is >= x.
+
+    Keeps auto-placement first-fit across 1,000 hosts at O(log n) per service.
+    """
+
+    def __init__(self, values: list[int]) -> None:
+        self.size = 1
+        while self.size < len(values):
+            self.size *= 2
+        self.tree = [-1] * (2 * self.size)
+        self.tree[self.size : self.size + len(values)] = values
+        for i in range(self.size - 1, 0, -1):
+            self.tree[i] = max(self.tree[2 * i], self.tree[2 * i + 1])
+
+    def update(self, index: int, value: int) -> None:
+        i = index + self.size
+        self.tree[i] = value
+        while i > 1:
+            i //= 2
+            self.tree[i] = max(self.tree[2 * i], self.tree[2 * i + 1])
+
+    def first_at_least(self, x: int) -> int | None:
+        if self.tree[1] < x:
+            return None
+        i = 1
+        while i < self.size:
+            i = 2 * i if self.tree[2 * i] >= x else 2 * i + 1
+        return i - self.size
+
+
+def _order(service: Service) -> tuple:
+    pin_rank = 0 if service.devices is not None else 1 if service.host is not None else 2
+    return (pin_rank, -service.tensor_parallel_size, -units(service.memory_fraction), service.name)
+
+
+def _need_text(service: Service) -> str:
+    return (
+        f"{service.tensor_parallel_size} card{'s' if service.tensor_parallel_size > 1 else ''} "
+        f"with {service.memory_fraction} free each"
+        + (" and no other service on them (hcclPortRanges: false)" if not service.hccl_port_ranges else "")
+    )
+
+
+class Placer:
+    """Places every service of a fleet on cards; collects every problem instead of stopping."""
+
+    def __init__(self, fleet: FleetConfig) -> None:
+        self.hosts = sorted(fleet.hosts, key=lambda h: h.name)
+        self.cards = {h.name: Cards(h, units(fleet.budget(h))) for h in self.hosts}
+        self.index = {h.name: i for i, h in enumerate(self.hosts)}
+        self.trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
+        self.problems: list[str] = []
+        self.placed: dict[str, tuple[str, Group]] = {}
+
+    def run(self, services: list[Service]) -> dict[str, tuple[str, Group]]:
+        for service in sorted(services, key=_order):
+            self._place(service)
+        return self.placed
+
+    def _place(self, s: Service) -> None:
+        need = units(s.memory_fraction)
+        candidates = self._candidates(s)
+        if all(need > self.cards[h.name].budget for h in candidates):
+            self.problems.append(
+                f"service {s.name}: memoryFraction {s.memory_fraction} is over the per-card "
+                f"memory budget {fmt_units(self.cards[candidates[0].name].budget)} of "
+                + (f"host {s.host}" if s.host else "every host")
+            )
+            return
+        if s.devices is not None:
+            self._place_pinned(s, tuple(sorted(s.devices)))
+            return
+        if s.host is not None:
+            cards = self.cards[s.host]
+            group = cards.best_group(s)
+            if group is None:
+                self.problems.append(
+                    f"host {s.host}: service {s.name} needs {_need_text(s)} (aligned); "
+                    f"free per card: {cards.describe()}"
+                )
+                return
+            self._commit(s, cards, group)
+            return
+        i = self._tree(s.tensor_parallel_size, not s.hccl_port_ranges).first_at_least(need)
+        if i is not None:
+            cards = self.cards[self.hosts[i].name]
+            group = cards.best_group(s)
+            assert group is not None, "Cards.capacity and Cards.fits disagree"
+            self._commit(s, cards, group)
+            return
+        shown = "; ".join(f"{h.name}: {self.cards[h.name].describe()}" for h in self.hosts[:5])
+        more = f"; and {len(self.hosts) - 5} more hosts" if len(self.hosts) > 5 else ""
+        self.problems.append(
+            f"no host has room for service {s.name}, which needs {_need_text(s)} on one host "
+            f"(aligned); free per card: {shown}{more}"
+        )
+
+    def _candidates(self, s: Service) -> list[Host]:
+        return [h for h in self.hosts if s.host is None or h.name == s.host]
+
+    def _place_pinned(self, s: Service, group: Group) -> None:
+        for host in self._candidates(s):
+            cards = self.cards[host.name]
+            if max(group) < host.npus and cards.fits(group, s):
+                self._commit(s, cards, group)
+                return
+        where = f"host {s.host}" if s.host else "any host"
+        details = []
+        for host in self._candidates(s)[:5]:
+            cards = self.cards[host.name]
+            for c in group:
+                if c >= host.npus:
+                    continue
+                if cards.exclusive(c) or (not s.hccl_port_ranges and cards.users[c]):
+                    others = ", ".join(u.name for u in cards.users[c])
+                    details.append(
+                        f"{host.name} card {c} is held by {others}; a service without HCCL port "
+                        f"ranges keeps port 16666 and cannot share a card"
+                    )
+                elif cards.free[c] < units(s.memory_fraction):
+                    used = " + ".join(f"{u.memory_fraction} ({u.name})" for u in cards.users[c])
+                    total = fmt_units(cards.budget - cards.free[c] + units(s.memory_fraction))
+                    details.append(
+                        f"{host.name} card {c}: {used} + {s.memory_fraction} ({s.name}) = {total} "
+                        f"is over the per-card budget {fmt_units(cards.budget)}"
+                    )
+        self.problems.append(
+            f"service {s.name}: pinned devices {list(group)} do not fit on {where}: "
+            + ("; ".join(details) if details else "no host has that many cards")
+        )
+
+    def _commit(self, s: Service, cards: Cards, group: Group) -> None:
+        cards.take(group, s)
+        self.placed[s.name] = (cards.host.name, group)
+        i = self.index[cards.host.name]
+        for (tp, exclusive), tree in self.trees.items():
+            tree.update(i, cards.capacity(tp, exclusive))
+
+    def _tree(self, tp: int, exclusive: bool) -> LeftmostAtLeast:
+        key = (tp, exclusive)
+        if key not in self.trees:
+            self.trees[key] = LeftmostAtLeast([self.cards[h.name].capacity(tp, exclusive) for h in self.hosts])
+        return self.trees[key]

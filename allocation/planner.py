@@ -1,0 +1,42 @@
+"""plan_fleet: the pure, deterministic allocator.
+
+The plan is a function of the configuration alone: hosts and services are
+handled in name order, never in YAML order, and nothing is read from the
+network or the disk. Every problem found is reported at once in one
+`AllocationError`; no partial plan is ever returned.
+"""
+
+from __future__ import annotations
+
+from allocation.config import FleetConfig, Service
+from allocation.errors import AllocationError
+from allocation.placement import Placer
+from allocation.plan import HostPlan, Plan, PlannedService
+from allocation.ports import assign_ports
+
+
+def plan_fleet(fleet: FleetConfig) -> Plan:
+    placer = Placer(fleet)
+    placed = placer.run(list(fleet.services))
+    problems = list(placer.problems)
+
+    per_host: dict[str, list[tuple[Service, tuple[int, ...]]]] = {h.name: [] for h in fleet.hosts}
+    for service in fleet.services:
+        if service.name in placed:
+            host, group = placed[service.name]
+            per_host[host].append((service, group))
+
+    host_plans = []
+    for host in sorted(fleet.hosts, key=lambda h: h.name):
+        services = sorted(per_host[host.name], key=lambda p: p[0].name)
+        assignments = assign_ports(host, services, fleet.ports, problems)
+        host_plans.append(
+            HostPlan(
+                host=host,
+                budget=fleet.budget(host),
+                services=tuple(PlannedService(s, a) for (s, _), a in zip(services, assignments)),
+            )
+        )
+    if problems:
+        raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + "; ".join(problems) + ".")
+    return Plan(fleet=fleet, hosts=tuple(host_plans))

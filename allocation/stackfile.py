@@ -1,0 +1,112 @@
+"""Reading a stack's configuration from `Pulumi.<stack>.yaml`, as the Pulumi engine would.
+
+Used by the command line only; the Pulumi program gets the same values from
+`pulumi.Config`. Project-level config in `Pulumi.yaml` (beside the stack
+file, else at the project root) supplies defaults that the stack file's keys
+override, key by key, as in Pulumi.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from allocation.config import NAMESPACE, FleetConfig, parse_fleet
+from allocation.errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class StackFile:
+    stack: str
+    path: Path
+
+
+def locate(stack: str | None, config: str | None, root: Path = PROJECT_ROOT) -> StackFile:
+    """The stack file meant by `--stack NAME` or `--config PATH` (default: the prod stack)."""
+    if config is not None:
+        path = Path(config)
+        if not path.is_file():
+            raise ConfigError(f"--config {config}: no such file")
+        name = path.name
+        stem = name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
+        return StackFile(stack=stem or name, path=path)
+    stack = stack or "prod"
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        known = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in root.glob("Pulumi.*.yaml"))
+        raise ConfigError(
+            f"--stack {stack}: no stack file {path.name} in {root}; stacks here: {', '.join(known) or 'none'}"
+        )
+    return StackFile(stack=stack, path=path)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+    except YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _namespaced(key: str) -> str | None:
+    """`ascend-fleet:hosts` -> `hosts`; keys of other namespaces (e.g. `docker:host`) -> None."""
+    namespace, sep, name = key.partition(":")
+    if not sep:
+        return key  # a project-level key without namespace belongs to the project
+    return name if namespace == NAMESPACE else None
+
+
+def _config_block(path: Path, doc: Any) -> dict[str, Any]:
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    block = doc.get("config") or {}
+    if not isinstance(block, dict):
+        raise ConfigError(f"{path}: 'config' must be a mapping of keys to values")
+    return block
+
+
+def project_values(path: Path) -> dict[str, Any]:
+    """Project-level config of Pulumi.yaml; objects sit under `value:`, as Pulumi requires."""
+    out = {}
+    for key, entry in _config_block(path, _read_yaml(path)).items():
+        name = _namespaced(str(key))
+        if name is None:
+            continue
+        if isinstance(entry, dict) and "value" in entry:
+            entry = entry["value"]
+        elif isinstance(entry, dict) and "default" in entry:
+            entry = entry["default"]
+        out[name] = entry
+    return out
+
+
+def stack_values(stack_file: StackFile, root: Path = PROJECT_ROOT) -> dict[str, Any]:
+    """The `ascend-fleet:` values of a stack, namespace stripped, project defaults applied."""
+    project = stack_file.path.parent / "Pulumi.yaml"
+    if not project.is_file():
+        project = root / "Pulumi.yaml"
+    values = project_values(project) if project.is_file() else {}
+    for key, value in _config_block(stack_file.path, _read_yaml(stack_file.path)).items():
+        key = str(key)
+        if ":" not in key:
+            raise ConfigError(
+                f"{stack_file.path}: config key '{key}' has no namespace; write '{NAMESPACE}:{key}'"
+            )
+        name = _namespaced(key)
+        if name is not None:
+            values[name] = value
+    return values
+
+
+def load_fleet(stack: str | None = None, config: str | None = None) -> tuple[FleetConfig, StackFile]:
+    stack_file = locate(stack, config)
+    return parse_fleet(stack_file.stack, stack_values(stack_file)), stack_file
