@@ -1,0 +1,469 @@
+"""What a change of configuration does to the allocation: the plan diff.
+
+`plan --against REF` shows a pull request's reviewer which services a merge
+would add, remove, move to other cards, give other ports, or restart with a new
+container spec, before anyone runs `pulumi up`. This module compares two plan
+JSON documents (the output of `plan --format json`) and renders the result. It
+is pure: no I/O, no git, no Pulumi; `allocation.revision` fetches the old plan.
+
+Ordering is canonical (host, then service name), never the order of the input,
+so the same two plans always render the same text.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Mapping
+
+Format = Literal["table", "json", "markdown"]
+FORMATS: tuple[Format, ...] = ("table", "json", "markdown")
+
+# Port fields of a planned service, in the order they are reported.
+PORT_FIELDS = (
+    "apiPort",
+    "hcclNpuSocketPortRange",
+    "hcclHostSocketPortRange",
+    "hcclIfBasePort",
+    "vllmPort",
+)
+# Container settings that are only a rendering of a placement or port field.
+# When that field changed the difference is already reported (as a move or a
+# port change), so repeating it as a restart reason would only be noise. When
+# it changed on its own, it is reported.
+DERIVED_ARGS = {"--port": ("apiPort",), "--tensor-parallel-size": ("devices",)}
+DERIVED_ENV = {
+    "HCCL_NPU_SOCKET_PORT_RANGE": ("hcclNpuSocketPortRange",),
+    "HCCL_HOST_SOCKET_PORT_RANGE": ("hcclHostSocketPortRange",),
+    "HCCL_IF_BASE_PORT": ("hcclIfBasePort",),
+    "VLLM_PORT": ("vllmPort",),
+    "ASCEND_RT_VISIBLE_DEVICES": ("devices",),
+}
+HOST_FIELDS = ("address", "npus", "memoryBudget")
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One value that differs between the old and the new plan."""
+
+    key: str
+    old: Any
+    new: Any
+
+    def __str__(self) -> str:
+        return f"{self.key} {_show(self.old, self.key)} -> {_show(self.new, self.key)}"
+
+
+@dataclass(frozen=True)
+class Placement:
+    host: str
+    devices: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.host} cards {_cards(self.devices)}"
+
+
+@dataclass(frozen=True)
+class ServiceDiff:
+    """Everything that happens to one service. A service can be moved, get other ports and
+    a new container spec at once; each list is empty when that kind of change is absent."""
+
+    name: str
+    host: str
+    """The new host, or the old one for a removed service."""
+    added: bool = False
+    removed: bool = False
+    moved_from: Placement | None = None
+    moved_to: Placement | None = None
+    ports: tuple[FieldChange, ...] = ()
+    restart_reasons: tuple[str, ...] = ()
+    placement: Placement | None = None
+    """Where an added service lands, or where a removed one was."""
+
+    @property
+    def moved(self) -> bool:
+        return self.moved_from is not None
+
+    @property
+    def changed(self) -> bool:
+        """Kept, but placed, wired or started differently: `pulumi up` re-creates its container."""
+        return self.moved or bool(self.ports) or bool(self.restart_reasons)
+
+    @property
+    def unchanged(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+    @property
+    def status(self) -> str:
+        if self.added:
+            return "added"
+        if self.removed:
+            return "removed"
+        return "changed" if self.changed else "unchanged"
+
+    def kinds(self) -> list[str]:
+        """The kinds of change, in the order they are reported."""
+        out = [k for k, on in (("added", self.added), ("removed", self.removed)) if on]
+        if self.moved:
+            out.append("moved")
+        if self.ports:
+            out.append("ports changed")
+        if self.restart_reasons:
+            out.append("restarted")
+        return out or ["unchanged"]
+
+    def lines(self) -> list[tuple[str, str]]:
+        """(kind, detail) pairs, one per fact a reviewer should read."""
+        out: list[tuple[str, str]] = []
+        if self.added:
+            out.append(("added", f"on {self.placement}" if self.placement else ""))
+        if self.removed:
+            out.append(("removed", f"was on {self.placement}" if self.placement else ""))
+        if self.moved:
+            out.append(("moved", f"{self.moved_from} -> {self.moved_to}"))
+        out += [("ports changed", str(p)) for p in self.ports]
+        out += [("restarted", r) for r in self.restart_reasons]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "host": self.host,
+            "status": self.status,
+            "changes": [k for k in self.kinds() if k != "unchanged"],
+            "placement": _placement_json(self.placement),
+            "moved": (
+                {"from": _placement_json(self.moved_from), "to": _placement_json(self.moved_to)}
+                if self.moved
+                else None
+            ),
+            "ports": [{"key": p.key, "old": p.old, "new": p.new} for p in self.ports],
+            "restartReasons": list(self.restart_reasons),
+        }
+
+
+@dataclass(frozen=True)
+class HostDiff:
+    name: str
+    added: bool = False
+    removed: bool = False
+    fields: tuple[FieldChange, ...] = ()
+
+    def detail(self) -> str:
+        if self.added:
+            return "host added"
+        if self.removed:
+            return "host removed"
+        return "; ".join(str(f) for f in self.fields)
+
+
+@dataclass(frozen=True)
+class PlanDiff:
+    stack: str
+    services: tuple[ServiceDiff, ...]
+    """Every service of either plan, sorted by host, then name."""
+    hosts: tuple[HostDiff, ...] = ()
+    """Hosts added, removed, or with another address, card count or memory budget."""
+    stack_is_new: bool = False
+    """The stack did not exist in the old revision, so every service is added."""
+    against: str | None = None
+    """The revision the new plan is compared to, for the headings; None if unknown."""
+
+    def counts(self) -> dict[str, int]:
+        out = {"changed": 0, "added": 0, "removed": 0, "unchanged": 0}
+        for s in self.services:
+            out[s.status] += 1
+        return out
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.hosts) or any(not s.unchanged for s in self.services)
+
+    def changes(self) -> list[ServiceDiff]:
+        return [s for s in self.services if not s.unchanged]
+
+    def summary(self) -> str:
+        c = self.counts()
+        return f"{c['changed']} changed, {c['added']} added, {c['removed']} removed, {c['unchanged']} unchanged"
+
+
+def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against: str | None = None) -> PlanDiff:
+    """Compare two plan JSON documents; `old` is None when the stack did not exist before."""
+    old_services = _services(old) if old is not None else {}
+    new_services = _services(new)
+    diffs = []
+    for name in old_services.keys() | new_services.keys():
+        before, after = old_services.get(name), new_services.get(name)
+        if before is None:
+            diffs.append(ServiceDiff(name, after["host"], added=True, placement=_placement(after)))
+        elif after is None:
+            diffs.append(ServiceDiff(name, before["host"], removed=True, placement=_placement(before)))
+        else:
+            diffs.append(_service_diff(name, before, after))
+    diffs.sort(key=lambda d: (d.host, d.name))
+    return PlanDiff(
+        stack=str(new.get("stack", "")),
+        services=tuple(diffs),
+        hosts=_host_diffs(old, new) if old is not None else (),
+        stack_is_new=old is None,
+        against=against,
+    )
+
+
+def _services(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for host in plan.get("hosts", ()):
+        for svc in host.get("services", ()):
+            out[svc["name"]] = {**svc, "host": svc.get("host") or host["name"]}
+    return out
+
+
+def _placement(svc: Mapping[str, Any]) -> Placement:
+    return Placement(svc["host"], tuple(svc.get("devices") or ()))
+
+
+def _placement_json(p: Placement | None) -> dict[str, Any] | None:
+    return {"host": p.host, "devices": list(p.devices)} if p else None
+
+
+def _service_diff(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> ServiceDiff:
+    was, now = _placement(before), _placement(after)
+    moved = was != now
+    ports = tuple(
+        FieldChange(k, before.get(k), after.get(k)) for k in PORT_FIELDS if before.get(k) != after.get(k)
+    )
+    explained = {p.key for p in ports} | ({"devices"} if moved else set())
+    reasons = _container_changes(before.get("container") or {}, after.get("container") or {}, explained)
+    return ServiceDiff(
+        name,
+        now.host,
+        moved_from=was if moved else None,
+        moved_to=now if moved else None,
+        ports=ports,
+        restart_reasons=tuple(reasons),
+    )
+
+
+def _container_changes(old: Mapping[str, Any], new: Mapping[str, Any], explained: set[str]) -> list[str]:
+    """Why a container is re-created, one short phrase per difference."""
+    out = []
+    if old.get("image") != new.get("image"):
+        out.append(f"image {old.get('image')} -> {new.get('image')}")
+    out += _command_changes(list(old.get("command") or ()), list(new.get("command") or ()), explained)
+    out += _env_changes(old.get("env") or {}, new.get("env") or {}, explained)
+    for key in sorted((old.keys() | new.keys()) - {"image", "command", "env"}):
+        if old.get(key) != new.get(key):
+            out.append(f"{key} {_compact(old.get(key))} -> {_compact(new.get(key))}")
+    return out
+
+
+def _parse_command(argv: list[str]) -> tuple[list[str], dict[str, list[str | None]]]:
+    """Positional words and `--option value` pairs of a `vllm serve` command line.
+
+    An option takes the next word as its value unless that word is itself an option;
+    `--flag=value` is split. An option given twice keeps every value, in order.
+    """
+    positional: list[str] = []
+    options: dict[str, list[str | None]] = {}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word.startswith("--") and len(word) > 2:
+            key, eq, value = word.partition("=")
+            if eq:
+                options.setdefault(key, []).append(value)
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                options.setdefault(key, []).append(argv[i + 1])
+                i += 1
+            else:
+                options.setdefault(key, []).append(None)
+        else:
+            positional.append(word)
+        i += 1
+    return positional, options
+
+
+def _command_changes(old: list[str], new: list[str], explained: set[str]) -> list[str]:
+    if old == new:
+        return []
+    old_pos, old_opts = _parse_command(old)
+    new_pos, new_opts = _parse_command(new)
+    out = []
+    if old_pos != new_pos:
+        out.append(f"command {' '.join(old_pos)} -> {' '.join(new_pos)}")
+    for key in sorted(old_opts.keys() | new_opts.keys()):
+        before, after = old_opts.get(key), new_opts.get(key)
+        if before == after or explained.intersection(DERIVED_ARGS.get(key, ())):
+            continue
+        if before is None:
+            out.append(f"{_option(key, after)} added")
+        elif after is None:
+            out.append(f"{_option(key, before)} removed")
+        else:
+            out.append(f"{key} {_values(before)} -> {_values(after)}")
+    if old_pos == new_pos and old_opts == new_opts:
+        # Same words, other order: vLLM reads them the same, but the container is still new.
+        out.append("command arguments reordered")
+    return out
+
+
+def _option(key: str, values: list[str | None]) -> str:
+    return key if values == [None] else f"{key} {_values(values)}"
+
+
+def _values(values: list[str | None]) -> str:
+    return ", ".join("(flag)" if v is None else v for v in values)
+
+
+def _env_changes(old: Mapping[str, str], new: Mapping[str, str], explained: set[str]) -> list[str]:
+    out = []
+    for key in sorted(old.keys() | new.keys()):
+        if old.get(key) == new.get(key) or explained.intersection(DERIVED_ENV.get(key, ())):
+            continue
+        if key not in old:
+            out.append(f"env {key}={new[key]} added")
+        elif key not in new:
+            out.append(f"env {key} removed (was {old[key]})")
+        else:
+            out.append(f"env {key} {old[key]} -> {new[key]}")
+    return out
+
+
+def _host_diffs(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[HostDiff, ...]:
+    before = {h["name"]: h for h in old.get("hosts", ())}
+    after = {h["name"]: h for h in new.get("hosts", ())}
+    out = []
+    for name in sorted(before.keys() | after.keys()):
+        if name not in before:
+            out.append(HostDiff(name, added=True))
+        elif name not in after:
+            out.append(HostDiff(name, removed=True))
+        else:
+            fields = tuple(
+                FieldChange(k, before[name].get(k), after[name].get(k))
+                for k in HOST_FIELDS
+                if before[name].get(k) != after[name].get(k)
+            )
+            if fields:
+                out.append(HostDiff(name, fields=fields))
+    return tuple(out)
+
+
+def _cards(devices: Iterable[int]) -> str:
+    """`0-3` for a contiguous block, `0,2` otherwise, `none` for no card."""
+    cards = list(devices)
+    if not cards:
+        return "none"
+    if len(cards) > 1 and cards == list(range(cards[0], cards[0] + len(cards))):
+        return f"{cards[0]}-{cards[-1]}"
+    return ",".join(str(c) for c in cards)
+
+
+def _show(value: Any, key: str = "") -> str:
+    if value is None:
+        return "unset" if key in PORT_FIELDS else "none"
+    if isinstance(value, (list, tuple)) and len(value) == 2 and key.endswith("Range"):
+        return f"{value[0]}-{value[1]}"
+    return _compact(value)
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+# --- rendering -------------------------------------------------------------
+
+
+def render_diff(diff: PlanDiff, fmt: str) -> str:
+    """The diff as `table` (terminals), `json` (machines) or `markdown` (pull-request comments)."""
+    if fmt == "table":
+        return _render_table(diff)
+    if fmt == "json":
+        return _render_json(diff)
+    if fmt == "markdown":
+        return _render_markdown(diff)
+    raise ValueError(f"unknown diff format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _title(diff: PlanDiff) -> str:
+    versus = f" against {diff.against}" if diff.against else ""
+    return f"Allocation changes for stack {diff.stack}{versus}"
+
+
+def _new_stack_note(diff: PlanDiff) -> str:
+    where = f" at {diff.against}" if diff.against else ""
+    return f"The stack did not exist{where}: every service is new."
+
+
+def _rows(diff: PlanDiff) -> list[tuple[str, str, str, str]]:
+    """(host, service, kind, detail), the host and service shown on a service's first line only."""
+    rows = []
+    for h in diff.hosts:
+        rows.append((h.name, "", "host", h.detail()))
+    for s in diff.changes():
+        for i, (kind, detail) in enumerate(s.lines()):
+            rows.append((s.host if i == 0 else "", s.name if i == 0 else "", kind, detail))
+    return rows
+
+
+def _render_table(diff: PlanDiff) -> str:
+    lines = [f"{_title(diff)}: {diff.summary()}"]
+    if diff.stack_is_new:
+        lines.append(_new_stack_note(diff))
+    if not diff.has_changes:
+        lines.append("No allocation changes.")
+        return "\n".join(lines) + "\n"
+    header = ("HOST", "SERVICE", "CHANGE", "DETAILS")
+    rows = _rows(diff)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    for row in [header, *rows]:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3])
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _render_json(diff: PlanDiff) -> str:
+    doc = {
+        "stack": diff.stack,
+        "against": diff.against,
+        "stackIsNew": diff.stack_is_new,
+        "hasChanges": diff.has_changes,
+        "summary": diff.counts(),
+        "hosts": [
+            {
+                "name": h.name,
+                "added": h.added,
+                "removed": h.removed,
+                "changes": [{"key": f.key, "old": f.old, "new": f.new} for f in h.fields],
+            }
+            for h in diff.hosts
+        ],
+        "services": [s.to_json() for s in diff.services],
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def _md(text: str) -> str:
+    """Text for a table cell: GitHub splits cells on `|` even inside code spans."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _render_markdown(diff: PlanDiff) -> str:
+    versus = f" vs `{_md(diff.against)}`" if diff.against else ""
+    lines = [f"### Allocation plan: stack `{_md(diff.stack)}`{versus}", "", f"**{diff.summary()}**", ""]
+    if diff.stack_is_new:
+        lines += [_new_stack_note(diff), ""]
+    if not diff.has_changes:
+        lines.append("No allocation changes.")
+        return "\n".join(lines) + "\n"
+    lines += ["| Host | Service | Change | Details |", "|---|---|---|---|"]
+    for host, service, kind, detail in _rows(diff):
+        cells = [
+            f"`{_md(host)}`" if host else "",
+            f"`{_md(service)}`" if service else "",
+            kind,
+            f"`{_md(detail)}`" if detail else "",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
