@@ -1,0 +1,5 @@
+import sys
+
+from allocation.cli import main
+
+sys.exit(main())

@@ -1,0 +1,74 @@
+"""`python -m allocation`: plan and pin a stack, without Pulumi and without credentials.
+
+Every FleetError becomes one readable paragraph on stderr and exit code 1;
+usage errors exit 2. Commands that reach hosts (`doctor`) or write other
+formats (`render`) live in `ops/` and are only dispatched to from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from allocation.errors import FleetError
+from allocation.pin import pin_stack_file
+from allocation.planner import plan_fleet
+from allocation.report import FORMATS, plan_json, render_plan
+from allocation.stackfile import PROJECT_ROOT, load_fleet
+
+
+def _stack_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--stack", help="stack name: reads Pulumi.<NAME>.yaml at the project root (default prod)")
+    group.add_argument("--config", metavar="PATH", help="any stack file, e.g. /tmp/Pulumi.test.yaml")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m allocation", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    plan = sub.add_parser("plan", help="show the allocation of a stack")
+    _stack_args(plan)
+    plan.add_argument("--format", choices=FORMATS, default="table")
+    plan.add_argument("--against", metavar="REF", help="show what changes against the plan at a git revision")
+
+    pin = sub.add_parser("pin", help="write the current plan into the stack file as pins")
+    _stack_args(pin)
+    return parser
+
+
+def _plan(args: argparse.Namespace) -> int:
+    fleet, stack_file = load_fleet(args.stack, args.config)
+    plan = plan_fleet(fleet)
+    if args.against is None:
+        print(render_plan(plan, args.format))
+        return 0
+    from allocation.diff import diff_plans, render_diff
+    from allocation.revision import plan_at_revision
+
+    config = Path(args.config).resolve() if args.config else None
+    old = plan_at_revision(PROJECT_ROOT, args.against, args.stack if config is None else None, config)
+    print(render_diff(diff_plans(old, plan_json(plan)), args.format))
+    return 0
+
+
+def _pin(args: argparse.Namespace) -> int:
+    fleet, stack_file = load_fleet(args.stack, args.config)
+    changed = pin_stack_file(stack_file.path, plan_fleet(fleet))
+    what = ", ".join(changed) if changed else "nothing new: every service was already pinned"
+    print(f"pinned {stack_file.path}: {what}")
+    return 0
+
+
+COMMANDS = {"plan": _plan, "pin": _pin}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except FleetError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
