@@ -1,0 +1,181 @@
+"""Exact examples of the planner: the seed in, the expected cards and ranges out; and its errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from allocation.config import parse_fleet
+from allocation.errors import AllocationError, ConfigError
+from allocation.planner import plan_fleet
+from allocation.report import plan_json
+from tests.fleets import fleet, host, seed_values, service
+
+
+def assignments(values: dict) -> dict[str, dict]:
+    plan = plan_fleet(parse_fleet("test", values))
+    return {s["name"]: s for h in plan_json(plan)["hosts"] for s in h["services"]}
+
+
+def test_seed_fleet_without_pins_is_packed_and_conflict_free():
+    got = assignments(seed_values())
+    assert {n: (s["devices"], s["apiPort"]) for n, s in got.items()} == {
+        # Largest first: qwen-long takes the first quad, qwen-vl the second, and
+        # bge-m3 (0.1) fits exactly beside qwen-vl (0.85) under the 0.95 budget.
+        "qwen-long": ([0, 1, 2, 3], 6006),
+        "qwen-vl": ([4, 5, 6, 7], 9009),
+        "bge-m3": ([4], 7007),
+    }
+    # Port windows in service-name order, aligned blocks from each base.
+    assert got["bge-m3"]["hcclNpuSocketPortRange"] == [16666, 16681]
+    assert got["qwen-long"]["hcclNpuSocketPortRange"] == [16682, 16697]
+    assert got["qwen-vl"]["hcclNpuSocketPortRange"] == [16698, 16713]
+    assert [got[n]["hcclHostSocketPortRange"] for n in ("bge-m3", "qwen-long", "qwen-vl")] == [
+        [60032, 60047],
+        [60048, 60063],
+        [60064, 60079],
+    ]
+    assert [got[n]["hcclIfBasePort"] for n in ("bge-m3", "qwen-long", "qwen-vl")] == [61000, 61032, 61064]
+    assert [got[n]["vllmPort"] for n in ("bge-m3", "qwen-long", "qwen-vl")] == [62000, 62016, 62032]
+
+
+def test_point_one_plus_point_eight_five_fits_a_point_nine_five_budget_exactly():
+    values = {"hosts": [host(npus=1)], "services": [service("a", 1, 0.1), service("b", 1, 0.85)]}
+    assert {s["devices"][0] for s in assignments(values).values()} == {0}
+
+
+def test_the_memory_budget_is_configurable_per_stack_and_per_host():
+    services = [service("a", 1, 0.5), service("b", 1, 0.5)]
+    one_card = [host(npus=1)]
+    with pytest.raises(AllocationError):
+        plan_fleet(fleet(one_card, services))
+    plan_fleet(fleet(one_card, services, memoryBudget=1.0))
+    plan_fleet(fleet([host(npus=1, memoryBudget=1.0)], services))
+
+
+def test_tensor_parallel_groups_are_aligned_blocks():
+    values = {"hosts": [host()], "services": [service("one", 1, 0.9), service("pair", 2, 0.9), service("quad", 4, 0.9)]}
+    got = assignments(values)
+    assert got["quad"]["devices"] == [0, 1, 2, 3]
+    assert got["pair"]["devices"] == [4, 5]
+    assert got["one"]["devices"] == [6]
+
+
+def test_auto_placed_services_go_to_the_first_host_with_room():
+    values = {
+        "hosts": [host("npu-b"), host("npu-a")],
+        "services": [service("big", 8, 0.9), service("small", 1, 0.4), service("other", 8, 0.5)],
+    }
+    got = assignments(values)
+    assert got["big"]["host"] == "npu-a"
+    assert got["other"]["host"] == "npu-b"
+    assert got["small"]["host"] == "npu-b"  # 0.45 left on npu-b's cards, 0.05 on npu-a's
+
+
+def test_a_service_without_hccl_port_ranges_gets_its_cards_to_itself():
+    values = {
+        "hosts": [host(npus=2)],
+        "services": [service("mc2", 1, 0.3, hcclPortRanges=False), service("x", 1, 0.3), service("y", 1, 0.3)],
+    }
+    got = assignments(values)
+    assert got["mc2"]["hcclNpuSocketPortRange"] is None
+    assert got["mc2"]["hcclHostSocketPortRange"] is None
+    assert got["mc2"]["devices"] != got["x"]["devices"] == got["y"]["devices"]
+    # HCCL's default NPU port stays free for it: nobody else's range includes 16666.
+    assert all(s["hcclNpuSocketPortRange"][0] > 16666 for n, s in got.items() if n != "mc2")
+
+
+def test_reserved_ports_are_never_handed_out():
+    values = {"hosts": [host(reservedPorts=["8000-8001"])], "services": [service("a"), service("b")]}
+    values["ports"] = {"reserved": [8002, [16666, 16700]]}
+    got = assignments(values)
+    assert sorted(s["apiPort"] for s in got.values()) == [8003, 8004]
+    assert got["a"]["hcclNpuSocketPortRange"] == [16714, 16729]  # next block past 16700
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (
+            {"hosts": [host()], "services": [service("a", apiPort=9000), service("b", apiPort=9000)]},
+            "host npu-a: apiPort of b 9000 overlaps apiPort of a 9000",
+        ),
+        (
+            {"hosts": [host(npus=4)], "services": [service("big", 8, 0.5, host="npu-a")]},
+            "service big: tensorParallelSize 8 is larger than host npu-a's 4 NPUs",
+        ),
+        (
+            {"hosts": [host()], "services": [service("a", 1, 0.9, devices=[3]), service("b", 1, 0.2, devices=[3])]},
+            "npu-a card 3: 0.9 (a) + 0.2 (b) = 1.1 is over the per-card budget 0.95",
+        ),
+        (
+            {"hosts": [host()], "services": [service("a", host="npu-x")]},
+            "service a: unknown host 'npu-x' (did you mean 'npu-a'?)",
+        ),
+        (
+            {"hosts": [host()], "services": [service("f", 8, 0.9, host="npu-a"), service("g", 8, 0.9)]},
+            "no host has room for service g, which needs 8 cards with 0.9 free each on one host (aligned); "
+            "free per card: npu-a: 0:0.05 1:0.05",
+        ),
+        (
+            {"hosts": [host()], "services": [{**service("a"), "tensorParalelSize": 2}]},
+            "ascend-fleet:services[0] (a): unknown key 'tensorParalelSize' (did you mean 'tensorParallelSize'?)",
+        ),
+        (
+            {"hosts": [host()], "services": [service("a", 3)]},
+            "ascend-fleet:services[0] (a).tensorParallelSize: 3 is not a power of two",
+        ),
+        (
+            {"hosts": [host()], "services": [service("a", 1, 1.2)]},
+            "ascend-fleet:services[0] (a).memoryFraction: Input should be less than or equal to 1",
+        ),
+        (
+            {"hosts": [host()], "services": [service("a", env={"VLLM_PORT": "1"})]},
+            "VLLM_PORT is set by the allocator",
+        ),
+        (
+            {"hosts": [host()], "services": [service("a", devices=[0, 1])]},
+            "devices [0, 1] pins 2 cards but tensorParallelSize is 1",
+        ),
+        (
+            {"hosts": [host()], "service": []},
+            "unknown config key 'ascend-fleet:service' (did you mean 'services'?)",
+        ),
+        (
+            {"hosts": [host()], "services": [service("a", 1, 0.3, devices=[0]), service("m", 1, 0.3, devices=[0], hcclPortRanges=False)]},
+            "npu-a card 0 is held by a; a service without HCCL port ranges keeps port 16666 and cannot share a card",
+        ),
+    ],
+)
+def test_bad_fleets_are_rejected_with_a_message_naming_what_and_where(values, expected):
+    with pytest.raises((AllocationError, ConfigError)) as caught:
+        plan_fleet(parse_fleet("test", values))
+    message = str(caught.value)
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_every_problem_is_reported_at_once():
+    values = {
+        "hosts": [host()],
+        "services": [service("a", apiPort=9000), service("b", apiPort=9000), service("c", 8, 0.9, devices=[0] * 8)],
+    }
+    with pytest.raises(ConfigError) as caught:
+        plan_fleet(parse_fleet("test", values))
+    assert "lists a card twice" in str(caught.value)
+    values["services"][2] = service("c", 16, 0.9)
+    with pytest.raises(AllocationError) as caught:
+        plan_fleet(parse_fleet("test", values))
+    assert "overlaps apiPort of a 9000" in str(caught.value) and "no host has room for service c" in str(caught.value)
+
+
+def test_the_planner_never_imports_pulumi_or_does_io():
+    code = (
+        "import sys, allocation.planner, allocation.containers, allocation.report;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('pulumi', 'pulumi_docker', 'subprocess', 'ops')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout

@@ -1,0 +1,150 @@
+"""Properties of the planner over generated fleets (hypothesis)."""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections import defaultdict
+from decimal import Decimal
+
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from allocation.config import parse_fleet
+from allocation.errors import FleetError
+from allocation.pin import pins_of
+from allocation.plan import Plan
+from allocation.planner import plan_fleet
+from allocation.report import plan_json
+
+FRACTIONS = [Decimal(f"0.{n:02d}") for n in range(5, 100, 5)]
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> dict:
+    host_names = draw(st.lists(st.sampled_from(["npu-a", "npu-b", "npu-c", "npu-d"]), min_size=1, max_size=4, unique=True))
+    hosts = []
+    for name in host_names:
+        h = {"name": name, "address": f"{name}.example", "npus": draw(st.sampled_from([2, 4, 8]))}
+        if draw(st.booleans()):
+            h["memoryBudget"] = float(draw(st.sampled_from([Decimal("0.9"), Decimal("0.95"), Decimal("1")])))
+        if draw(st.booleans()):
+            h["reservedPorts"] = [draw(st.sampled_from([8000, 16666, 60032, "61000-61010", "62000-62100"]))]
+        hosts.append(h)
+    services = []
+    count = draw(st.integers(0, 10))
+    api_pins = draw(st.lists(st.integers(7000, 7005), min_size=count, max_size=count))
+    for i in range(count):
+        s = {
+            "name": f"svc-{i}",
+            "model": f"/models/m{i}",
+            "tensorParallelSize": draw(st.sampled_from([1, 1, 2, 4, 8])),
+            "memoryFraction": float(draw(st.sampled_from(FRACTIONS))),
+        }
+        if draw(st.integers(0, 3)) == 0:
+            s["host"] = draw(st.sampled_from(host_names))
+        if draw(st.integers(0, 5)) == 0:
+            s["hcclPortRanges"] = False
+        if draw(st.integers(0, 3)) == 0:
+            s["apiPort"] = api_pins[i]
+        if draw(st.integers(0, 4)) == 0:
+            npus = 8
+            tp = s["tensorParallelSize"]
+            s["devices"] = draw(st.permutations(range(npus)))[:tp]
+        services.append(s)
+    return {"hosts": hosts, "services": services}
+
+
+def check_plan(plan: Plan, values: dict) -> None:
+    note(plan_json(plan))
+    configured = {s["name"]: s for s in values["services"]}
+    assert sorted(ps.name for _, ps in plan.services()) == sorted(configured)
+    for hp in plan.hosts:
+        budget = hp.budget
+        used: dict[int, Decimal] = defaultdict(Decimal)
+        holders: dict[int, list] = defaultdict(list)
+        windows = [(r.first, r.last) for r in [*plan.fleet.ports.reserved, *hp.host.reserved_ports]]
+        reserved = len(windows)
+        for ps in hp.services:
+            s, a = ps.service, ps.assignment
+            cfg = configured[s.name]
+            assert len(a.devices) == s.tensor_parallel_size == len(set(a.devices))
+            assert all(0 <= c < hp.host.npus for c in a.devices)
+            if "devices" in cfg:
+                assert sorted(cfg["devices"]) == list(a.devices)
+            else:  # aligned block
+                assert a.devices[0] % s.tensor_parallel_size == 0
+                assert list(a.devices) == list(range(a.devices[0], a.devices[0] + s.tensor_parallel_size))
+            if "host" in cfg:
+                assert cfg["host"] == hp.host.name
+            if "apiPort" in cfg:
+                assert cfg["apiPort"] == a.api_port
+            for c in a.devices:
+                used[c] += s.memory_fraction
+                holders[c].append(s)
+            windows += [span for _, span in a.windows()]
+            if not s.hccl_port_ranges:
+                windows.append((16666, 16666))
+        for c, total in used.items():
+            assert total <= budget, f"card {c} over budget"
+            if any(not s.hccl_port_ranges for s in holders[c]):
+                assert len(holders[c]) == 1, f"card {c} shared with a service without HCCL ranges"
+        planned = sorted(set(windows[reserved:]))  # 16666 may be kept by several exclusive services
+        for (a0, a1), (b0, b1) in zip(planned, planned[1:]):
+            assert a1 < b0, f"port windows {a0}-{a1} and {b0}-{b1} overlap"
+        for first, last in planned:
+            assert 1024 <= first <= last <= 65535
+            for r0, r1 in windows[:reserved]:
+                assert last < r0 or first > r1, f"{first}-{last} is inside reserved {r0}-{r1}"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.randoms(use_true_random=False))
+def test_generated_fleets_are_planned_without_conflicts_or_rejected_with_a_message(values, rnd):
+    before = copy.deepcopy(values)
+    try:
+        plan = plan_fleet(parse_fleet("gen", values))
+    except FleetError as err:
+        message = str(err)
+        note(message)
+        assert message.startswith("stack gen: ") and "\n" not in message
+        assert values == before, "a rejected fleet must leave the input untouched"
+        return
+    assert values == before
+    check_plan(plan, values)
+    shuffled = copy.deepcopy(values)
+    rnd.shuffle(shuffled["hosts"])
+    rnd.shuffle(shuffled["services"])
+    assert plan_json(plan_fleet(parse_fleet("gen", shuffled))) == plan_json(plan)
+
+
+@settings(max_examples=100, deadline=None)
+@given(fleets(), st.integers(1, 8).map(lambda n: 1 << (n % 4)), st.sampled_from(FRACTIONS))
+def test_a_pinned_fleet_never_moves_when_a_service_is_added(values, tp, fraction):
+    try:
+        plan = plan_fleet(parse_fleet("gen", values))
+    except FleetError:
+        return
+    pinned = copy.deepcopy(values)
+    for entry in pinned["services"]:
+        ps = next(p for _, p in plan.services() if p.name == entry["name"])
+        entry.update({k: list(v) if isinstance(v, list) else v for k, v in pins_of(ps).items()})
+    pinned["services"].append({"name": "newcomer", "model": "/m", "tensorParallelSize": tp, "memoryFraction": float(fraction)})
+    try:
+        grown = plan_fleet(parse_fleet("gen", pinned))
+    except FleetError as err:
+        assert "newcomer" in str(err)  # only the newcomer can fail to fit
+        return
+    old = {ps.name: ps.assignment for _, ps in plan.services()}
+    new = {ps.name: ps.assignment for _, ps in grown.services()}
+    assert all(new[name] == a for name, a in old.items())
+
+
+def test_planning_twice_gives_the_same_plan():
+    rnd = random.Random(7)
+    services = [
+        {"name": f"s{i}", "model": "/m", "tensorParallelSize": rnd.choice([1, 2, 4]), "memoryFraction": 0.3}
+        for i in range(30)
+    ]
+    values = {"hosts": [{"name": f"h{i}", "address": "x"} for i in range(5)], "services": services}
+    assert plan_json(plan_fleet(parse_fleet("t", values))) == plan_json(plan_fleet(parse_fleet("t", values)))
