@@ -38,8 +38,9 @@ DERIVED_ENV = {
     "HCCL_IF_BASE_PORT": ("hcclIfBasePort",),
     "VLLM_PORT": ("vllmPort",),
     "ASCEND_RT_VISIBLE_DEVICES": ("devices",),
+    "VLLM_WORKER_MULTIPROC_METHOD": ("devices",),  # set only for tensor parallelism
 }
-HOST_FIELDS = ("address", "npus", "memoryBudget")
+HOST_FIELDS = ("address", "npus", "hbmGiB", "memoryBudget")
 
 
 @dataclass(frozen=True)

@@ -397,7 +397,7 @@ config:
       memoryFraction: 0.05
 """
 
-# qwen is pinned to other cards (moved), qwen-long gets a longer context (restarted),
+# qwen shrinks to a pair of cards (moved), qwen-long gets a longer context (restarted),
 # old-embed is gone, rerank is new, bge-m3 is untouched.
 STACK_AFTER = """\
 config:
@@ -411,9 +411,9 @@ config:
       apiPort: 7007
     - name: qwen
       model: /models/qwen
-      tensorParallelSize: 4
+      tensorParallelSize: 2
       memoryFraction: 0.85
-      devices: [4, 5, 6, 7]
+      devices: [0, 1]
     - name: qwen-long
       model: /models/qwen
       tensorParallelSize: 4
@@ -471,7 +471,7 @@ def test_plan_against_the_previous_commit_reports_added_removed_moved_restarted_
     assert status["rerank"].added
     assert status["old-embed"].removed
     assert status["qwen"].moved
-    assert (status["qwen"].moved_from.devices, status["qwen"].moved_to.devices) == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert (status["qwen"].moved_from.devices, status["qwen"].moved_to.devices) == ((0, 1, 2, 3), (0, 1))
     assert "--max-model-len 25000 -> 30000" in status["qwen-long"].restart_reasons
     assert not status["qwen-long"].moved
     assert status["bge-m3"].unchanged
