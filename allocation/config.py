@@ -10,6 +10,7 @@ unknown keys are errors, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 from decimal import Decimal
 from typing import Annotated, Any, Literal, Mapping
 
@@ -332,7 +333,7 @@ class FleetConfig(Model):
             ("host", [h.name for h in self.hosts]),
             ("service", [s.name for s in self.services]),
         ):
-            dupes = sorted({n for n in names if names.count(n) > 1})
+            dupes = sorted(n for n, count in Counter(names).items() if count > 1)
             problems += [f"{kind} name '{n}' is used more than once" for n in dupes]
         hosts = {h.name: h for h in self.hosts}
         for s in self.services:

@@ -131,6 +131,7 @@ class Placer:
         self.trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
         self.problems: list[str] = []
         self.placed: dict[str, tuple[str, Group]] = {}
+        self.max_budget = max(c.budget for c in self.cards.values())
 
     def run(self, services: list[Service]) -> dict[str, tuple[str, Group]]:
         for service in sorted(services, key=_order):
@@ -139,12 +140,12 @@ class Placer:
 
     def _place(self, s: Service) -> None:
         need = units(s.memory_fraction)
-        candidates = self._candidates(s)
-        if all(need > self.cards[h.name].budget for h in candidates):
+        budget = self.cards[s.host].budget if s.host else self.max_budget
+        if need > budget:
+            where = f"host {s.host}" if s.host else "any host"
             self.problems.append(
                 f"service {s.name}: memoryFraction {s.memory_fraction} is over the per-card "
-                f"memory budget {fmt_units(self.cards[candidates[0].name].budget)} of "
-                + (f"host {s.host}" if s.host else "every host")
+                f"memory budget {fmt_units(budget)} of {where}"
             )
             return
         if s.devices is not None:
@@ -176,7 +177,7 @@ class Placer:
         )
 
     def _candidates(self, s: Service) -> list[Host]:
-        return [h for h in self.hosts if s.host is None or h.name == s.host]
+        return [self.cards[s.host].host] if s.host else self.hosts
 
     def _place_pinned(self, s: Service, group: Group) -> None:
         for host in self._candidates(s):
