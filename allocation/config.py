@@ -132,7 +132,7 @@ class ContainerSettings(Model):
     """Extra `vllm serve` arguments, appended after the generated ones (defaults' first)."""
     mounts: list[Mount] | None = None
     """Extra bind mounts (defaults' and the service's are both applied)."""
-    shm_size_mib: int | None = Field(default=None, ge=64)
+    shm_size_mib: int | None = Field(default=None, ge=64, alias="shmSizeMiB")
     """Shared memory of the container in MiB. Default 10486 (the seed's 10.24 GB)."""
     start_timeout_seconds: int | None = Field(default=None, ge=60)
     """How long a model may take to load before it counts as failed: the health check's
