@@ -1,0 +1,142 @@
+"""`python -m allocation plan` and `pin`, run as an operator runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml"))
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "allocation", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_the_prod_plan_has_the_documented_json_shape_and_the_seed_layout():
+    result = cli("plan", "--stack", "prod", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["stack"] == "prod"
+    [host] = plan["hosts"]
+    assert (host["name"], host["npus"]) == ("npu-a", 8)
+    services = {s["name"]: s for s in host["services"]}
+    qwen_vl = services["qwen-vl"]
+    assert {k: qwen_vl[k] for k in ("devices", "tensorParallelSize", "memoryFraction", "apiPort")} == {
+        "devices": [0, 1, 2, 3],
+        "tensorParallelSize": 4,
+        "memoryFraction": 0.85,
+        "apiPort": 9009,
+    }
+    assert services["bge-m3"]["devices"] == [0] and services["qwen-long"]["devices"] == [4, 5, 6, 7]
+    for s in services.values():
+        first, last = s["hcclNpuSocketPortRange"]
+        assert last - first + 1 == 16
+        assert s["container"]["env"]["HCCL_NPU_SOCKET_PORT_RANGE"] == f"{first}-{last}"
+        assert isinstance(s["hcclIfBasePort"], int) and isinstance(s["vllmPort"], int)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_in_the_repository_plans_in_every_format(stack):
+    for fmt in ("table", "markdown", "json"):
+        result = cli("plan", "--stack", stack, "--format", fmt)
+        assert result.returncode == 0, result.stderr
+        assert f"{stack}" in result.stdout
+
+
+def test_the_table_shows_cards_fractions_and_ranges():
+    out = cli("plan").stdout  # prod is the default stack
+    assert "npu-a (192.0.2.10): 8 NPUs x 64 GiB, 3 services" in out
+    assert "used of 0.95  0.95" in out  # card 0: bge-m3 0.1 + qwen-vl 0.85
+    assert "16666-16681" in out
+
+
+def test_a_stack_file_anywhere_on_disk_can_be_planned(tmp_path):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "config:\n"
+        "  ascend-fleet:hosts:\n    - name: h1\n      address: 10.0.0.1\n"
+        "  ascend-fleet:services:\n    - name: m\n      model: /m\n"
+    )
+    result = cli("plan", "--config", str(path), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["hosts"][0]["services"][0]["apiPort"] == 8000
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("config:\n  ascend-fleet:hosts: [\n", "not valid YAML"),
+        ("config:\n  ascend-fleet:hosts: []\n", "ascend-fleet:hosts: List should have at least 1 item"),
+        ("config:\n  hosts: []\n", "config key 'hosts' has no namespace"),
+    ],
+)
+def test_bad_input_exits_non_zero_with_one_message_and_no_traceback(tmp_path, content, expected):
+    path = tmp_path / "Pulumi.bad.yaml"
+    path.write_text(content)
+    result = cli("plan", "--config", str(path))
+    assert result.returncode == 1
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+
+
+def test_an_unknown_stack_lists_the_stacks_that_exist():
+    result = cli("plan", "--stack", "nope")
+    assert result.returncode == 1
+    assert "no stack file Pulumi.nope.yaml" in result.stderr and "prod" in result.stderr
+
+
+SEED_UNPINNED = """\
+# A comment the operator wrote, which pin must keep.
+config:
+  ascend-fleet:hosts:
+    - name: npu-a
+      address: 192.0.2.10   # the rack's first host
+  ascend-fleet:services:
+    - name: qwen
+      model: /m/qwen        # weights
+      tensorParallelSize: 4
+      memoryFraction: 0.85
+    - name: bge
+      model: /m/bge
+      memoryFraction: 0.1
+"""
+
+
+def test_pin_writes_the_plan_back_keeping_comments_and_key_order(tmp_path):
+    path = tmp_path / "Pulumi.t.yaml"
+    path.write_text(SEED_UNPINNED)
+    before = json.loads(cli("plan", "--config", str(path), "--format", "json").stdout)
+
+    result = cli("pin", "--config", str(path))
+    assert result.returncode == 0, result.stderr
+    text = path.read_text()
+    assert "# A comment the operator wrote, which pin must keep." in text
+    assert "address: 192.0.2.10   # the rack's first host" in text
+    assert "model: /m/qwen        # weights" in text
+    assert text.index("name: qwen") < text.index("name: bge")
+    assert "devices: [0, 1, 2, 3]" in text
+    assert json.loads(cli("plan", "--config", str(path), "--format", "json").stdout)["hosts"] == before["hosts"]
+
+    # Pinned, the existing services stay put when a larger service arrives first in the order.
+    path.write_text(text + "    - name: aaa-big\n      model: /m/big\n      tensorParallelSize: 4\n      memoryFraction: 0.9\n")
+    after = json.loads(cli("plan", "--config", str(path), "--format", "json").stdout)
+    old = {s["name"]: s for s in before["hosts"][0]["services"]}
+    new = {s["name"]: s for s in after["hosts"][0]["services"]}
+    assert all(new[name] == old[name] for name in old)
+    assert cli("pin", "--config", str(path)).stdout.strip().endswith("aaa-big")
+
+
+def test_pin_leaves_the_file_untouched_when_the_fleet_does_not_fit(tmp_path):
+    path = tmp_path / "Pulumi.t.yaml"
+    path.write_text(SEED_UNPINNED.replace("memoryFraction: 0.1", "memoryFraction: 0.1\n      tensorParallelSize: 16"))
+    original = path.read_text()
+    result = cli("pin", "--config", str(path))
+    assert result.returncode == 1 and "service bge, which needs 16 cards" in result.stderr
+    assert path.read_text() == original
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Pulumi.t.yaml"]
