@@ -429,13 +429,14 @@ class SimHost:
         extra_args: Iterable[str] = (),
         load_seconds: float = 1,
         privileged: bool = False,
-        health_interval: str = "1s",
+        mount_model: bool = True,
+        health_interval: str = "500ms",
     ) -> SimService:
         """``docker run -d`` an npu-sim container laid out like the seed's compose services.
 
         Mounts /dev/davinciN for each card in `cards` (plus the control devices, the
-        driver, dcmi, npu-smi and the NPU state folder) and the model read-only at the
-        same path. `tp` defaults to ``len(cards)``. `env` goes in verbatim: pass
+        driver, dcmi, npu-smi and the NPU state folder) and, with `mount_model`, the
+        model read-only at the same path. `tp` defaults to ``len(cards)``. `env` goes in verbatim: pass
         ``HCCL_NPU_SOCKET_PORT_RANGE`` / ``ASCEND_RT_VISIBLE_DEVICES`` to test a layout.
         With `publish`, `port` is published on a free 127.0.0.1 port (`SimService.url`).
         """
@@ -456,7 +457,7 @@ class SimHost:
             "-v", f"{NPU_SMI}:{NPU_SMI}:ro",
             "-v", f"{INSTALL_INFO}:{INSTALL_INFO}:ro",
             "-v", f"{CLAIMS_DIR}:{CLAIMS_DIR}",
-            "-v", f"{model}:{model}:ro",
+            *(["-v", f"{model}:{model}:ro"] if mount_model else []),
             "-e", f"NPU_SIM_LOAD_SECONDS={load_seconds}",
             "--health-cmd", f"wget -q -O /dev/null http://127.0.0.1:{port}/health",
             "--health-interval", health_interval,

@@ -1,0 +1,52 @@
+"""The simulated host itself: SSH with host-key checking, docker over SSH, Ascend files."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from sim.host import SimHost
+
+
+def test_docker_over_ssh_answers_with_the_generated_key_and_known_hosts(sim_host: SimHost) -> None:
+    assert sim_host.docker_host == f"ssh://root@127.0.0.1:{sim_host.ssh_port}"
+    server = sim_host.docker("version", "--format", "{{.Server.Version}}").stdout.strip()
+    assert server
+
+
+def test_the_ssh_opts_reach_the_host_with_strict_host_key_checking(sim_host: SimHost) -> None:
+    ssh = ["ssh", *sim_host.ssh_opts, "-p", str(sim_host.ssh_port), f"{sim_host.user}@{sim_host.address}"]
+    proc = subprocess.run([*ssh, "docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
+
+
+def test_an_unknown_host_key_is_refused(sim_host: SimHost, tmp_path: Path) -> None:
+    empty_known_hosts = tmp_path / "known_hosts"
+    empty_known_hosts.write_text("")
+    opts = [o if not o.startswith("UserKnownHostsFile=") else f"UserKnownHostsFile={empty_known_hosts}" for o in sim_host.ssh_opts]
+    proc = subprocess.run(
+        ["ssh", *opts, "-o", "GlobalKnownHostsFile=/dev/null", "-p", str(sim_host.ssh_port), f"root@{sim_host.address}", "true"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode != 0
+    assert "Host key verification failed" in proc.stderr
+
+
+def test_the_host_has_eight_cards_and_the_ascend_driver_files(sim_host: SimHost) -> None:
+    listing = sim_host.run(
+        "ls /dev/davinci0 /dev/davinci7 /dev/davinci_manager /dev/devmm_svm /dev/hisi_hdc "
+        "/usr/local/Ascend/driver/version.info /usr/local/Ascend/driver/lib64 /usr/local/dcmi "
+        "/etc/ascend_install.info /usr/local/bin/npu-smi /var/lib/npu-sim"
+    )
+    assert listing.returncode == 0
+    assert sim_host.run("ls /dev | grep -c '^davinci[0-9]*$'").stdout.strip() == "8"
+    assert "package_version=24.1.rc2" in sim_host.run("cat /usr/local/Ascend/driver/version.info").stdout
+
+
+def test_make_model_writes_a_config_json_under_srv_models(sim_host: SimHost) -> None:
+    model = sim_host.make_model("tiny")
+    assert model == Path("/srv/models/tiny")
+    assert (model / "config.json").is_file()
