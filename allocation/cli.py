@@ -35,6 +35,10 @@ def _parser() -> argparse.ArgumentParser:
 
     pin = sub.add_parser("pin", help="write the current plan into the stack file as pins")
     _stack_args(pin)
+
+    render = sub.add_parser("render", help="the planned containers as a compose file or docker run script")
+    _stack_args(render)
+    render.add_argument("--format", choices=("compose", "docker-run"), required=True)
     return parser
 
 
@@ -61,7 +65,15 @@ def _pin(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"plan": _plan, "pin": _pin}
+def _render(args: argparse.Namespace) -> int:
+    from ops.render import render
+
+    fleet, _ = load_fleet(args.stack, args.config)
+    print(render(plan_fleet(fleet), args.format), end="")
+    return 0
+
+
+COMMANDS = {"plan": _plan, "pin": _pin, "render": _render}
 
 
 def main(argv: list[str] | None = None) -> int:

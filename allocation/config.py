@@ -192,6 +192,14 @@ class Host(Model):
     """Docker daemon URL; default `ssh://user@address:sshPort`. Set `unix:///var/run/docker.sock`
     for a daemon on the machine running Pulumi (the dev stack)."""
 
+    def docker_url(self) -> str:
+        """The Docker daemon URL that Pulumi's provider, the exports and `doctor` all use."""
+        return self.docker_host or f"ssh://{self.user}@{self.address}:{self.ssh_port}"
+
+    def is_local(self) -> bool:
+        """A daemon on this machine: reached without SSH."""
+        return self.docker_url().startswith("unix://")
+
 
 class Service(ContainerSettings):
     """One entry of `ascend-fleet:services`: a `vllm serve` instance."""
