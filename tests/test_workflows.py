@@ -1,0 +1,426 @@
+"""The GitHub Actions workflows are code: schema-checked, audited, and held to our rules.
+
+Every file in `.github/workflows/` must pass GitHub's workflow schema
+(`check-jsonschema --builtin-schema vendor.github-workflows`, vendored, offline) and
+`zizmor --offline` with no finding of medium severity or above, even under the
+`auditor` persona. On top of that, the invariants the tools do not enforce: actions
+pinned to full commit SHAs with the version in a comment, least privilege, no
+expression expanded inside a shell script, secrets only through `env:`, prod behind an
+approval environment, one deploy of a stack at a time.
+
+The last tests run the same checks on a deliberately broken workflow, so a check that
+silently stopped checking would be noticed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from ruamel.yaml import YAML
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOW_DIR = REPO / ".github" / "workflows"
+WORKFLOWS = sorted([*WORKFLOW_DIR.glob("*.yml"), *WORKFLOW_DIR.glob("*.yaml")])
+BIN = Path(sys.executable).parent
+SEVERITIES = ["unknown", "informational", "low", "medium", "high"]
+SHA = re.compile(r"^[0-9a-f]{40}$")
+SECRET_REF = re.compile(r"^\$\{\{\s*secrets\.[A-Za-z0-9_]+\s*\}\}$")
+# Permissions a job may be granted for writing, and why.
+ALLOWED_WRITES = {"pull-requests"}  # PR comments: the allocation diff and the preview
+
+
+def load(path: Path) -> dict[str, Any]:
+    # ruamel reads YAML 1.2, where `on:` is the string "on", not the boolean True.
+    return YAML(typ="safe").load(path.read_text())
+
+
+def tool(name: str) -> str:
+    exe = BIN / name
+    if not exe.exists():
+        pytest.fail(f"{name} is not installed next to {sys.executable}; run `make .venv/.installed`")
+    return str(exe)
+
+
+def ids(paths: list[Path]) -> list[str]:
+    return [p.name for p in paths]
+
+
+# --- the checks, as functions returning problems, so they can be tested too ---
+
+
+def schema_problems(path: Path) -> list[str]:
+    result = subprocess.run(
+        [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return [] if result.returncode == 0 else [(result.stdout + result.stderr).strip()]
+
+
+def zizmor_findings(path: Path, persona: str = "auditor", min_severity: str = "medium") -> list[str]:
+    result = subprocess.run(
+        [tool("zizmor"), "--offline", "--no-progress", "--strict-collection", "--persona", persona,
+         "--format", "json", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    try:
+        findings = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        return [f"zizmor did not audit {path.name} (exit {result.returncode}): {result.stderr.strip()[-2000:]}"]
+    floor = SEVERITIES.index(min_severity)
+    out = []
+    for f in findings:
+        severity = f["determinations"]["severity"].lower()
+        if SEVERITIES.index(severity) < floor:
+            continue
+        where = f["locations"][0]["concrete"]["location"]["start_point"]
+        out.append(f"{path.name}:{where['row'] + 1}: {f['ident']} ({severity}): {f['desc']}")
+    return out
+
+
+def walk(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    yield path, node
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from walk(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from walk(v, (*path, i))
+
+
+def jobs(wf: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return wf.get("jobs") or {}
+
+
+def steps(wf: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, job in jobs(wf).items():
+        for step in job.get("steps") or ():
+            yield name, step
+
+
+def pinning_problems(text: str) -> list[str]:
+    """Every remote `uses:` is `owner/repo[/path]@<40-hex sha> # <version>`."""
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        m = re.match(r"^\s*(?:-\s+)?uses:\s*['\"]?([^'\"\s#]+)['\"]?\s*(#\s*(\S.*))?$", line)
+        if not m:
+            continue
+        ref, comment = m.group(1), m.group(3)
+        if ref.startswith("./"):
+            continue
+        if ref.startswith("docker://"):
+            if "@sha256:" not in ref:
+                out.append(f"line {n}: {ref} is not pinned to an image digest")
+            continue
+        _, _, version = ref.partition("@")
+        if not SHA.match(version):
+            out.append(f"line {n}: {ref} is not pinned to a full commit SHA")
+        elif not comment:
+            out.append(f"line {n}: {ref} has no `# vX.Y.Z` comment naming the pinned version")
+    return out
+
+
+def permission_problems(wf: dict[str, Any]) -> list[str]:
+    out = []
+    top = wf.get("permissions")
+    if top is None:
+        out.append("no top-level `permissions:` (the default token is read-write in many repositories)")
+    elif isinstance(top, str):
+        out.append(f"top-level permissions is `{top}`; use {{}} or `contents: read`")
+    elif any(v == "write" for v in top.values()):
+        out.append(f"top-level permissions grant write ({top}); grant it to the job that needs it")
+    for name, job in jobs(wf).items():
+        perms = job.get("permissions")
+        if perms is None and "uses" not in job:
+            out.append(f"job {name} does not declare its permissions")
+        elif isinstance(perms, str):
+            out.append(f"job {name} has permissions `{perms}`")
+        elif perms:
+            for scope, level in perms.items():
+                if level == "write" and scope not in ALLOWED_WRITES:
+                    out.append(f"job {name} may write {scope}, which no job here needs")
+    return out
+
+
+def script_problems(wf: dict[str, Any]) -> list[str]:
+    """Expressions are expanded before the shell runs: in a script they are code injection
+    waiting for a branch name or PR title. Everything reaches scripts through env:."""
+    return [
+        f"job {job} step {step.get('name') or step.get('uses') or '?'}: `${{{{ }}}}` inside run:"
+        for job, step in steps(wf)
+        if "${{" in str(step.get("run", ""))
+    ]
+
+
+def secret_problems(wf: dict[str, Any]) -> list[str]:
+    out = []
+    for path, value in walk(wf):
+        if not isinstance(value, str) or "secrets." not in value:
+            continue
+        where = ".".join(str(p) for p in path)
+        if len(path) < 2 or path[-2] != "env":
+            out.append(f"{where}: secrets may only be read into an env: variable")
+        elif not SECRET_REF.match(value.strip()):
+            out.append(f"{where}: `{value}` should be exactly ${{{{ secrets.NAME }}}}")
+    if "secrets: inherit" in json.dumps(wf) or any(
+        job.get("secrets") == "inherit" for job in jobs(wf).values()
+    ):
+        out.append("a job passes `secrets: inherit`")
+    return out
+
+
+def checkout_problems(wf: dict[str, Any]) -> list[str]:
+    return [
+        f"job {job}: actions/checkout without persist-credentials: false"
+        for job, step in steps(wf)
+        if str(step.get("uses", "")).startswith("actions/checkout@")
+        and (step.get("with") or {}).get("persist-credentials") is not False
+    ]
+
+
+def all_rule_problems(path: Path) -> list[str]:
+    wf = load(path)
+    return [
+        *pinning_problems(path.read_text()),
+        *permission_problems(wf),
+        *script_problems(wf),
+        *secret_problems(wf),
+        *checkout_problems(wf),
+    ]
+
+
+def environment_name(job: dict[str, Any]) -> str | None:
+    env = job.get("environment")
+    return env.get("name") if isinstance(env, dict) else env
+
+
+def pulumi_steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in job.get("steps") or () if str(s.get("uses", "")).startswith("pulumi/actions@")]
+
+
+# --- every workflow ---------------------------------------------------------
+
+
+def test_the_three_workflows_exist():
+    assert {"pull-request.yml", "deploy.yml", "drift.yml"} <= {p.name for p in WORKFLOWS}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
+def test_the_workflow_matches_githubs_workflow_schema(path: Path):
+    assert schema_problems(path) == []
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
+def test_zizmor_finds_nothing_of_medium_severity_or_above_even_as_an_auditor(path: Path):
+    assert zizmor_findings(path, persona="auditor", min_severity="medium") == []
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
+def test_zizmor_finds_nothing_at_all_with_its_default_persona(path: Path):
+    assert zizmor_findings(path, persona="regular", min_severity="unknown") == []
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
+def test_every_action_is_pinned_to_a_commit_sha_with_its_version_in_a_comment(path: Path):
+    assert pinning_problems(path.read_text()) == []
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
+def test_permissions_are_empty_at_the_top_and_granted_per_job_never_write_all(path: Path):
+    assert permission_problems(load(path)) == []
+    assert "write-all" not in path.read_text()
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
+def test_no_expression_is_expanded_inside_a_shell_script(path: Path):
+    assert script_problems(load(path)) == []
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
+def test_secrets_reach_steps_only_through_env(path: Path):
+    assert secret_problems(load(path)) == []
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
+def test_checkout_never_leaves_the_token_in_the_git_config(path: Path):
+    assert checkout_problems(load(path)) == []
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
+def test_every_job_has_a_timeout(path: Path):
+    assert [n for n, job in jobs(load(path)).items() if "timeout-minutes" not in job and "uses" not in job] == []
+
+
+def test_each_action_is_pinned_to_the_same_commit_in_every_workflow():
+    pins: dict[str, set[str]] = {}
+    for path in WORKFLOWS:
+        for ref in re.findall(r"uses:\s*([\w.-]+/[\w./-]+)@([0-9a-f]{40})", path.read_text()):
+            pins.setdefault(ref[0], set()).add(ref[1])
+    assert {action: shas for action, shas in pins.items() if len(shas) > 1} == {}
+
+
+def test_no_workflow_runs_untrusted_pull_request_code_with_secrets():
+    for path in WORKFLOWS:
+        triggers = load(path)["on"]
+        names = [triggers] if isinstance(triggers, str) else list(triggers)
+        assert "pull_request_target" not in names, path.name
+        assert "workflow_run" not in names, path.name
+
+
+# --- pull-request.yml -------------------------------------------------------
+
+
+def test_pull_requests_to_main_run_the_tests_with_the_simulated_hosts_required():
+    wf = load(WORKFLOW_DIR / "pull-request.yml")
+    assert wf["on"]["pull_request"]["branches"] == ["main"]
+    test_job = jobs(wf)["test"]
+    scripts = "\n".join(str(s.get("run", "")) for s in test_job["steps"])
+    assert "make test" in scripts
+    assert "ASCEND_FLEET_REQUIRE_SIMHOST=1" in scripts
+    assert "busybox-static" in scripts and "openssh-server" in scripts
+
+
+def test_pull_requests_post_the_allocation_diff_and_preview_only_the_touched_stacks():
+    wf = load(WORKFLOW_DIR / "pull-request.yml")
+    plan = jobs(wf)["plan"]
+    assert plan["needs"] == "changes"
+    assert "fromJSON(needs.changes.outputs.stacks)" in plan["strategy"]["matrix"]["stack"]
+    scripts = "\n".join(str(s.get("run", "")) for s in plan["steps"])
+    assert '--against "origin/${BASE_REF}"' in scripts and "--format markdown" in scripts
+    checkout = next(s for s in plan["steps"] if str(s.get("uses", "")).startswith("actions/checkout@"))
+    assert checkout["with"]["fetch-depth"] == 0, "plan --against needs the base branch's history"
+    (preview,) = pulumi_steps(plan)
+    assert preview["with"]["command"] == "preview"
+    assert preview["with"]["comment-on-pr"] is True
+    assert preview["with"]["stack-name"] == "${{ matrix.stack }}"
+    assert plan["permissions"] == {"contents": "read", "pull-requests": "write"}
+    changes = "\n".join(str(s.get("run", "")) for s in jobs(wf)["changes"]["steps"])
+    for path in ("Pulumi.yaml", "allocation", "components", "__main__.py", "requirements.txt", "Pulumi.${stack}.yaml"):
+        assert path in changes, f"a change to {path} must trigger the plan"
+
+
+# --- deploy.yml -------------------------------------------------------------
+
+
+def test_deploys_go_to_staging_then_to_prod_behind_the_production_environment():
+    wf = load(WORKFLOW_DIR / "deploy.yml")
+    assert wf["on"]["push"]["branches"] == ["main"]
+    staging, prod = jobs(wf)["staging"], jobs(wf)["prod"]
+    assert prod["needs"] in ("staging", ["staging"])
+    assert environment_name(prod) == "production"
+    assert [s["with"]["stack-name"] for s in pulumi_steps(staging)] == ["staging"]
+    assert [s["with"]["stack-name"] for s in pulumi_steps(prod)] == ["prod"]
+    assert all(s["with"]["command"] == "up" for s in pulumi_steps(staging) + pulumi_steps(prod))
+
+
+def test_the_dev_laptop_stack_is_never_deployed_from_ci():
+    wf = load(WORKFLOW_DIR / "deploy.yml")
+    stacks = {s["with"]["stack-name"] for job in jobs(wf).values() for s in pulumi_steps(job)}
+    assert stacks == {"staging", "prod"}
+
+
+def test_two_deploys_of_one_stack_never_overlap_and_never_cancel_each_other():
+    groups = {}
+    for path in WORKFLOWS:
+        for name, job in jobs(load(path)).items():
+            ups = [s for s in pulumi_steps(job) if s["with"].get("command") == "up"]
+            if not ups:
+                continue
+            conc = job.get("concurrency")
+            assert isinstance(conc, dict), f"{path.name} job {name} runs pulumi up without a concurrency group"
+            assert conc.get("cancel-in-progress") is False, "cancelling a pulumi up leaves a stack half-updated"
+            assert "${{" not in conc["group"], "the group must be the same for every run"
+            groups.setdefault(ups[0]["with"]["stack-name"], set()).add(conc["group"])
+    assert groups and all(len(g) == 1 for g in groups.values()), groups
+    assert len({g for gs in groups.values() for g in gs}) == len(groups), "each stack has its own group"
+
+
+# --- drift.yml --------------------------------------------------------------
+
+
+def test_drift_runs_daily_and_on_demand_for_staging_and_prod():
+    wf = load(WORKFLOW_DIR / "drift.yml")
+    assert wf["on"]["schedule"][0]["cron"].split()[2:] == ["*", "*", "*"]
+    assert "workflow_dispatch" in wf["on"]
+    (job,) = jobs(wf).values()
+    assert job["strategy"]["matrix"]["stack"] == ["staging", "prod"]
+    assert job["strategy"]["fail-fast"] is False
+
+
+def test_drift_compares_with_the_hosts_without_writing_state_and_runs_doctor():
+    (job,) = jobs(load(WORKFLOW_DIR / "drift.yml")).values()
+    (pulumi,) = pulumi_steps(job)
+    # `command: refresh` would write the refreshed state back before failing.
+    assert pulumi["with"]["command"] == "preview"
+    assert pulumi["with"]["refresh"] is True
+    assert pulumi["with"]["expect-no-changes"] is True
+    doctor = next(s for s in job["steps"] if "allocation doctor" in str(s.get("run", "")))
+    assert "--stack" in doctor["run"]
+    assert "!cancelled()" in doctor["if"], "doctor must run even when pulumi found drift"
+
+
+def test_ssh_keys_are_written_private_and_never_printed():
+    for path in WORKFLOWS:
+        for job, step in steps(load(path)):
+            script = str(step.get("run", ""))
+            if "SSH_PRIVATE_KEY" not in script:
+                continue
+            assert "umask 077" in script, f"{path.name} {job}"
+            assert re.search(r"(echo|cat)\s+\"?\$SSH_PRIVATE_KEY", script) is None
+            assert "set -x" not in script
+
+
+# --- the checks themselves catch a broken workflow -------------------------
+
+BROKEN = """\
+name: broken
+on: pull_request_target
+permissions: write-all
+jobs:
+  build:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: actions/checkout@v4
+        with:
+          ref: ${{ github.event.pull_request.head.sha }}
+      - run: echo "${{ github.event.pull_request.title }}" ${{ secrets.TOKEN }}
+"""
+
+
+@pytest.fixture
+def broken(tmp_path: Path) -> Path:
+    path = tmp_path / ".github" / "workflows" / "broken.yml"
+    path.parent.mkdir(parents=True)
+    path.write_text(BROKEN)
+    return path
+
+
+def test_the_checks_reject_a_workflow_with_every_mistake_we_guard_against(broken: Path):
+    idents = {line.split(": ")[1].split(" ")[0] for line in zizmor_findings(broken)}
+    assert {"template-injection", "unpinned-uses", "dangerous-triggers"} <= idents
+    problems = "\n".join(all_rule_problems(broken))
+    assert "not pinned to a full commit SHA" in problems
+    assert "top-level permissions is `write-all`" in problems
+    assert "inside run:" in problems
+    assert "secrets may only be read into an env: variable" in problems
+    assert "persist-credentials" in problems
+    assert "does not declare its permissions" in problems
+
+
+def test_a_workflow_that_breaks_githubs_schema_is_rejected(tmp_path: Path):
+    path = tmp_path / "typo.yml"
+    path.write_text("name: typo\non: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    step:\n      - run: 'true'\n")
+    assert schema_problems(path) != []
+    assert zizmor_findings(path)[0].startswith("zizmor did not audit")
+
+
+def test_a_pin_without_its_version_comment_is_rejected():
+    text = "    steps:\n      - uses: actions/checkout@de0fac2e4500dabe0009e67214ff5f5447ce83dd\n"
+    assert pinning_problems(text) == [
+        "line 2: actions/checkout@de0fac2e4500dabe0009e67214ff5f5447ce83dd has no `# vX.Y.Z` comment naming the pinned version"
+    ]
