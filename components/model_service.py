@@ -1,0 +1,101 @@
+"""ModelService: one `vllm serve` instance, i.e. one docker container on its host.
+
+The container is built from `container_spec` and nothing else: the command,
+environment, devices, mounts and ports were decided by the planner for the
+whole stack, and this component only translates them into pulumi-docker terms.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_docker as docker
+
+from allocation.config import FleetConfig
+from allocation.containers import ContainerSpec, container_spec
+from allocation.plan import PlannedService
+from components.ascend_host import AscendHost, url_host
+
+
+def _seconds(value: int) -> str:
+    return f"{value}s"
+
+
+def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.ContainerArgs:
+    """The docker Container a spec becomes."""
+    hc = spec.healthcheck
+    return docker.ContainerArgs(
+        name=spec.name,
+        image=image,
+        command=list(spec.command),
+        envs=[f"{key}={value}" for key, value in spec.env.items()],
+        devices=[
+            docker.ContainerDeviceArgs(host_path=path, container_path=path, permissions="rwm")
+            for path in spec.devices
+        ],
+        mounts=[
+            docker.ContainerMountArgs(type="bind", source=m.source, target=m.target, read_only=m.read_only)
+            for m in spec.mounts
+        ],
+        ports=[docker.ContainerPortArgs(internal=spec.api_port, external=spec.api_port, protocol="tcp")],
+        ipc_mode=spec.ipc_mode,
+        shm_size=spec.shm_size_mib,
+        privileged=spec.privileged,
+        restart=spec.restart,
+        log_driver=spec.log_driver,
+        log_opts=dict(spec.log_opts),
+        labels=[docker.ContainerLabelArgs(label=k, value=v) for k, v in spec.labels.items()],
+        healthcheck=docker.ContainerHealthcheckArgs(
+            tests=list(hc.test),
+            interval=_seconds(hc.interval_seconds),
+            timeout=_seconds(hc.timeout_seconds),
+            start_period=_seconds(hc.start_period_seconds),
+            retries=hc.retries,
+        ),
+        # `pulumi up` returns once the model answers /health, or fails after the
+        # start timeout; the provider requires the healthcheck above for this.
+        wait=True,
+        wait_timeout=spec.start_timeout_seconds,
+        must_run=True,
+    )
+
+
+class ModelService(pulumi.ComponentResource):
+    container: docker.Container
+    summary: dict
+
+    def __init__(
+        self,
+        name: str,
+        fleet: FleetConfig,
+        planned: PlannedService,
+        host: AscendHost,
+        after: Sequence["ModelService"] = (),
+        opts: Optional[pulumi.ResourceOptions] = None,
+    ) -> None:
+        super().__init__("ascend-fleet:index:ModelService", name, None, opts)
+        spec = container_spec(fleet, planned)
+        a = planned.assignment
+        self.container = docker.Container(
+            f"{name}-container",
+            container_args(spec, host.images[spec.image].image_id),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=host.provider,
+                depends_on=[host.check, *(s.container for s in after)],
+                # The replacement needs the same cards and host ports as the old container,
+                # so the old one must go first (else "port is already allocated").
+                delete_before_replace=True,
+            ),
+        )
+        address = url_host(fleet.host(a.host).address)
+        npu_range = a.hccl_npu_socket_port_range
+        self.summary = {
+            # Derived from the container so that it exists once the container does.
+            "endpoint": self.container.name.apply(lambda _: f"http://{address}:{a.api_port}/v1"),
+            "host": a.host,
+            "devices": list(a.devices),
+            "hcclNpuSocketPortRange": f"{npu_range[0]}-{npu_range[1]}" if npu_range else None,
+        }
+        self.register_outputs(self.summary)

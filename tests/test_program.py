@@ -1,0 +1,560 @@
+"""The Pulumi program under Pulumi's mocks: what each stack deploys, and what changes when config does.
+
+Every `Pulumi.*.yaml` in the repository is run through the real `__main__.py`
+(see pulumi_harness.py); assertions are on what the engine would receive.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pulumi
+import pytest
+
+from allocation.config import parse_fleet
+from allocation.errors import FleetError
+from allocation.containers import CONTROL_DEVICES, DRIVER_MOUNTS, container_spec
+from allocation.planner import plan_fleet
+from allocation.report import plan_json
+from allocation.stackfile import StackFile, stack_values
+from components.host_check import NPU_SMI, host_check_script
+from tests.pulumi_harness import (
+    ASCEND_HOST,
+    CONTAINER,
+    FAKE_PRIVATE_KEY,
+    LOCAL_COMMAND,
+    MODEL_SERVICE,
+    PROJECT_ROOT,
+    PROVIDER,
+    REMOTE_COMMAND,
+    REMOTE_IMAGE,
+    fake_image_id,
+    is_secret_wrapper,
+    plain_occurrences,
+    run_program,
+    unwrap,
+)
+
+STACK_FILES = sorted(PROJECT_ROOT.glob("Pulumi.*.yaml"))
+STACKS = {p.name.removeprefix("Pulumi.").removesuffix(".yaml"): p for p in STACK_FILES}
+
+
+def values_of(stack: str) -> dict:
+    return stack_values(StackFile(stack, STACKS[stack]))
+
+
+def planned(stack: str, values: dict):
+    fleet = parse_fleet(stack, values)
+    return fleet, plan_fleet(fleet)
+
+
+_RUNS: dict[str, object] = {}
+
+
+def stack_run(stack: str):
+    """One mocked run per stack file, shared by the tests that only read it."""
+    if stack not in _RUNS:
+        _RUNS[stack] = run_program(stack, values_of(stack))
+    return _RUNS[stack]
+
+
+def two_host_values() -> dict:
+    """Two hosts, services pinned to each, one service sharing cards with another."""
+    return {
+        "hosts": [
+            {"name": "npu-a", "address": "192.0.2.10"},
+            {"name": "npu-b", "address": "192.0.2.11", "user": "deploy", "sshPort": 2222},
+        ],
+        "services": [
+            {"name": "embed-a", "host": "npu-a", "model": "/models/bge-m3", "memoryFraction": 0.1, "devices": [0]},
+            {"name": "chat-a", "host": "npu-a", "model": "/models/qwen", "tensorParallelSize": 4,
+             "memoryFraction": 0.8, "devices": [0, 1, 2, 3]},
+            {"name": "chat-b", "host": "npu-b", "model": "/models/qwen", "tensorParallelSize": 4,
+             "memoryFraction": 0.8},
+            {"name": "solo-b", "host": "npu-b", "model": "/models/small", "memoryFraction": 0.5},
+        ],
+    }  # fmt: skip
+
+
+stack_params = pytest.mark.parametrize("stack", sorted(STACKS))
+
+
+def test_there_is_at_least_the_prod_stack_file():
+    assert "prod" in STACKS
+
+
+# --- what each stack deploys ---------------------------------------------------------------
+
+
+@stack_params
+def test_every_service_becomes_one_container_built_from_its_container_spec(stack):
+    run = stack_run(stack)
+    fleet, plan = planned(stack, values_of(stack))
+    containers = run.by_name(CONTAINER)
+    assert sorted(containers) == sorted(f"{ps.name}-container" for _, ps in plan.services())
+    for hp, ps in plan.services():
+        spec = container_spec(fleet, ps)
+        inputs = containers[f"{ps.name}-container"].inputs
+        assert inputs["name"] == spec.name
+        assert inputs["image"] == fake_image_id(spec.image), "the image is the RemoteImage's image id"
+        assert inputs["command"] == list(spec.command)
+        assert inputs["envs"] == [f"{k}={v}" for k, v in spec.env.items()]
+        assert inputs["devices"] == [{"hostPath": d, "containerPath": d, "permissions": "rwm"} for d in spec.devices]
+        assert inputs["mounts"] == [
+            {"type": "bind", "source": m.source, "target": m.target, "readOnly": m.read_only} for m in spec.mounts
+        ]
+        assert inputs["ports"] == [{"internal": spec.api_port, "external": spec.api_port, "protocol": "tcp"}]
+        assert inputs["labels"] == [{"label": k, "value": v} for k, v in spec.labels.items()]
+        assert inputs["healthcheck"] == {
+            "tests": list(spec.healthcheck.test),
+            "interval": f"{spec.healthcheck.interval_seconds}s",
+            "timeout": f"{spec.healthcheck.timeout_seconds}s",
+            "startPeriod": f"{spec.healthcheck.start_period_seconds}s",
+            "retries": spec.healthcheck.retries,
+        }
+        assert (inputs["ipcMode"], inputs["shmSize"], inputs["privileged"], inputs["restart"]) == (
+            spec.ipc_mode, spec.shm_size_mib, spec.privileged, spec.restart,
+        )  # fmt: skip
+        assert (inputs["logDriver"], inputs["logOpts"]) == (spec.log_driver, dict(spec.log_opts))
+        assert (inputs["wait"], inputs["waitTimeout"], inputs["mustRun"]) == (True, spec.start_timeout_seconds, True)
+
+
+def test_the_prod_seed_containers_get_exactly_their_cards_ports_and_command():
+    run = stack_run("prod")
+    fleet, plan = planned("prod", values_of("prod"))
+    containers = run.containers()
+    assignment = {ps.name: ps.assignment for _, ps in plan.services()}
+    control = [{"hostPath": d, "containerPath": d, "permissions": "rwm"} for d in CONTROL_DEVICES]
+
+    def cards(*ids):
+        return [{"hostPath": f"/dev/davinci{i}", "containerPath": f"/dev/davinci{i}", "permissions": "rwm"}
+                for i in ids] + control  # fmt: skip
+
+    def mounts(model):
+        return [{"type": "bind", "source": p, "target": p, "readOnly": True} for p in (*DRIVER_MOUNTS, model)]
+
+    qwen_args = ["--quantization", "ascend", "--trust-remote-code", "--no-enable-prefix-caching"]
+    expected = {
+        "bge-m3": (cards(0), 7007, "0", ["--max-model-len", "8192"], "/disk2/bge-m3", "1", "0.1"),
+        "qwen-vl": (cards(0, 1, 2, 3), 9009, "0,1,2,3", ["--max-model-len", "25000", "--max-num-seqs", "10",
+                    *qwen_args], "/disk2/Qwen3.6-27B-w8a8", "4", "0.85"),
+        "qwen-long": (cards(4, 5, 6, 7), 6006, "0,1,2,3", ["--max-model-len", "100000", "--max-num-seqs", "2",
+                      *qwen_args], "/disk2/Qwen3.6-27B-w8a8", "4", "0.9"),
+    }  # fmt: skip
+    assert sorted(containers) == sorted(expected)
+    windows = []
+    for name, (devices, port, visible, extra, model, tp, fraction) in expected.items():
+        inputs, a = containers[name], assignment[name]
+        assert inputs["devices"] == devices
+        assert inputs["mounts"] == mounts(model)
+        assert inputs["ports"] == [{"internal": port, "external": port, "protocol": "tcp"}]
+        assert inputs["command"] == [
+            "vllm", "serve", model, "--served-model-name", name, "--host", "0.0.0.0", "--port", str(port),
+            "--tensor-parallel-size", tp, "--gpu-memory-utilization", fraction, *extra,
+        ]  # fmt: skip
+        env = dict(e.split("=", 1) for e in inputs["envs"])
+        npu, host_range = a.hccl_npu_socket_port_range, a.hccl_host_socket_port_range
+        assert env["ASCEND_RT_VISIBLE_DEVICES"] == visible
+        assert env["HCCL_NPU_SOCKET_PORT_RANGE"] == f"{npu[0]}-{npu[1]}"
+        assert env["HCCL_HOST_SOCKET_PORT_RANGE"] == f"{host_range[0]}-{host_range[1]}"
+        assert env["HCCL_IF_BASE_PORT"] == str(a.hccl_if_base_port)
+        assert env["VLLM_PORT"] == str(a.vllm_port)
+        assert env["HCCL_BUFFSIZE"] == "512" and env["OMP_NUM_THREADS"] == "1"
+        assert ("VLLM_WORKER_MULTIPROC_METHOD" in env) == (tp != "1")
+        assert inputs["privileged"] is False and inputs["ipcMode"] == "host" and inputs["shmSize"] == 10486
+        windows += [range(lo, hi + 1) for lo, hi in (npu, host_range)]
+    # the seed's failure: two instances on one host sharing an HCCL port
+    ports = [p for w in windows for p in w]
+    assert len(ports) == len(set(ports))
+
+
+@stack_params
+def test_each_host_gets_one_docker_provider_with_its_ssh_url_and_the_fleet_ssh_options(stack):
+    run = stack_run(stack)
+    fleet, plan = planned(stack, values_of(stack))
+    providers = run.by_name(PROVIDER)
+    used = [hp.host for hp in plan.hosts if hp.services]
+    assert sorted(providers) == sorted(f"{h.name}-docker" for h in used)
+    for host in used:
+        inputs = providers[f"{host.name}-docker"].inputs
+        if host.docker_host:
+            assert inputs["host"] == host.docker_host
+        else:
+            assert inputs["host"] == f"ssh://{host.user}@{host.address}:{host.ssh_port}"
+        if inputs["host"].startswith("ssh://"):
+            # provider config travels as JSON strings, as the generated Provider class sends it
+            assert json.loads(inputs["sshOpts"]) == fleet.ssh.options()
+            assert "BatchMode=yes" in json.loads(inputs["sshOpts"])
+
+
+@stack_params
+def test_containers_live_in_their_model_service_and_use_their_hosts_provider(stack):
+    run = stack_run(stack)
+    _, plan = planned(stack, values_of(stack))
+    services = run.by_name(MODEL_SERVICE)
+    hosts = run.by_name(ASCEND_HOST)
+    providers = {r.name: r.urn for r in run.of_type(PROVIDER)}
+    containers = run.by_name(CONTAINER)
+    for hp, ps in plan.services():
+        container = containers[f"{ps.name}-container"]
+        assert container.parent == services[ps.name].urn
+        assert services[ps.name].parent == run.stack_urn
+        assert container.provider_urn == providers[f"{hp.host.name}-docker"]
+        assert run.by_urn()[providers[f"{hp.host.name}-docker"]].parent == hosts[hp.host.name].urn
+
+
+@stack_params
+def test_containers_are_deleted_before_replacement_and_wait_for_their_host_check(stack):
+    run = stack_run(stack)
+    _, plan = planned(stack, values_of(stack))
+    checks = {r.name: r.urn for r in run.of_type(REMOTE_COMMAND) + run.of_type(LOCAL_COMMAND)}
+    containers = run.by_name(CONTAINER)
+    for hp, ps in plan.services():
+        container = containers[f"{ps.name}-container"]
+        assert container.delete_before_replace is True
+        assert checks[f"{hp.host.name}-check"] in container.dependencies
+
+
+@stack_params
+def test_images_are_pulled_once_per_host_and_image_after_the_check_and_kept_locally(stack):
+    run = stack_run(stack)
+    fleet, plan = planned(stack, values_of(stack))
+    images = run.of_type(REMOTE_IMAGE)
+    expected = {
+        (hp.host.name, container_spec(fleet, ps).image) for hp in plan.hosts for ps in hp.services
+    }
+    providers = {r.urn: r.name for r in run.of_type(PROVIDER)}
+    checks = {r.urn: r.name for r in run.of_type(REMOTE_COMMAND) + run.of_type(LOCAL_COMMAND)}
+    got = set()
+    for image in images:
+        host = providers[image.provider_urn].removesuffix("-docker")
+        got.add((host, image.inputs["name"]))
+        assert image.inputs["keepLocally"] is True
+        assert [checks[d] for d in image.dependencies if d in checks] == [f"{host}-check"]
+    assert got == expected and len(images) == len(expected)
+
+
+@stack_params
+def test_the_host_check_runs_the_generated_script_over_ssh_or_locally_for_a_unix_docker_host(stack):
+    run = stack_run(stack)
+    fleet, plan = planned(stack, values_of(stack))
+    remote, local = run.by_name(REMOTE_COMMAND), run.by_name(LOCAL_COMMAND)
+    for hp in plan.hosts:
+        if not hp.services:
+            assert f"{hp.host.name}-check" not in remote | local
+            continue
+        script = host_check_script(hp, fleet)
+        if (hp.host.docker_host or "").startswith("unix://"):
+            assert local[f"{hp.host.name}-check"].inputs["create"] == script
+        else:
+            check = remote[f"{hp.host.name}-check"]
+            assert check.inputs["create"] == script
+            connection = unwrap(check.inputs["connection"])
+            assert (connection["host"], connection["port"], connection["user"]) == (
+                hp.host.address, hp.host.ssh_port, hp.host.user,
+            )  # fmt: skip
+            assert connection["privateKey"] == FAKE_PRIVATE_KEY
+
+
+def test_a_unix_docker_host_gets_a_local_check_and_no_ssh_options():
+    values = two_host_values()
+    values["hosts"][0]["dockerHost"] = "unix:///var/run/docker.sock"
+    run = run_program("dev", values)
+    assert run.by_name(PROVIDER)["npu-a-docker"].inputs["host"] == "unix:///var/run/docker.sock"
+    assert "sshOpts" not in run.by_name(PROVIDER)["npu-a-docker"].inputs
+    assert list(run.by_name(LOCAL_COMMAND)) == ["npu-a-check"]
+    assert list(run.by_name(REMOTE_COMMAND)) == ["npu-b-check"]
+    assert run.by_name(PROVIDER)["npu-b-docker"].inputs["host"] == "ssh://deploy@192.0.2.11:2222"
+
+
+@stack_params
+def test_the_ssh_private_key_is_secret_wherever_it_appears(stack):
+    run = stack_run(stack)
+    leaks = [
+        f"{r.type}::{r.name}{path}"
+        for r in run.registrations
+        for path in plain_occurrences(r.inputs, FAKE_PRIVATE_KEY.strip().splitlines()[1])
+    ]
+    leaks += [f"outputs of {urn}{p}" for urn, out in run.outputs.items()
+              for p in plain_occurrences(out, FAKE_PRIVATE_KEY.strip().splitlines()[1])]  # fmt: skip
+    leaks += [f"log: {line[:80]}" for line in run.logs if FAKE_PRIVATE_KEY.strip().splitlines()[1] in line]
+    assert leaks == []
+    for check in run.of_type(REMOTE_COMMAND):
+        assert is_secret_wrapper(check.inputs["connection"])
+        assert unwrap(check.inputs["connection"])["privateKey"] == FAKE_PRIVATE_KEY
+
+
+def test_without_a_private_key_the_check_falls_back_to_the_ssh_agent():
+    run = run_program("prod", values_of("prod"), private_key=None)
+    (check,) = run.of_type(REMOTE_COMMAND)
+    assert "privateKey" not in unwrap(check.inputs["connection"])
+
+
+@stack_params
+def test_stack_outputs_give_every_service_endpoint_and_the_whole_plan(stack):
+    run = stack_run(stack)
+    fleet, plan = planned(stack, values_of(stack))
+    outputs = run.stack_outputs
+    assert outputs["plan"] == plan_json(plan)
+    assert sorted(outputs["plan"]) == ["hosts", "stack"]
+    assert sorted(outputs["services"]) == sorted(ps.name for _, ps in plan.services())
+    components = run.by_name(MODEL_SERVICE)
+    for hp, ps in plan.services():
+        a = ps.assignment
+        npu = a.hccl_npu_socket_port_range
+        expected = {
+            "endpoint": f"http://{hp.host.address}:{a.api_port}/v1",
+            "host": hp.host.name,
+            "devices": list(a.devices),
+            "hcclNpuSocketPortRange": f"{npu[0]}-{npu[1]}" if npu else None,
+        }
+        assert {k: v for k, v in outputs["services"][ps.name].items() if v is not None} == {
+            k: v for k, v in expected.items() if v is not None
+        }
+        registered = run.outputs[components[ps.name].urn]
+        assert registered["endpoint"] == expected["endpoint"] and registered["devices"] == expected["devices"]
+
+
+def test_the_seed_endpoints_are_the_hand_made_ones():
+    services = stack_run("prod").stack_outputs["services"]
+    assert {n: s["endpoint"] for n, s in services.items()} == {
+        "bge-m3": "http://192.0.2.10:7007/v1",
+        "qwen-vl": "http://192.0.2.10:9009/v1",
+        "qwen-long": "http://192.0.2.10:6006/v1",
+    }
+    assert services["qwen-vl"]["devices"] == [0, 1, 2, 3] and services["qwen-vl"]["host"] == "npu-a"
+
+
+# --- minimal change ------------------------------------------------------------------------
+
+
+def _changed(before: dict, after: dict) -> set[str]:
+    return {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
+
+
+@stack_params
+def test_changing_one_services_max_model_len_changes_only_that_container(stack):
+    values = values_of(stack)
+    if not values.get("services"):
+        pytest.skip("no services")
+    changed = copy.deepcopy(values)
+    target = changed["services"][-1]
+    target["maxModelLen"] = (target.get("maxModelLen") or 4096) + 1
+    before, after = stack_run(stack).containers(), run_program(stack, changed).containers()
+    assert _changed(before, after) == {target["name"]}
+    assert "--max-model-len" in after[target["name"]]["command"]
+
+
+def _pinned(values: dict, stack: str) -> dict:
+    """The stack's values with every service pinned to what the planner gave it."""
+    _, plan = planned(stack, values)
+    pinned = copy.deepcopy(values)
+    by_name = {ps.name: ps.assignment for _, ps in plan.services()}
+    for service in pinned.get("services", []):
+        a = by_name[service["name"]]
+        service.update(host=a.host, devices=list(a.devices), apiPort=a.api_port,
+                       hcclIfBasePort=a.hccl_if_base_port, vllmPort=a.vllm_port)  # fmt: skip
+        if a.hccl_npu_socket_port_range:
+            service["hcclNpuSocketPortRange"] = list(a.hccl_npu_socket_port_range)
+        if a.hccl_host_socket_port_range:
+            service["hcclHostSocketPortRange"] = list(a.hccl_host_socket_port_range)
+    return pinned
+
+
+@pytest.mark.parametrize("stack", [*sorted(STACKS), "two-hosts"])
+def test_adding_a_service_to_a_pinned_fleet_changes_no_other_container(stack):
+    values = two_host_values() if stack == "two-hosts" else values_of(stack)
+    pinned = _pinned(values, stack)
+    grown = copy.deepcopy(pinned)
+    grown.setdefault("services", []).append(
+        {"name": "zz-added", "model": "/models/added", "memoryFraction": 0.05, "maxModelLen": 2048}
+    )
+    try:
+        planned(stack, grown)
+    except FleetError as err:  # the stack is full: nothing to show here
+        pytest.skip(f"no room for one more service: {err}")
+    unpinned = stack_run(stack) if stack in STACKS else run_program(stack, values)
+    before, after = run_program(stack, pinned).containers(), run_program(stack, grown).containers()
+    assert before == unpinned.containers(), "pinning what the planner chose changes no container"
+    assert _changed(before, after) == {"zz-added"}
+
+
+def _host_of(run, plan) -> dict[str, str]:
+    """URN -> host name for every host-specific resource of a run."""
+    host_of = {}
+    service_host = {ps.name: hp.host.name for hp, ps in plan.services()}
+    for r in run.registrations:
+        if r.type == ASCEND_HOST:
+            host_of[r.urn] = r.name
+        elif r.type == MODEL_SERVICE:
+            host_of[r.urn] = service_host[r.name]
+    for r in run.registrations:  # children: parents are registered first
+        if r.urn not in host_of and r.parent in host_of:
+            host_of[r.urn] = host_of[r.parent]
+    return host_of
+
+
+@pytest.mark.parametrize("stack", [*sorted(STACKS), "two-hosts"])
+def test_services_on_different_hosts_never_depend_on_each_other(stack):
+    values = two_host_values() if stack == "two-hosts" else values_of(stack)
+    run = stack_run(stack) if stack in STACKS else run_program(stack, values)
+    _, plan = planned(stack, values)
+    host_of, regs = _host_of(run, plan), run.by_urn()
+
+    def reaches(urn: str) -> set[str]:
+        seen, todo = set(), [urn]
+        while todo:
+            r = regs.get(todo.pop())
+            if r is None or r.urn in seen:
+                continue
+            seen.add(r.urn)
+            todo += [*r.dependencies, r.parent, r.provider_urn]
+        return seen
+
+    for container in run.of_type(CONTAINER):
+        hosts = {host_of[u] for u in reaches(container.urn) if u in host_of}
+        assert hosts == {host_of[container.urn]}, f"{container.name} reaches {hosts}"
+
+
+def test_services_sharing_a_card_start_one_after_another_and_others_do_not_wait():
+    run = run_program("two-hosts", two_host_values())
+    containers = run.by_name(CONTAINER)
+    deps = {
+        name.removesuffix("-container"): {
+            containers[d.rsplit("::", 1)[1]].name.removesuffix("-container")
+            for d in c.dependencies if d.rsplit("::", 1)[1] in containers
+        }
+        for name, c in containers.items()
+    }  # fmt: skip
+    _, plan = planned("two-hosts", two_host_values())
+    cards = {ps.name: set(ps.assignment.devices) for _, ps in plan.services()}
+    assert cards["embed-a"] & cards["chat-a"] and not cards["solo-b"] & cards["chat-b"]
+    assert deps == {"chat-a": set(), "embed-a": {"chat-a"}, "chat-b": set(), "solo-b": set()}
+
+
+# --- bad config ----------------------------------------------------------------------------
+
+
+def test_a_misspelt_key_surfaces_as_a_clean_run_error():
+    values = values_of("prod")
+    values["servics"] = values.pop("services")
+    with pytest.raises(pulumi.RunError) as info:
+        run_program("prod", values)
+    message = str(info.value)
+    assert "unknown config key 'ascend-fleet:servics'" in message and "did you mean 'services'" in message
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert "Traceback" not in message and FAKE_PRIVATE_KEY not in message
+
+
+def test_a_fleet_that_does_not_fit_surfaces_as_a_clean_run_error():
+    values = values_of("prod")
+    values["services"].append({"name": "too-big", "host": "npu-a", "model": "/m", "tensorParallelSize": 8})
+    with pytest.raises(pulumi.RunError, match="cannot allocate") as info:
+        run_program("prod", values)
+    assert "too-big" in str(info.value) and info.value.__cause__ is None
+
+
+def test_values_set_as_plain_strings_are_decoded_like_get_object():
+    values = values_of("prod")
+    values["memoryBudget"] = "0.95"  # `pulumi config set ascend-fleet:memoryBudget 0.95`
+    assert run_program("prod", values).containers() == stack_run("prod").containers()
+    values["region"] = "eu-west"  # not JSON: stays a string, and is an unknown key
+    with pytest.raises(pulumi.RunError, match="unknown config key 'ascend-fleet:region'"):
+        run_program("prod", values)
+
+
+# --- the host check script, run for real ---------------------------------------------------
+
+
+def _complete_host(root: Path, fleet, hp, npu_smi_body: str = "echo '| 910B3 | OK |'") -> None:
+    for ps in hp.services:
+        spec = container_spec(fleet, ps)
+        for device in spec.devices:
+            (root / device.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+            (root / device.lstrip("/")).touch()
+        for m in spec.mounts:
+            path = root / m.source.lstrip("/")
+            if m.source == "/etc/ascend_install.info":
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("Driver_Install_Path_Param=/usr/local/Ascend\n")
+            elif m.source != NPU_SMI:
+                path.mkdir(parents=True, exist_ok=True)
+    smi = root / NPU_SMI.lstrip("/")
+    smi.parent.mkdir(parents=True, exist_ok=True)
+    smi.write_text(f"#!/bin/sh\n{npu_smi_body}\n")
+    smi.chmod(0o755)
+
+
+def _run_script(shell: str, script: str) -> subprocess.CompletedProcess:
+    return subprocess.run([shell, "-c", script], capture_output=True, text=True, timeout=30)
+
+
+SHELLS = [s for s in ("bash", "sh") if shutil.which(s)]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_host_check_passes_on_a_host_with_everything_the_plan_uses(tmp_path, shell):
+    fleet, plan = planned("prod", values_of("prod"))
+    (hp,) = plan.hosts
+    _complete_host(tmp_path, fleet, hp)
+    result = _run_script(shell, host_check_script(hp, fleet, root=str(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    assert "host npu-a ready for 3 service(s)" in result.stdout and result.stderr == ""
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_host_check_lists_every_missing_piece_with_the_service_needing_it(tmp_path, shell):
+    fleet, plan = planned("prod", values_of("prod"))
+    (hp,) = plan.hosts
+    _complete_host(tmp_path, fleet, hp)
+    (tmp_path / "dev/davinci3").unlink()
+    (tmp_path / "dev/davinci_manager").unlink()
+    shutil.rmtree(tmp_path / "disk2/bge-m3")
+    shutil.rmtree(tmp_path / "usr/local/Ascend/driver")
+    result = _run_script(shell, host_check_script(hp, fleet, root=str(tmp_path)))
+    assert result.returncode == 1 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0] == "ascend-fleet: host npu-a (192.0.2.10) cannot run its 3 planned service(s):"
+    assert lines[1:-1] == [
+        f"  - missing device {tmp_path}/dev/davinci3 (used by qwen-vl)",
+        f"  - missing device {tmp_path}/dev/davinci_manager (used by bge-m3, qwen-long, qwen-vl)",
+        f"  - missing Ascend driver folder {tmp_path}/usr/local/Ascend/driver (mounted read-only into every container)",
+        f"  - missing model directory {tmp_path}/disk2/bge-m3 (used by bge-m3)",
+    ]
+    assert "pulumi up" in lines[-1]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_host_check_shows_why_npu_smi_fails(tmp_path, shell):
+    fleet, plan = planned("prod", values_of("prod"))
+    (hp,) = plan.hosts
+    _complete_host(tmp_path, fleet, hp, npu_smi_body="echo 'dcmi module initialize failed. ret is -8005' >&2; exit 1")
+    result = _run_script(shell, host_check_script(hp, fleet, root=str(tmp_path)))
+    assert result.returncode == 1
+    assert f"{tmp_path}{NPU_SMI} info failed: dcmi module initialize failed. ret is -8005" in result.stderr
+
+
+def test_the_host_check_survives_paths_with_quotes_and_spaces(tmp_path):
+    values = values_of("prod")
+    values["services"][0]["model"] = "/disk2/it's a model"
+    fleet, plan = planned("prod", values)
+    (hp,) = plan.hosts
+    _complete_host(tmp_path, fleet, hp)
+    assert _run_script("sh", host_check_script(hp, fleet, root=str(tmp_path))).returncode == 0
+    shutil.rmtree(tmp_path / "disk2/it's a model")
+    result = _run_script("sh", host_check_script(hp, fleet, root=str(tmp_path)))
+    assert f"missing model directory {tmp_path}/disk2/it's a model (used by bge-m3)" in result.stderr
+
+
+def test_the_program_reads_no_stack_file(monkeypatch, tmp_path):
+    """The program gets its config from the engine: run it from an empty directory."""
+    monkeypatch.chdir(tmp_path)
+    values = values_of("prod")
+    values["services"] = values["services"][:1]
+    assert sorted(run_program("prod", values).containers()) == ["bge-m3"]
+    assert not any(os.scandir(tmp_path))
