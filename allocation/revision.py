@@ -43,15 +43,29 @@ def plan_at_revision(
     if (stack is None) == (config_path is None):
         raise ValueError("give exactly one of stack and config_path")
     repo_root = Path(repo_root).resolve()
+    # The project may sit in a subdirectory of the git work tree.
+    top = _toplevel(repo_root)
+    prefix = repo_root.relative_to(top).as_posix()
+    prefix = "" if prefix == "." else prefix + "/"
     commit = resolve_revision(repo_root, ref)
     relative = _stack_file(repo_root, stack, config_path)
-    if not _exists_at(repo_root, commit, relative):
+    if not _exists_at(repo_root, commit, prefix + relative):
         return None
     with tempfile.TemporaryDirectory(prefix="ascend-fleet-plan-") as tmp:
-        tree = Path(tmp)
-        _extract(repo_root, commit, tree)
+        _extract(top, commit, Path(tmp))
+        project = Path(tmp, prefix)
         selector = ["--stack", stack] if stack is not None else ["--config", relative]
-        return _run_plan(tree, selector, ref)
+        return _run_plan(project, selector, ref)
+
+
+def _toplevel(repo_root: Path) -> Path:
+    result = _git(repo_root, "rev-parse", "--show-toplevel")
+    if result.returncode != 0:
+        raise FleetError(
+            f"{repo_root} is not inside a git work tree, so there is no other revision to plan: "
+            f"{result.stderr.decode(errors='replace').strip()}"
+        )
+    return Path(result.stdout.decode().strip()).resolve()
 
 
 def resolve_revision(repo_root: Path, ref: str) -> str:
@@ -83,16 +97,17 @@ def _stack_file(repo_root: Path, stack: str | None, config_path: Path | None) ->
         ) from None
 
 
-def _exists_at(repo_root: Path, commit: str, relative: str) -> bool:
-    return _git(repo_root, "cat-file", "-e", f"{commit}:{relative}").returncode == 0
+def _exists_at(repo_root: Path, commit: str, path: str) -> bool:
+    """Whether `path` (relative to the top of the work tree) exists in `commit`."""
+    return _git(repo_root, "cat-file", "-e", f"{commit}:{path}").returncode == 0
 
 
-def _extract(repo_root: Path, commit: str, dest: Path) -> None:
-    """Unpack the tree of `commit` into `dest` (git archive, read with tarfile: no `tar` needed)."""
-    result = _git(repo_root, "archive", "--format=tar", commit)
+def _extract(top: Path, commit: str, dest: Path) -> None:
+    """Unpack the whole tree of `commit` into `dest` (git archive, read with tarfile: no `tar` needed)."""
+    result = _git(top, "archive", "--format=tar", commit)
     if result.returncode != 0:
         raise FleetError(
-            f"could not extract revision {commit[:12]} of {repo_root} with git archive: "
+            f"could not extract revision {commit[:12]} of {top} with git archive: "
             f"{result.stderr.decode(errors='replace').strip()}"
         )
     with tarfile.open(fileobj=io.BytesIO(result.stdout)) as archive:

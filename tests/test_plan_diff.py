@@ -494,6 +494,27 @@ def test_a_config_path_is_looked_up_at_the_same_place_in_the_old_tree(history: P
     assert {s.name for s in diff_plans(old, new).services if s.removed} == {"old-embed"}
 
 
+def test_a_project_in_a_subdirectory_of_the_git_repository_is_planned_there(tmp_path: Path):
+    repo = tmp_path / "monorepo"
+    project = repo / "infra" / "ascend"
+    shutil.copytree(REPO / "allocation", project / "allocation", ignore=shutil.ignore_patterns("__pycache__"))
+    (project / "Pulumi.yaml").write_text(PROJECT)
+    (project / "Pulumi.test.yaml").write_text(STACK_BEFORE)
+    git(repo.parent, "init", "--quiet", "--initial-branch=main", str(repo))
+    git(repo, "add", ".")
+    git(repo, "commit", "--quiet", "-m", "before")
+    (project / "Pulumi.test.yaml").write_text(STACK_AFTER)
+    git(repo, "commit", "--quiet", "-am", "after")
+    old = plan_at_revision(project, "HEAD~1", "test", None)
+    assert old is not None
+    assert {s.name for s in diff_plans(old, current_plan(project, "--stack", "test")).services if s.removed} == {"old-embed"}
+
+
+def test_a_directory_outside_any_git_repository_is_a_fleet_error(tmp_path: Path):
+    with pytest.raises(FleetError, match="not inside a git work tree"):
+        plan_at_revision(tmp_path, "HEAD", "test", None)
+
+
 def test_a_stack_file_that_did_not_exist_at_the_revision_gives_none(history: Path):
     (history / "Pulumi.fresh.yaml").write_text(STACK_AFTER)
     git(history, "add", "Pulumi.fresh.yaml")
