@@ -1,0 +1,163 @@
+"""A parser of `npu-smi info`: per-NPU health and the processes holding each card.
+
+`doctor` runs `npu-smi info` on a host and needs two things from it: which cards
+are unhealthy, and which processes (host PIDs) hold which card. The screen is a
+box-drawn table meant for people; this parser reads it by column headers rather
+than by character positions, so both layouts seen in the field are understood:
+the 24.x layout (`Process id | Process name | Process memory(MB)`) and newer
+versions that add a `Process id in container` column. Pure: text in, data out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+HEALTHY = "OK"
+
+_CARD_ROW = re.compile(r"^(?P<npu>\d+)\s+(?P<name>\S.*)$")
+_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
+_NO_PROCESS = re.compile(r"No running processes found in NPU\s+(?P<npu>\d+)", re.IGNORECASE)
+_VERSION = re.compile(r"Version:\s*(?P<version>\S+)")
+_USED_TOTAL = re.compile(r"(\d+)\s*/\s*(\d+)\s*$")
+
+
+class NpuSmiError(ValueError):
+    """The text is not an `npu-smi info` screen this parser understands."""
+
+
+@dataclass(frozen=True)
+class Npu:
+    """One NPU (chip) of the device table."""
+
+    index: int
+    """NPU id, the physical card index (`/dev/davinciN`)."""
+    name: str
+    health: str
+    """`OK`, `Warning`, `Alarm`, `Critical`, ... as npu-smi prints it."""
+    chip: int = 0
+    bus_id: str = ""
+    hbm_used_mb: int | None = None
+    hbm_total_mb: int | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.health.upper() == HEALTHY
+
+
+@dataclass(frozen=True)
+class NpuProcess:
+    """One row of the process table: a process holding memory on a card."""
+
+    npu: int
+    pid: int
+    """Host PID (the `Process id` column)."""
+    name: str
+    memory_mb: int
+    chip: int = 0
+    container_pid: int | None = None
+    """`Process id in container`, printed by newer npu-smi versions only."""
+
+
+@dataclass(frozen=True)
+class NpuSmiInfo:
+    version: str | None
+    npus: tuple[Npu, ...]
+    processes: tuple[NpuProcess, ...]
+
+    def npu(self, index: int) -> Npu | None:
+        return next((n for n in self.npus if n.index == index), None)
+
+    def processes_on(self, index: int) -> list[NpuProcess]:
+        return [p for p in self.processes if p.npu == index]
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _int(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isdigit() else None
+
+
+def _process_columns(header: list[str]) -> dict[str, int]:
+    """Column index of each process-table field, from the header row's cell names."""
+    columns = {}
+    for i, cell in enumerate(header):
+        name = " ".join(cell.lower().split())
+        if name.startswith("npu"):
+            columns["npu"] = i
+        elif name.startswith("process id in container"):
+            columns["container_pid"] = i
+        elif name == "process id" or name.startswith("process id "):
+            columns["pid"] = i
+        elif name.startswith("process name"):
+            columns["name"] = i
+        elif name.startswith("process memory"):
+            columns["memory"] = i
+    return columns
+
+
+def parse_npu_smi(text: str) -> NpuSmiInfo:
+    """Parse the screen of `npu-smi info`; raise NpuSmiError when it has no device table."""
+    version = None
+    npus: list[Npu] = []
+    processes: list[NpuProcess] = []
+    section = None  # "devices" | "processes"
+    columns: dict[str, int] = {}
+    pending: dict | None = None  # the first row of a device, waiting for its chip row
+
+    for line in text.splitlines():
+        line = line.rstrip()
+        if not line.startswith("|"):
+            continue
+        cells = _cells(line)
+        lowered = line.lower()
+        if version is None and (m := _VERSION.search(line)) and "npu-smi" in lowered:
+            version = m.group("version")
+            continue
+        if "health" in lowered and "name" in lowered and cells[0].lower().startswith("npu"):
+            section = "devices"
+            continue
+        if "process id" in lowered and cells[0].lower().startswith("npu"):
+            section, columns = "processes", _process_columns(cells)
+            continue
+        if section == "devices" and cells[0].lower().startswith("chip"):
+            continue  # second header row
+        if section == "devices" and len(cells) >= 2:
+            first = _CARD_ROW.match(cells[0])
+            if first and not _BUS_ID.match(cells[1]):
+                pending = {"index": int(first.group("npu")), "name": first.group("name").strip(), "health": cells[1]}
+                continue
+            if pending is not None and _int(cells[0]) is not None:
+                used = total = None
+                if len(cells) >= 3 and (m := _USED_TOTAL.search(cells[2])):
+                    used, total = int(m.group(1)), int(m.group(2))
+                npus.append(Npu(chip=int(cells[0]), bus_id=cells[1], hbm_used_mb=used, hbm_total_mb=total, **pending))
+                pending = None
+            continue
+        if section == "processes":
+            if _NO_PROCESS.search(line):
+                continue
+            need = ("npu", "pid", "name", "memory")
+            if not all(k in columns for k in need) or len(cells) <= max(columns.values()):
+                continue
+            npu_chip = cells[columns["npu"]].split()
+            pid = _int(cells[columns["pid"]])
+            if not npu_chip or _int(npu_chip[0]) is None or pid is None:
+                continue
+            container_pid = _int(cells[columns["container_pid"]]) if "container_pid" in columns else None
+            processes.append(
+                NpuProcess(
+                    npu=int(npu_chip[0]),
+                    chip=(_int(npu_chip[1]) or 0) if len(npu_chip) > 1 else 0,
+                    pid=pid,
+                    name=cells[columns["name"]],
+                    memory_mb=_int(cells[columns["memory"]]) or 0,
+                    container_pid=container_pid,
+                )
+            )
+    if not npus:
+        raise NpuSmiError("no NPU table in the npu-smi output: " + (" ".join(text.split())[:200] or "(empty)"))
+    return NpuSmiInfo(version=version, npus=tuple(npus), processes=tuple(processes))
