@@ -52,8 +52,8 @@ def _plan(args: argparse.Namespace) -> int:
     from allocation.revision import plan_at_revision
 
     config = Path(args.config).resolve() if args.config else None
-    old = plan_at_revision(PROJECT_ROOT, args.against, args.stack if config is None else None, config)
-    print(render_diff(diff_plans(old, plan_json(plan)), args.format))
+    old = plan_at_revision(PROJECT_ROOT, args.against, stack_file.stack if config is None else None, config)
+    print(render_diff(diff_plans(old, plan_json(plan), against=args.against), args.format))
     return 0
 
 
