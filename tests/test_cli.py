@@ -140,3 +140,9 @@ def test_pin_leaves_the_file_untouched_when_the_fleet_does_not_fit(tmp_path):
     assert result.returncode == 1 and "service bge, which needs 16 cards" in result.stderr
     assert path.read_text() == original
     assert sorted(p.name for p in tmp_path.iterdir()) == ["Pulumi.t.yaml"]
+
+
+def test_plan_against_head_reports_no_change_for_the_default_stack():
+    result = cli("plan", "--against", "HEAD", "--format", "markdown")
+    assert result.returncode == 0, result.stderr
+    assert "stack `prod` vs `HEAD`" in result.stdout
