@@ -1,0 +1,458 @@
+"""doctor's judgement, from hand-made host facts: every kind of finding, and a clean host.
+
+The facts are what `GATHER_SCRIPT` would report; the live containers are built
+from `container_spec`, so a clean host here is one that runs exactly the plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+import ops.doctor as doctor
+from allocation.containers import CONTROL_DEVICES, container_spec
+from allocation.planner import plan_fleet
+from ops.doctor import (
+    MARK,
+    HostFacts,
+    Listener,
+    LiveContainer,
+    host_findings,
+    parse_facts,
+    parse_port_list,
+    parse_ss,
+    render_reports,
+)
+from ops.npusmi import Npu, NpuProcess, NpuSmiInfo
+from ops.ssh import RemoteResult
+from tests.fleets import fleet, host, service
+
+PIDS = {"alpha": 1000, "beta": 2000, "gamma": 3000}
+
+
+def make_fleet(**extra: Any):
+    return fleet(
+        [host("npu-a")],
+        [
+            service("alpha", 1, 0.4, devices=[0]),
+            service("beta", 1, 0.4, devices=[0]),
+            service("gamma", 2, 0.5, devices=[2, 3]),
+        ],
+        **extra,
+    )
+
+
+@pytest.fixture
+def plan():
+    return plan_fleet(make_fleet())
+
+
+def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str | None = "healthy",
+               env: dict[str, str] | None = None, image: str | None = None, devices=None,
+               ports: dict | None = None, labels: dict | None = None, name: str | None = None,
+               privileged: bool | None = None) -> dict[str, Any]:  # fmt: skip
+    """A `docker inspect` object of the container a spec describes, with overrides."""
+    full_env = {"PATH": "/usr/local/sbin:/usr/bin", "LANG": "C.UTF-8", **spec.env, **(env or {})}
+    return {
+        "Id": cid,
+        "Name": f"/{name or spec.name}",
+        "Image": "sha256:" + "0" * 64,
+        "Config": {
+            "Image": image or spec.image,
+            "Env": [f"{k}={v}" for k, v in full_env.items()],
+            "Labels": dict(spec.labels) if labels is None else labels,
+        },
+        "State": {
+            "Status": status,
+            "Pid": pid if status in ("running", "restarting") else 0,
+            "ExitCode": 0 if status == "running" else 137,
+            **({"Health": {"Status": health}} if health else {}),
+        },
+        "HostConfig": {
+            "Devices": [
+                {"PathOnHost": d, "PathInContainer": d, "CgroupPermissions": "rwm"}
+                for d in (spec.devices if devices is None else devices)
+            ],
+            "Privileged": spec.privileged if privileged is None else privileged,
+            "PortBindings": (
+                {f"{spec.api_port}/tcp": [{"HostIp": "", "HostPort": str(spec.api_port)}]} if ports is None else ports
+            ),
+        },
+    }
+
+
+def npu_info(processes: list[tuple[int, int]], unhealthy: dict[int, str] | None = None) -> NpuSmiInfo:
+    unhealthy = unhealthy or {}
+    return NpuSmiInfo(
+        version="24.1.rc2",
+        npus=tuple(Npu(index=c, name="910B3", health=unhealthy.get(c, "OK")) for c in range(8)),
+        processes=tuple(NpuProcess(npu=card, pid=pid, name="python3", memory_mb=26214) for card, pid in processes),
+    )
+
+
+def clean_facts(plan) -> HostFacts:
+    """The host running exactly the plan: healthy containers, their ranks on their cards, docker-proxy on API ports."""
+    hp = plan.hosts[0]
+    inspects, pids, listeners, procs = [], {}, [], []
+    for ps in hp.services:
+        spec = container_spec(plan.fleet, ps)
+        base = PIDS[ps.name]
+        cid = f"{ps.name}-id"
+        inspects.append(inspect_of(spec, cid=cid, pid=base))
+        ranks = [base + 10 + i for i, _ in enumerate(ps.assignment.devices)]
+        pids[cid] = frozenset({base, *ranks})
+        procs += [(card, rank) for card, rank in zip(ps.assignment.devices, ranks)]
+        listeners.append(Listener("0.0.0.0", spec.api_port, (("docker-proxy", base + 500),)))
+    listeners.append(Listener("0.0.0.0", 22, (("sshd", 1),)))
+    return HostFacts(
+        containers=tuple(LiveContainer.from_inspect(i) for i in inspects),
+        pids=pids,
+        listeners=tuple(listeners),
+        npu=npu_info(procs),
+        device_files=frozenset([*(f"/dev/davinci{c}" for c in range(8)), *CONTROL_DEVICES]),
+        driver=True,
+    )
+
+
+def with_container(facts: HostFacts, inspect: dict[str, Any], pids: set[int] = frozenset()) -> HostFacts:
+    """The facts with one container replaced (same name) or added."""
+    live = LiveContainer.from_inspect(inspect)
+    containers = tuple(c for c in facts.containers if c.name != live.name) + (live,)
+    all_pids = dict(facts.pids)
+    if pids:
+        all_pids[live.id] = frozenset(pids)
+    return dataclasses.replace(facts, containers=containers, pids=all_pids)
+
+
+def at_rest(plan, facts: HostFacts, name: str) -> HostFacts:
+    """The facts without the processes of a service that no longer runs: its ranks and its docker-proxy."""
+    base, api = PIDS[name], spec_of(plan, name).api_port
+    procs = tuple(p for p in facts.npu.processes if not base <= p.pid < base + 100)
+    listeners = tuple(x for x in facts.listeners if x.port != api)
+    return dataclasses.replace(facts, npu=dataclasses.replace(facts.npu, processes=procs), listeners=listeners)
+
+
+def findings(plan, facts):
+    return host_findings(plan.fleet, plan.hosts[0], facts)
+
+
+def kinds(found) -> list[tuple[str, str | None]]:
+    return [(f.kind, f.service) for f in found]
+
+
+def spec_of(plan, name):
+    return container_spec(plan.fleet, next(ps for _, ps in plan.services() if ps.name == name))
+
+
+# ---- a clean host ---------------------------------------------------------
+
+
+def test_a_host_running_exactly_the_plan_has_no_findings(plan):
+    assert findings(plan, clean_facts(plan)) == []
+
+
+def test_env_the_image_sets_itself_is_not_drift(plan):
+    facts = clean_facts(plan)
+    spec = spec_of(plan, "alpha")
+    facts = with_container(facts, inspect_of(spec, cid="alpha-id", pid=1000, env={"ASCEND_HOME": "/usr/local/Ascend"}))
+    assert findings(plan, facts) == []
+
+
+def test_a_container_still_starting_is_not_a_finding(plan):
+    facts = with_container(clean_facts(plan), inspect_of(spec_of(plan, "beta"), cid="beta-id", pid=2000, health="starting"))
+    assert findings(plan, facts) == []
+
+
+# ---- planned containers ---------------------------------------------------
+
+
+def test_a_planned_container_that_does_not_exist_is_missing(plan):
+    facts = clean_facts(plan)
+    facts = dataclasses.replace(facts, containers=tuple(c for c in facts.containers if c.name != "gamma"))
+    facts = at_rest(plan, facts, "gamma")
+    found = findings(plan, facts)
+    assert kinds(found) == [("missing", "gamma")]
+    assert "cards 2,3" in found[0].message and "API port 8002" in found[0].message
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [("exited", "stopped"), ("created", "stopped"), ("restarting", "restarting")],
+)
+def test_a_planned_container_that_is_not_running_is_reported_by_its_state(plan, status, kind):
+    facts = with_container(clean_facts(plan), inspect_of(spec_of(plan, "alpha"), cid="alpha-id", pid=1000, status=status, health=None))
+    if status != "restarting":
+        facts = at_rest(plan, facts, "alpha")
+    found = findings(plan, facts)
+    assert kinds(found) == [(kind, "alpha")]
+    assert status in found[0].message
+
+
+def test_a_running_container_failing_its_health_check_is_unhealthy(plan):
+    facts = with_container(clean_facts(plan), inspect_of(spec_of(plan, "beta"), cid="beta-id", pid=2000, health="unhealthy"))
+    assert kinds(findings(plan, facts)) == [("unhealthy", "beta")]
+
+
+# ---- drift ----------------------------------------------------------------
+
+
+def test_a_changed_hccl_range_is_drift_that_names_the_variable_and_both_values(plan):
+    spec = spec_of(plan, "alpha")
+    facts = with_container(
+        clean_facts(plan),
+        inspect_of(spec, cid="alpha-id", pid=1000, env={"HCCL_NPU_SOCKET_PORT_RANGE": "16666-16670"}),
+    )
+    found = findings(plan, facts)
+    assert kinds(found) == [("drift", "alpha")]
+    assert found[0].key == "env HCCL_NPU_SOCKET_PORT_RANGE"
+    assert found[0].message.endswith("env HCCL_NPU_SOCKET_PORT_RANGE: 16666-16681 (plan) != 16666-16670 (live)")
+
+
+def test_image_devices_ports_and_an_unset_variable_are_each_their_own_drift(plan):
+    spec = spec_of(plan, "gamma")
+    inspect = inspect_of(
+        spec,
+        cid="gamma-id",
+        pid=3000,
+        image="quay.io/ascend/vllm-ascend:v0.9.0",
+        devices=["/dev/davinci2", *CONTROL_DEVICES],
+        ports={"8002/tcp": [{"HostIp": "", "HostPort": "9002"}]},
+    )
+    inspect["Config"]["Env"] = [e for e in inspect["Config"]["Env"] if not e.startswith("VLLM_PORT=")]
+    found = findings(plan, with_container(clean_facts(plan), inspect))
+    assert {f.key for f in found if f.kind == "drift"} == {"image", "devices", "published ports", "env VLLM_PORT"}
+    messages = " | ".join(f.message for f in found)
+    assert "env VLLM_PORT: 62032 (plan) != (unset) (live)" in messages
+    assert "lacking /dev/davinci3" in messages
+    assert "8002->8002 (plan) != 9002->8002 (live)" in messages
+
+
+def test_an_image_named_with_or_without_registry_and_latest_tag_is_the_same_image():
+    values = {"defaults": {"image": "ascend-fleet/npu-sim"}}
+    plan = plan_fleet(make_fleet(**values))
+    facts = with_container(
+        clean_facts(plan),
+        inspect_of(spec_of(plan, "alpha"), cid="alpha-id", pid=1000, image="docker.io/ascend-fleet/npu-sim:latest"),
+    )
+    assert findings(plan, facts) == []
+
+
+# ---- foreign cards --------------------------------------------------------
+
+
+def test_an_unplanned_container_with_a_planned_card_is_foreign_on_that_card(plan):
+    spec = spec_of(plan, "alpha")
+    stray = inspect_of(
+        spec, cid="stray-id", pid=9000, name="stray", labels={}, ports={},
+        devices=["/dev/davinci0", "/dev/davinci5", *CONTROL_DEVICES],
+        env={"HCCL_NPU_SOCKET_PORT_RANGE": "30000-30015"},
+    )  # fmt: skip
+    facts = with_container(clean_facts(plan), stray, {9000, 9010})
+    facts = dataclasses.replace(facts, npu=npu_info([(0, 1010), (0, 2010), (2, 3010), (3, 3011), (0, 9010)]))
+    found = findings(plan, facts)
+    assert [(f.kind, f.container, f.card) for f in found] == [("foreign-card", "stray", 0)]
+    assert "planned for alpha, beta" in found[0].message
+
+
+def test_a_process_on_a_planned_card_outside_every_container_is_foreign(plan):
+    facts = clean_facts(plan)
+    facts = dataclasses.replace(facts, npu=npu_info([(0, 1010), (0, 2010), (2, 3010), (3, 3011), (3, 4242)]))
+    found = findings(plan, facts)
+    assert [(f.kind, f.card, f.service) for f in found] == [("foreign-card", 3, "gamma")]
+    assert "process 4242" in found[0].message
+
+
+def test_a_planned_service_process_on_another_services_card_is_foreign_there(plan):
+    facts = clean_facts(plan)
+    facts = dataclasses.replace(facts, npu=npu_info([(0, 1010), (0, 2010), (2, 3010), (3, 3011), (2, 1010)]))
+    found = findings(plan, facts)
+    assert [(f.kind, f.card, f.container) for f in found] == [("foreign-card", 2, "alpha")]
+
+
+def test_processes_on_cards_outside_the_plan_are_none_of_doctors_business(plan):
+    facts = clean_facts(plan)
+    facts = dataclasses.replace(facts, npu=npu_info([(0, 1010), (0, 2010), (2, 3010), (3, 3011), (7, 4242)]))
+    assert findings(plan, facts) == []
+
+
+def test_a_privileged_unplanned_container_sees_every_planned_card(plan):
+    stray = inspect_of(spec_of(plan, "alpha"), cid="priv-id", pid=9000, name="priv", labels={}, ports={},
+                       devices=[], privileged=True, env={"HCCL_NPU_SOCKET_PORT_RANGE": "40000-40015"})  # fmt: skip
+    found = findings(plan, with_container(clean_facts(plan), stray))
+    assert [(f.kind, f.container) for f in found] == [("foreign-card", "priv")]
+    assert "privileged" in found[0].message and "0, 2, 3" in found[0].message
+
+
+# ---- foreign ports --------------------------------------------------------
+
+
+def test_a_listener_inside_a_planned_window_that_is_not_the_service_is_a_foreign_port(plan):
+    facts = clean_facts(plan)
+    facts = dataclasses.replace(facts, listeners=facts.listeners + (Listener("0.0.0.0", 62020, (("python3", 777),)),))
+    found = findings(plan, facts)
+    assert [(f.kind, f.service, f.port, f.key) for f in found] == [("foreign-port", "beta", 62020, "vllmPort")]
+    assert "python3 (pid 777)" in found[0].message and "62016-62031" in found[0].message
+
+
+def test_a_service_listening_in_its_own_window_is_fine(plan):
+    facts = clean_facts(plan)
+    facts = dataclasses.replace(facts, listeners=facts.listeners + (Listener("0.0.0.0", 62001, (("python3", 1010),)),))
+    assert findings(plan, facts) == []
+
+
+def test_another_container_publishing_a_planned_api_port_is_a_foreign_port(plan):
+    stray = inspect_of(spec_of(plan, "alpha"), cid="web-id", pid=9000, name="web", labels={}, devices=[],
+                       ports={"80/tcp": [{"HostIp": "", "HostPort": "8001"}]})  # fmt: skip
+    facts = clean_facts(plan)
+    facts = dataclasses.replace(facts, containers=tuple(c for c in facts.containers if c.name != "beta"))
+    facts = with_container(at_rest(plan, facts, "beta"), stray)
+    facts = dataclasses.replace(facts, listeners=facts.listeners + (Listener("0.0.0.0", 8001, (("docker-proxy", 9500),)),))
+    found = findings(plan, facts)
+    assert ("foreign-port", "beta", "web", 8001) in [(f.kind, f.service, f.container, f.port) for f in found]
+    assert ("missing", "beta") in kinds(found)
+
+
+def test_an_unplanned_container_sharing_a_card_with_an_overlapping_hccl_range_is_the_clash_the_plan_prevents(plan):
+    stray = inspect_of(spec_of(plan, "alpha"), cid="stray-id", pid=9000, name="stray", labels={}, ports={},
+                       devices=["/dev/davinci0", *CONTROL_DEVICES],
+                       env={"HCCL_NPU_SOCKET_PORT_RANGE": "16690-16700"})  # fmt: skip
+    found = findings(plan, with_container(clean_facts(plan), stray, {9000}))
+    ports = [f for f in found if f.kind == "foreign-port"]
+    assert [(f.service, f.container, f.card, f.port) for f in ports] == [("beta", "stray", 0, 16690)]
+    assert "16690-16700" in ports[0].message and "16682-16697" in ports[0].message
+
+
+def test_an_unplanned_container_without_hccl_range_uses_the_default_port_16666(plan):
+    stray = inspect_of(spec_of(plan, "alpha"), cid="stray-id", pid=9000, name="stray", labels={}, ports={},
+                       devices=["/dev/davinci0", *CONTROL_DEVICES])  # fmt: skip
+    stray["Config"]["Env"] = ["PATH=/usr/bin"]
+    found = findings(plan, with_container(clean_facts(plan), stray, {9000}))
+    assert [(f.kind, f.service, f.port) for f in found if f.kind == "foreign-port"] == [("foreign-port", "alpha", 16666)]
+    assert "default 16666" in found[-1].message
+
+
+def test_a_stopped_unplanned_container_holds_nothing(plan):
+    stray = inspect_of(spec_of(plan, "alpha"), cid="old-id", pid=0, name="old", labels={}, status="exited", health=None)
+    assert findings(plan, with_container(clean_facts(plan), stray)) == []
+
+
+# ---- the host -------------------------------------------------------------
+
+
+def test_missing_driver_device_files_and_unhealthy_cards_are_host_findings(plan):
+    facts = clean_facts(plan)
+    facts = dataclasses.replace(
+        facts,
+        driver=False,
+        device_files=facts.device_files - {"/dev/davinci3", "/dev/hisi_hdc"},
+        npu=dataclasses.replace(npu_info([(0, 1010), (0, 2010), (2, 3010), (3, 3011)], {2: "Alarm"})),
+    )
+    found = findings(plan, facts)
+    assert [f.kind for f in found] == ["host", "host", "host"]
+    text = " | ".join(f.message for f in found)
+    assert "/usr/local/Ascend/driver" in text
+    assert "/dev/davinci3, /dev/hisi_hdc" in text
+    assert "card 2 health is Alarm (planned for gamma)" in text
+
+
+def test_npu_smi_failing_and_docker_not_answering_are_host_findings(plan):
+    facts = dataclasses.replace(clean_facts(plan), npu=None, npu_error="npu-smi info exited 255: dcmi error -8005",
+                                docker_error="Cannot connect to the Docker daemon", containers=())  # fmt: skip
+    found = findings(plan, facts)
+    assert [f.kind for f in found] == ["host", "host"]
+    assert "-8005" in found[0].message and "docker does not answer" in found[1].message
+
+
+# ---- parsing the gathered text ---------------------------------------------
+
+
+def test_the_gathered_sections_become_facts(plan):
+    spec = spec_of(plan, "alpha")
+    inspect = inspect_of(spec, cid="abc", pid=1000)
+    npu = (doctor.__file__.rsplit("/", 2)[0] + "/tests/data/npu-smi/npu-smi-info-910b3-idle.txt")
+    text = "\n".join([
+        f"{MARK} docker-inspect", json.dumps([inspect], indent=2),
+        f"{MARK} top abc", "PID", "1000", "1010",
+        f"{MARK} ss",
+        'LISTEN 0      4096         0.0.0.0:8000      0.0.0.0:*    users:(("docker-proxy",pid=26623,fd=4))',
+        'LISTEN 0      4096            [::]:8000         [::]:*    users:(("docker-proxy",pid=26630,fd=4))',
+        "LISTEN 0      128          0.0.0.0:2024      0.0.0.0:*",
+        f"{MARK} npu-smi", open(npu).read(),
+        f"{MARK} npu-smi-rc", "0",
+        f"{MARK} devices", "/dev/davinci0", "/dev/davinci_manager",
+        f"{MARK} driver", "present",
+        f"{MARK} end",
+    ])  # fmt: skip
+    facts = parse_facts(text)
+    assert [c.name for c in facts.containers] == ["alpha"]
+    assert facts.containers[0].env["HCCL_NPU_SOCKET_PORT_RANGE"] == "16666-16681"
+    assert facts.pids == {"abc": frozenset({1000, 1010})}
+    assert [(x.address, x.port, x.processes) for x in facts.listeners] == [
+        ("0.0.0.0", 8000, (("docker-proxy", 26623),)),
+        ("[::]", 8000, (("docker-proxy", 26630),)),
+        ("0.0.0.0", 2024, ()),
+    ]
+    assert len(facts.npu.npus) == 8 and facts.npu_error is None
+    assert facts.device_files == {"/dev/davinci0", "/dev/davinci_manager"}
+    assert facts.driver and facts.docker_error is None
+
+
+def test_output_cut_short_is_an_error_not_a_clean_host():
+    with pytest.raises(ValueError, match="cut short"):
+        parse_facts(f"{MARK} docker-inspect\n[]\n")
+
+
+def test_ss_output_with_a_header_and_several_owners():
+    listeners = parse_ss(
+        "State  Recv-Q Send-Q Local Address:Port Peer Address:Port Process\n"
+        'LISTEN 0 128 *:16666 *:* users:(("python3",pid=5,fd=3),("python3",pid=6,fd=3))\n'
+    )
+    assert listeners == (Listener("*", 16666, (("python3", 5), ("python3", 6))),)
+
+
+@pytest.mark.parametrize(
+    ("value", "spans"),
+    [("16666-16681", [(16666, 16681)]), ("61000,61050-61100", [(61000, 61000), (61050, 61100)]),
+     ("16666", [(16666, 16666)]), ("auto", None), ("", None)],
+)  # fmt: skip
+def test_port_lists_are_read_as_hccl_writes_them(value, spans):
+    assert parse_port_list(value) == spans
+
+
+# ---- the whole run, with the round trips faked ----------------------------
+
+
+def test_an_unreachable_host_is_a_finding_and_the_other_hosts_are_still_checked(monkeypatch):
+    fleet_config = fleet([host("npu-a"), host("npu-b")], [service("alpha", 1, 0.4, host="npu-a", devices=[0])])
+    plan = plan_fleet(fleet_config)
+
+    def fake_run_script(fleet, h, script, *, timeout=None):
+        if h.name == "npu-b":
+            return RemoteResult(False, None, "", "", 2.0, "ssh: connect to host npu-b.example port 22: Connection timed out")
+        return RemoteResult(True, 0, f"{MARK} docker-inspect\n[]\n{MARK} npu-smi-rc\n0\n{MARK} end\n", "", 0.1)
+
+    monkeypatch.setattr(doctor, "run_script", fake_run_script)
+    text, code = doctor.run(fleet_config, plan, "json")
+    report = json.loads(text)
+    assert code == 1 and report["ok"] is False and report["stack"] == "test"
+    a, b = report["hosts"]
+    assert (a["name"], a["reachable"], b["name"], b["reachable"]) == ("npu-a", True, "npu-b", False)
+    assert "missing" in [f["kind"] for f in a["findings"]]
+    assert [f["kind"] for f in b["findings"]] == ["unreachable"]
+    assert "Connection timed out" in b["findings"][0]["message"]
+
+
+def test_the_table_says_ok_for_a_clean_host_and_lists_findings_otherwise():
+    clean = doctor.HostReport("npu-a", True, ())
+    bad = doctor.HostReport("npu-b", False, (doctor.Finding("unreachable", "host npu-b is unreachable: timeout"),))
+    assert render_reports("prod", [clean], "table") == "stack prod: 1 host(s), ok\n\nhost npu-a: ok"
+    table = render_reports("prod", [clean, bad], "table")
+    assert "host npu-b: 1 finding(s)\n  unreachable  host npu-b is unreachable: timeout" in table
+
+
+def test_an_unknown_format_is_a_usage_error(plan):
+    text, code = doctor.run(plan.fleet, plan, "yaml")
+    assert code == 2 and "table, json" in text
