@@ -51,7 +51,6 @@ def sim_host_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimHo
 
 @pytest.fixture
 def sim_host(sim_host_session: SimHost) -> Iterator[SimHost]:
-    sim_host_session.reset()
     try:
         yield sim_host_session
     finally:
