@@ -558,3 +558,22 @@ def test_the_program_reads_no_stack_file(monkeypatch, tmp_path):
     values["services"] = values["services"][:1]
     assert sorted(run_program("prod", values).containers()) == ["bge-m3"]
     assert not any(os.scandir(tmp_path))
+
+
+def test_config_handed_over_in_the_language_hosts_environment_is_read_in_full(monkeypatch):
+    """The Python language host passes config as JSON in PULUMI_CONFIG; misspelt keys come along."""
+    import contextvars
+
+    from components.stack_config import fleet_values
+
+    config = {
+        "ascend-fleet:hosts": json.dumps([{"name": "npu-a", "address": "192.0.2.10"}]),
+        "ascend-fleet:memoryBudgt": "0.9",
+        "ascend-fleet:sshPrivateKey": FAKE_PRIVATE_KEY,
+        "docker:host": "unix:///ignored",
+    }
+    monkeypatch.setenv("PULUMI_CONFIG", json.dumps(config))
+    values = contextvars.Context().run(fleet_values)
+    assert values == {"hosts": [{"name": "npu-a", "address": "192.0.2.10"}], "memoryBudgt": 0.9}
+    with pytest.raises(FleetError, match="did you mean 'memoryBudget'"):
+        parse_fleet("prod", values)
