@@ -79,6 +79,10 @@ class ModelService(pulumi.ComponentResource):
         a = planned.assignment
         self.container = docker.Container(
             f"{name}-container",
+            # The image id, not the name: the provider stores the id and would report a
+            # perpetual diff against a name (terraform-provider-docker issues 49, 426); and
+            # not repo_digest, empty for an image built locally (the dev stack's npu-sim).
+            # A new tag or a re-pulled image is a new id, so the container is replaced.
             container_args(spec, host.images[spec.image].image_id),
             opts=pulumi.ResourceOptions(
                 parent=self,
