@@ -192,9 +192,14 @@ class Host(Model):
     """Docker daemon URL; default `ssh://user@address:sshPort`. Set `unix:///var/run/docker.sock`
     for a daemon on the machine running Pulumi (the dev stack)."""
 
+    def url_address(self) -> str:
+        """The address as it goes into a URL: IPv6 literals in brackets."""
+        a = self.address
+        return f"[{a}]" if ":" in a and not a.startswith("[") else a
+
     def docker_url(self) -> str:
         """The Docker daemon URL that Pulumi's provider, the exports and `doctor` all use."""
-        return self.docker_host or f"ssh://{self.user}@{self.address}:{self.ssh_port}"
+        return self.docker_host or f"ssh://{self.user}@{self.url_address()}:{self.ssh_port}"
 
     def is_local(self) -> bool:
         """A daemon on this machine: reached without SSH."""

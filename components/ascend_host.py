@@ -21,11 +21,6 @@ from allocation.plan import HostPlan
 from components.host_check import host_check_script
 
 
-def url_host(address: str) -> str:
-    """An address as it goes into a URL: IPv6 literals in brackets."""
-    return f"[{address}]" if ":" in address and not address.startswith("[") else address
-
-
 class AscendHost(pulumi.ComponentResource):
     provider: docker.Provider
     check: pulumi.CustomResource

@@ -15,7 +15,7 @@ import pulumi_docker as docker
 from allocation.config import FleetConfig
 from allocation.containers import ContainerSpec, container_spec
 from allocation.plan import PlannedService
-from components.ascend_host import AscendHost, url_host
+from components.ascend_host import AscendHost
 
 
 def _seconds(value: int) -> str:
@@ -93,7 +93,7 @@ class ModelService(pulumi.ComponentResource):
                 delete_before_replace=True,
             ),
         )
-        address = url_host(fleet.host(a.host).address)
+        address = fleet.host(a.host).url_address()
         npu_range = a.hccl_npu_socket_port_range
         self.summary = {
             # Derived from the container so that it exists once the container does.
