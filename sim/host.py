@@ -319,6 +319,11 @@ class SimHost:
             "-o", f"UserKnownHostsFile={self.known_hosts_file}",
         ]  # fmt: skip
 
+    @property
+    def provider_args(self) -> dict[str, object]:
+        """Keyword arguments for ``pulumi_docker.Provider``: ``host`` and ``ssh_opts``."""
+        return {"host": self.docker_host, "ssh_opts": self.ssh_opts}
+
     def docker_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment in which the docker CLI (or a provider using it) talks to this host."""
         env = dict(os.environ if base is None else base)
@@ -528,8 +533,13 @@ class SimHost:
             return err.code, err.read()
 
     def cleanup_containers(self) -> None:
-        """Remove every container labelled as a test container, then stale NPU claims."""
-        ids = self.docker("ps", "-aq", "--filter", f"label={TEST_LABEL}").stdout.split()
+        """Remove every test container, then stale NPU claims.
+
+        Test containers: those labelled ``ascend-fleet.test=1`` and any container of
+        the npu-sim image (e.g. made by a Pulumi stack under test, without our labels).
+        """
+        ids = set(self.docker("ps", "-aq", "--filter", f"label={TEST_LABEL}").stdout.split())
+        ids |= set(self.docker("ps", "-aq", "--filter", f"ancestor={IMAGE}").stdout.split())
         if ids:
             self.docker("rm", "-f", *ids, check=False)
         self.sweep_claims()
@@ -673,7 +683,7 @@ class SimHost:
                 raise SimHostError(f"sshd not listening on {self.ssh_port}: {(self.workdir / 'sshd.log').read_text()}")
             time.sleep(0.1)
         subprocess.run(
-            ["ssh", "-F", str(self.ssh_config_file), "-o", "ControlMaster=yes", "-o", "ControlPersist=yes",
+            ["ssh", "-F", str(self.ssh_config_file), "-o", "ControlMaster=yes", "-o", "ControlPersist=300",
              "-f", "-N", self.address],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30,
         )  # fmt: skip
