@@ -1,0 +1,183 @@
+"""doctor against the simulated 910B host: real sshd, real dockerd, real npu-sim containers.
+
+The planned containers are started with the `docker run` arguments that
+ops/render.py builds from `container_spec`, so what runs is what the plan says;
+doctor then has to find it clean, and find each problem made by hand after.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from allocation.containers import container_spec
+from allocation.planner import plan_fleet
+from allocation.stackfile import load_fleet
+from ops import doctor
+from ops.render import docker_run_args
+from sim.host import CLAIMS_DIR, IMAGE, SimHost, free_port
+
+# Names no other simulated-host test uses, so leftovers are easy to tell apart.
+EMBED, VL, LONG, INTRUDER = "doc-embed", "doc-vl", "doc-long", "doc-intruder"
+UNREACHABLE = "192.0.2.1"  # TEST-NET-1: nothing there (refused or timed out, depending on the network)
+
+
+def write_stack(tmp_path: Path, sim: SimHost, models: dict[str, Path], *, silent_port: int | None = None) -> Path:
+    """The stack file; with `silent_port`, two more hosts: one at an unroutable address and one
+    whose port accepts connections but never says a word (ssh waits for ConnectTimeout there)."""
+    hosts: list[dict[str, Any]] = [{"name": "sim", "address": sim.address, "sshPort": sim.ssh_port}]
+    if silent_port is not None:
+        hosts.append({"name": "gone", "address": UNREACHABLE})
+        hosts.append({"name": "silent", "address": "127.0.0.1", "sshPort": silent_port})
+    api = {name: free_port() for name in (EMBED, VL, LONG)}
+    values = {
+        "ascend-fleet:hosts": hosts,
+        "ascend-fleet:ssh": {
+            "identityFile": str(sim.identity_file),
+            "knownHostsFile": str(sim.known_hosts_file),
+            "connectTimeoutSeconds": 2,
+        },
+        "ascend-fleet:defaults": {
+            "image": IMAGE,
+            "startTimeoutSeconds": 60,
+            "shmSizeMiB": 64,
+            "env": {"NPU_SIM_LOAD_SECONDS": "1"},
+            "mounts": [{"source": str(CLAIMS_DIR), "target": str(CLAIMS_DIR), "readOnly": False}],
+        },
+        "ascend-fleet:services": [
+            {"name": EMBED, "host": "sim", "model": str(models[EMBED]), "memoryFraction": 0.1,
+             "devices": [0], "apiPort": api[EMBED]},
+            {"name": VL, "host": "sim", "model": str(models[VL]), "tensorParallelSize": 2,
+             "memoryFraction": 0.5, "devices": [0, 1], "apiPort": api[VL]},
+            {"name": LONG, "host": "sim", "model": str(models[VL]), "tensorParallelSize": 2,
+             "memoryFraction": 0.9, "devices": [4, 5], "apiPort": api[LONG]},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "Pulumi.doctor-e2e.yaml"
+    path.write_text(json.dumps({"config": values}, indent=2))  # JSON is YAML
+    return path
+
+
+def run_args(sim: SimHost, spec, *, env: dict[str, str] | None = None) -> list[str]:
+    """`docker run` args of a spec, labelled for the fixture's cleanup, health probed every second.
+
+    The extra label is not in the spec (doctor compares only the spec's labels); the
+    health interval goes after the spec's 30s so it wins, which only makes the test fast.
+    """
+    args = docker_run_args(spec)
+    for key, value in (env or {}).items():
+        args = [f"--env={key}={value}" if a.startswith(f"--env={key}=") else a for a in args]
+    at_image = len(args) - len(spec.command) - 1
+    assert args[at_image] == spec.image
+    test_labels = [f"--label={k}={v}" for k, v in sim.labels().items()]
+    return ["run", *args[:at_image], *test_labels, "--health-interval=1s", *args[at_image:]]
+
+
+def doctor_json(config: Path) -> tuple[dict[str, Any], int, float]:
+    fleet, _ = load_fleet(config=str(config))
+    start = time.monotonic()
+    text, code = doctor.run(fleet, plan_fleet(fleet), "json")
+    return json.loads(text), code, time.monotonic() - start
+
+
+def findings_of(report: dict[str, Any], host: str) -> list[dict[str, Any]]:
+    return next(h for h in report["hosts"] if h["name"] == host)["findings"]
+
+
+@pytest.fixture
+def deployed(sim_host: SimHost, tmp_path: Path):
+    """The stack's three planned containers running healthy on the simulated host."""
+    models = {EMBED: sim_host.make_model("doc-bge-m3"), VL: sim_host.make_model("doc-qwen")}
+    config = write_stack(tmp_path, sim_host, models)
+    fleet, _ = load_fleet(config=str(config))
+    plan = plan_fleet(fleet)
+    specs = {ps.name: container_spec(fleet, ps) for _, ps in plan.services()}
+    for name in (LONG, VL, EMBED):  # one after another: services sharing a card start in turn
+        sim_host.docker(*run_args(sim_host, specs[name]))
+        sim_host.wait_healthy(name, timeout=60)
+    return config, specs, models
+
+
+def test_doctor_finds_a_host_running_exactly_the_plan_clean(sim_host: SimHost, deployed) -> None:
+    config, specs, _ = deployed
+
+    report, code, _ = doctor_json(config)
+
+    assert report["hosts"][0]["reachable"] is True
+    assert findings_of(report, "sim") == []
+    assert (code, report["ok"]) == (0, True)
+    # ...and it did look: npu-smi shows the ranks that doctor matched to their containers.
+    screen = sim_host.npu_smi("info")
+    assert screen.count("python3") == 5  # doc-embed 1, doc-vl 2, doc-long 2
+
+
+def test_doctor_reports_each_hand_made_problem_by_kind_and_name(sim_host: SimHost, deployed, tmp_path: Path) -> None:
+    config, specs, models = deployed
+    embed_range = specs[EMBED].env["HCCL_NPU_SOCKET_PORT_RANGE"]
+    first = int(embed_range.split("-")[0])
+
+    # 1. a planned container stopped by hand
+    sim_host.docker("stop", LONG)
+    # 2. an unmanaged npu-sim container on planned card 0, its HCCL range overlapping doc-embed's
+    intruder_range = f"{first}-{first + 4}"
+    sim_host.start_service(
+        INTRUDER, model=models[EMBED], cards=[0], port=7999, publish=False, gpu_memory_utilization=0.2,
+        env={"HCCL_NPU_SOCKET_PORT_RANGE": intruder_range},
+    )  # fmt: skip
+    sim_host.wait_healthy(INTRUDER)
+    # 3. a planned container recreated by hand with the same name and another HCCL range
+    planned_vl = specs[VL].env["HCCL_NPU_SOCKET_PORT_RANGE"]
+    vl_first = int(planned_vl.split("-")[0])
+    live_vl = f"{vl_first}-{vl_first + 4}"
+    sim_host.docker("rm", "-f", VL)
+    sim_host.docker(*run_args(sim_host, specs[VL], env={"HCCL_NPU_SOCKET_PORT_RANGE": live_vl}))
+    sim_host.wait_healthy(VL)
+    # 4. two more hosts that never answer: one refuses or drops, one accepts and stays silent
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes the handshake; nobody ever sends an SSH banner
+    config = write_stack(tmp_path, sim_host, models, silent_port=silent.getsockname()[1])
+    # keep the API ports of the deployed containers: rewrite them into the new config
+    values = json.loads(config.read_text())
+    for service in values["config"]["ascend-fleet:services"]:
+        service["apiPort"] = specs[service["name"]].api_port
+    config.write_text(json.dumps(values, indent=2))
+
+    try:
+        report, code, seconds = doctor_json(config)
+    finally:
+        silent.close()
+
+    assert (code, report["ok"]) == (1, False)
+    found = findings_of(report, "sim")
+    got = sorted((f["kind"], f["service"], f.get("container"), f.get("key")) for f in found)
+    assert got == sorted(
+        [
+            ("stopped", LONG, LONG, None),
+            ("drift", VL, VL, "env HCCL_NPU_SOCKET_PORT_RANGE"),
+            ("foreign-card", EMBED, INTRUDER, None),
+            ("foreign-port", EMBED, INTRUDER, "hcclNpuSocketPortRange"),
+        ]
+    ), json.dumps(found, indent=2)
+    by_kind = {f["kind"]: f for f in found}
+    assert by_kind["drift"]["message"].endswith(
+        f"env HCCL_NPU_SOCKET_PORT_RANGE: {planned_vl} (plan) != {live_vl} (live)"
+    )
+    assert by_kind["foreign-card"]["card"] == 0
+    assert intruder_range in by_kind["foreign-port"]["message"] and embed_range in by_kind["foreign-port"]["message"]
+    assert "exited" in by_kind["stopped"]["message"]
+
+    for name, where in (("gone", UNREACHABLE), ("silent", "127.0.0.1")):
+        host = next(h for h in report["hosts"] if h["name"] == name)
+        assert host["reachable"] is False
+        assert [f["kind"] for f in host["findings"]] == ["unreachable"]
+        assert where in host["findings"][0]["message"]
+    assert "timed out" in findings_of(report, "silent")[0]["message"]
+    # Hosts are checked in parallel and the silent one costs ConnectTimeout (2 s), not minutes.
+    assert 2 <= seconds < 30, f"doctor took {seconds:.1f}s with unreachable hosts"
+    print(f"doctor with two unreachable hosts took {seconds:.2f}s")
