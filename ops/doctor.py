@@ -95,7 +95,7 @@ else
     m docker-error; echo "no docker command on the host"
 fi
 if command -v ss >/dev/null 2>&1; then
-    m ss; ss -ltnpH 2>&1
+    m ss; ss -ltnpH 2>/dev/null || ss -ltnp 2>&1
 else
     m ss-error; echo "no ss command on the host (iproute2)"
 fi

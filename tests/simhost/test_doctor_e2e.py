@@ -22,6 +22,8 @@ from ops import doctor
 from ops.render import docker_run_args
 from sim.host import CLAIMS_DIR, IMAGE, SimHost, free_port
 
+pytestmark = pytest.mark.simhost
+
 # Names no other simulated-host test uses, so leftovers are easy to tell apart.
 EMBED, VL, LONG, INTRUDER = "doc-embed", "doc-vl", "doc-long", "doc-intruder"
 UNREACHABLE = "192.0.2.1"  # TEST-NET-1: nothing there (refused or timed out, depending on the network)
