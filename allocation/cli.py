@@ -1,6 +1,6 @@
-"""`python -m allocation`: plan and pin a stack, without Pulumi and without credentials.
+"""`python -m allocation`: plan, pin, check and export a stack's fleet, without Pulumi.
 
-Every FleetError becomes one readable paragraph on stderr and exit code 1;
+`plan`, `pin` and `render` need no credentials and touch no host. Every FleetError becomes one readable paragraph on stderr and exit code 1;
 usage errors exit 2. Commands that reach hosts (`doctor`) or write other
 formats (`render`) live in `ops/` and are only dispatched to from here.
 """
@@ -35,6 +35,10 @@ def _parser() -> argparse.ArgumentParser:
 
     pin = sub.add_parser("pin", help="write the current plan into the stack file as pins")
     _stack_args(pin)
+
+    doctor = sub.add_parser("doctor", help="check the live hosts of a stack against the plan (exit 1 on findings)")
+    _stack_args(doctor)
+    doctor.add_argument("--format", choices=("table", "json"), default="table")
 
     render = sub.add_parser("render", help="the planned containers as a compose file or docker run script")
     _stack_args(render)
@@ -73,7 +77,16 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"plan": _plan, "pin": _pin, "render": _render}
+def _doctor(args: argparse.Namespace) -> int:
+    from ops.doctor import run
+
+    fleet, _ = load_fleet(args.stack, args.config)
+    text, code = run(fleet, plan_fleet(fleet), args.format)
+    print(text)
+    return code
+
+
+COMMANDS = {"plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render}
 
 
 def main(argv: list[str] | None = None) -> int:
