@@ -1,0 +1,64 @@
+"""The fix, shown for real: the planned layout of Pulumi.prod.yaml starts healthy on a 910B host.
+
+The prod stack file is read as it is in the repository; only what a simulated
+host must differ in is swapped (the host's SSH endpoint, the image, and the
+simulator's card-NIC folder). The containers are started by running the
+`render --format docker-run` script itself against the simulated host.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from allocation.stackfile import locate, stack_values
+from sim.host import CLAIMS_DIR, IMAGE, SimHost
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def prod_on_the_simulated_host(sim: SimHost, tmp_path: Path) -> Path:
+    values = stack_values(locate("prod", None))
+    [host] = values["hosts"]
+    host.update(address=sim.address, sshPort=sim.ssh_port)
+    values["ssh"] = {"identityFile": str(sim.identity_file), "knownHostsFile": str(sim.known_hosts_file)}
+    values["defaults"] = {
+        **values.get("defaults", {}),
+        "image": IMAGE,
+        "mounts": [{"source": str(CLAIMS_DIR), "target": str(CLAIMS_DIR), "readOnly": False}],
+    }
+    path = tmp_path / "Pulumi.prod-on-sim.yaml"
+    path.write_text(json.dumps({"config": {f"ascend-fleet:{k}": v for k, v in values.items()}}))  # JSON is YAML
+    return path
+
+
+def test_the_planned_prod_layout_starts_all_three_services_healthy(sim_host: SimHost, tmp_path: Path) -> None:
+    config = prod_on_the_simulated_host(sim_host, tmp_path)
+    plan = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "allocation", "plan", "--config", str(config), "--format", "json"],
+            cwd=REPO, capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    services = {s["name"]: s for s in plan["hosts"][0]["services"]}
+    assert services["bge-m3"]["devices"] == [0] and services["qwen-vl"]["devices"] == [0, 1, 2, 3]
+    for s in services.values():
+        sim_host.make_model(s["container"]["command"][2])
+
+    script = subprocess.run(
+        [sys.executable, "-m", "allocation", "render", "--config", str(config), "--format", "docker-run"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    started = subprocess.run(["sh", "-c", script], env=sim_host.docker_env(), capture_output=True, text=True)
+    assert started.returncode == 0, started.stderr
+
+    # Health checks run every 30 s as planned, so the first verdict takes that long.
+    for name in services:
+        sim_host.wait_healthy(name, timeout=90)
+    for name, s in services.items():
+        models = sim_host.run(f"wget -q -O - http://127.0.0.1:{s['apiPort']}/v1/models").stdout
+        assert json.loads(models)["data"][0]["id"] == name
+    # bge-m3 and qwen-vl share card 0 on disjoint HCCL ranges: two claims on that card.
+    assert len(list((CLAIMS_DIR / "card0").iterdir())) == 2
