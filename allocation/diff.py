@@ -13,7 +13,7 @@ so the same two plans always render the same text.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping
 
 Format = Literal["table", "json", "markdown"]

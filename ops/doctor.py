@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from allocation.config import FleetConfig
-from allocation.containers import CONTROL_DEVICES, LABEL_PREFIX, ContainerSpec, container_spec
+from allocation.containers import CONTROL_DEVICES, ContainerSpec, container_spec
 from allocation.plan import HCCL_DEFAULT_NPU_PORT, HostPlan, Plan, PortSpan
 from ops.npusmi import NpuSmiError, NpuSmiInfo, parse_npu_smi
 from ops.ssh import run_script
