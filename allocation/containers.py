@@ -26,8 +26,9 @@ TUNING_ENV = {
     "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
 }
 CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+DRIVER_DIR = "/usr/local/Ascend/driver"
 DRIVER_MOUNTS = (
-    "/usr/local/Ascend/driver",
+    DRIVER_DIR,
     "/usr/local/dcmi",
     "/usr/local/bin/npu-smi",
     "/etc/ascend_install.info",

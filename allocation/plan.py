@@ -21,6 +21,11 @@ HCCL_DEFAULT_NPU_PORT = 16666
 PortSpan = tuple[int, int]
 
 
+def span_text(span: PortSpan) -> str:
+    """`16666-16681`, or `7007` for a single port: how messages name a window."""
+    return f"{span[0]}-{span[1]}" if span[0] != span[1] else str(span[0])
+
+
 @dataclass(frozen=True)
 class Assignment:
     """The resources the allocator gives one service: cards on one host and port windows."""

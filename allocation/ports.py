@@ -17,7 +17,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from allocation.config import Host, Ports, PortRange, Service
-from allocation.plan import HCCL_DEFAULT_NPU_PORT, HCCL_IF_WINDOW, Assignment, PortSpan
+from allocation.plan import HCCL_DEFAULT_NPU_PORT, HCCL_IF_WINDOW, Assignment, PortSpan, span_text
 
 MAX_PORT = 65535
 SOCKET_RANGE_KEYS = ("hcclNpuSocketPortRange", "hcclHostSocketPortRange")
@@ -51,10 +51,6 @@ class Occupied:
             # Jump past the obstacle, staying on the block grid.
             first += ((taken[1] - first) // size + 1) * size
         return None
-
-
-def _span_text(span: tuple[int, int]) -> str:
-    return f"{span[0]}-{span[1]}" if span[0] != span[1] else str(span[0])
 
 
 def _pins(s: Service, policy: Ports) -> dict[str, PortSpan | None]:
@@ -98,8 +94,8 @@ def assign_ports(
         other = taken.clash(first, last)
         if other is not None:
             problems.append(
-                f"host {host.name}: {owner} {_span_text((first, last))} overlaps "
-                f"{other[2]} {_span_text(other[:2])}"
+                f"host {host.name}: {owner} {span_text((first, last))} overlaps "
+                f"{other[2]} {span_text(other[:2])}"
             )
         else:
             taken.add(first, last, owner)

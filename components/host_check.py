@@ -19,11 +19,10 @@ import re
 import shlex
 
 from allocation.config import FleetConfig
-from allocation.containers import DRIVER_MOUNTS, container_spec
+from allocation.containers import DRIVER_DIR, DRIVER_MOUNTS, container_spec
 from allocation.plan import HostPlan
 
 NPU_SMI = "/usr/local/bin/npu-smi"
-DRIVER_DIR = "/usr/local/Ascend/driver"
 
 
 def _natural(path: str) -> tuple[str, int]:

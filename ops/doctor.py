@@ -53,8 +53,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from allocation.config import FleetConfig
-from allocation.containers import CONTROL_DEVICES, ContainerSpec, container_spec
-from allocation.plan import HCCL_DEFAULT_NPU_PORT, HostPlan, Plan, PortSpan
+from allocation.containers import CONTROL_DEVICES, DRIVER_DIR, ContainerSpec, container_spec
+from allocation.plan import HCCL_DEFAULT_NPU_PORT, HostPlan, Plan, PortSpan, span_text
 from ops.npusmi import NpuSmiError, NpuSmiInfo, parse_npu_smi
 from ops.ssh import run_script
 
@@ -70,7 +70,6 @@ KINDS = (
     "foreign-card",
     "foreign-port",
 )
-DRIVER_DIR = "/usr/local/Ascend/driver"
 MARK = "@@ascend-fleet-doctor@@"
 
 # POSIX sh, run with `sh -s`. The whole script is one { } group, so the shell has
@@ -320,10 +319,6 @@ def _overlap(a: PortSpan, b: PortSpan) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def _span(span: PortSpan) -> str:
-    return f"{span[0]}-{span[1]}" if span[0] != span[1] else str(span[0])
-
-
 def _cards(devices: Iterable[str]) -> set[int]:
     out = set()
     for d in devices:
@@ -557,7 +552,7 @@ def host_findings(fleet: FleetConfig, hp: HostPlan, facts: HostFacts) -> list[Fi
             findings.append(
                 Finding(
                     "foreign-port",
-                    f"port {lst.port} ({lst.address}) is held by {who}; it is in {service}'s {key} {_span(span)}",
+                    f"port {lst.port} ({lst.address}) is held by {who}; it is in {service}'s {key} {span_text(span)}",
                     service=service,
                     container=holder.name if holder is not None else None,
                     port=lst.port,
@@ -572,7 +567,7 @@ def host_findings(fleet: FleetConfig, hp: HostPlan, facts: HostFacts) -> list[Fi
                 findings.append(
                     Finding(
                         "foreign-port",
-                        f"{describe(c)} publishes port {host_port}, in {service}'s {key} {_span(span)}",
+                        f"{describe(c)} publishes port {host_port}, in {service}'s {key} {span_text(span)}",
                         service=service,
                         container=c.name,
                         port=host_port,
@@ -594,7 +589,7 @@ def host_findings(fleet: FleetConfig, hp: HostPlan, facts: HostFacts) -> list[Fi
                 Finding(
                     "foreign-port",
                     f"{describe(c)} shares card {', '.join(map(str, cards))} with {ps.name} and its "
-                    f"HCCL_NPU_SOCKET_PORT_RANGE ({shown}) overlaps {ps.name}'s {_span(ours)}: "
+                    f"HCCL_NPU_SOCKET_PORT_RANGE ({shown}) overlaps {ps.name}'s {span_text(ours)}: "
                     "HCCL will fail with 'Socket bind failed, address already in use'",
                     service=ps.name,
                     container=c.name,
