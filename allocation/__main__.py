@@ -1,5 +1,7 @@
+"""`python -m allocation <command>`: the documented entry point, kept; the command line lives in `cli`."""
+
 import sys
 
-from allocation.cli import main
+from cli.main import main
 
 sys.exit(main())

@@ -20,12 +20,14 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
 from allocation.errors import ConfigError
+from allocation.windows import KINDS, MAX_PORT, WINDOW_ENV, PortSpan, WindowKind
 
 NAMESPACE = "ascend-fleet"
 DEFAULT_IMAGE = "quay.io/ascend/vllm-ascend:v0.20.2rc1"
@@ -33,14 +35,9 @@ DEFAULT_MEMORY_BUDGET = Decimal("0.95")
 # Memory fractions are compared in integer units of 1/10000 so that 0.1 + 0.85
 # fits a 0.95 budget exactly, with no floating-point surprises.
 FRACTION_SCALE = 10_000
+VISIBLE_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 # Variables the allocator sets; in `env` they would silently defeat it.
-ALLOCATED_ENV = (
-    "ASCEND_RT_VISIBLE_DEVICES",
-    "HCCL_NPU_SOCKET_PORT_RANGE",
-    "HCCL_HOST_SOCKET_PORT_RANGE",
-    "HCCL_IF_BASE_PORT",
-    "VLLM_PORT",
-)
+ALLOCATED_ENV = (VISIBLE_DEVICES_ENV, *WINDOW_ENV)
 # Config keys the Pulumi program reads but the planner has no use for.
 PROGRAM_ONLY_KEYS = frozenset({"sshPrivateKey"})
 
@@ -58,8 +55,8 @@ def _power_of_two(value: int) -> int:
 
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", max_length=63)]
-Port = Annotated[int, Field(ge=1024, le=65535)]
-AnyPort = Annotated[int, Field(ge=1, le=65535)]
+Port = Annotated[int, Field(ge=1024, le=MAX_PORT)]
+AnyPort = Annotated[int, Field(ge=1, le=MAX_PORT)]
 Fraction = Annotated[Decimal, Field(gt=0, le=1), AfterValidator(_multiple_of_scale)]
 PowerOfTwo = Annotated[int, Field(ge=1, le=16), AfterValidator(_power_of_two)]
 PortCount = Annotated[int, Field(ge=1, le=1024)]
@@ -110,6 +107,23 @@ class PortRange(Model):
         return f"{self.first}-{self.last}" if self.last != self.first else str(self.first)
 
 
+def _pin_fields() -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for k in KINDS:
+        if k.shape == "range":
+            kind: Any = PortRange
+        elif k.count_key:  # the size is policy: the planner checks the end against 65535
+            kind = Port
+        else:
+            kind = Annotated[int, Field(ge=1024, le=MAX_PORT - k.size + 1)]
+        text = f"Pin: {k.doc}" + (f" (`{k.env}`)" if k.env else "") + "."
+        fields[k.key] = (kind | None, Field(default=None, description=text))
+    return fields
+
+
+_WindowPins: type[Model] = create_model("_WindowPins", __base__=Model, **_pin_fields())
+
+
 class Mount(Model):
     """An extra bind mount from the host into the container."""
 
@@ -149,9 +163,9 @@ class ContainerSettings(Model):
         if isinstance(value, Mapping):
             owned = sorted(set(value) & set(ALLOCATED_ENV))
             if owned:
+                instead = {k.env: k.key for k in KINDS} | {VISIBLE_DEVICES_ENV: "devices"}
                 raise ValueError(
-                    f"{', '.join(owned)} is set by the allocator; pin it with the service's "
-                    "devices/hccl*/vllmPort keys instead of env"
+                    "; ".join(f"{v} is set by the allocator: pin the service's {instead[v]} instead" for v in owned)
                 )
             return {k: v if isinstance(v, str) else _scalar_to_str(v) for k, v in value.items()}
         return value
@@ -206,7 +220,7 @@ class Host(Model):
         return self.docker_url().startswith("unix://")
 
 
-class Service(ContainerSettings):
+class Service(ContainerSettings, _WindowPins):
     """One entry of `ascend-fleet:services`: a `vllm serve` instance."""
 
     name: Name
@@ -229,19 +243,8 @@ class Service(ContainerSettings):
     """Set `HCCL_NPU_SOCKET_PORT_RANGE`/`HCCL_HOST_SOCKET_PORT_RANGE`. Set false for models with MC2
     fused operators on Atlas A2, which do not support them: the service then keeps HCCL's default
     NPU port 16666 and gets its cards to itself."""
-    api_port: Port | None = None
-    """Pin: the API port (`--port`, published on the host)."""
     devices: list[Annotated[int, Field(ge=0)]] | None = None
     """Pin: physical NPU indices; as many as `tensorParallelSize`."""
-    hccl_npu_socket_port_range: PortRange | None = None
-    """Pin: `HCCL_NPU_SOCKET_PORT_RANGE` as `[first, last]`."""
-    hccl_host_socket_port_range: PortRange | None = None
-    """Pin: `HCCL_HOST_SOCKET_PORT_RANGE` as `[first, last]`."""
-    hccl_if_base_port: Annotated[int, Field(ge=1024, le=65504)] | None = None
-    """Pin: `HCCL_IF_BASE_PORT`; HCCL uses 32 ports from it."""
-    vllm_port: Port | None = None
-    """Pin: `VLLM_PORT`, the base of vLLM's internal ports (not the API port)."""
-
     @model_validator(mode="after")
     def _pins_agree(self) -> Service:
         problems = []
@@ -253,47 +256,51 @@ class Service(ContainerSettings):
                 )
             if len(set(self.devices)) != len(self.devices):
                 problems.append(f"devices {self.devices} lists a card twice")
-        for key, pinned in (
-            ("hcclNpuSocketPortRange", self.hccl_npu_socket_port_range),
-            ("hcclHostSocketPortRange", self.hccl_host_socket_port_range),
-        ):
-            if pinned is not None and pinned.first < 1024:
-                problems.append(f"{key} {pinned} starts below 1024")
-        if not self.hccl_port_ranges and (
-            self.hccl_npu_socket_port_range or self.hccl_host_socket_port_range
-        ):
-            problems.append("hcclPortRanges is false but an HCCL socket port range is pinned")
+        for kind in KINDS:
+            pinned = getattr(self, kind.key)
+            if isinstance(pinned, PortRange) and pinned.first < 1024:
+                problems.append(f"{kind.key} {pinned} starts below 1024")
+            if pinned is not None and kind.hccl_range and not self.hccl_port_ranges:
+                problems.append(f"hcclPortRanges is false but {kind.key} is pinned")
         if problems:
             raise ValueError("; ".join(problems))
         return self
 
+    def pinned(self, kind: WindowKind, size: int) -> PortSpan | None:
+        """The window of `kind` this service pins (`size` ports from a pinned port); None if unpinned."""
+        value = getattr(self, kind.key)
+        if isinstance(value, PortRange):
+            return value.first, value.last
+        return (value, value + size - 1) if value is not None else None
 
-class Ports(Model):
-    """`ascend-fleet:ports`: where the allocator takes each kind of port from, per host.
+
+def _policy_fields() -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for k in KINDS:
+        fields[k.base_key] = (Port, Field(default=k.base, description=f"First port of the `{k.key}` windows: {k.doc}."))
+        if k.count_key:
+            fields[k.count_key] = (PortCount, Field(default=k.size, description=f"Ports per `{k.key}` window."))
+    return fields
+
+
+_WindowPolicy: type[Model] = create_model("_WindowPolicy", __base__=Model, **_policy_fields())
+
+
+class Ports(_WindowPolicy):
+    """`ascend-fleet:ports`: where the allocator takes each kind of window from, per host.
 
     Every window of every service on a host is disjoint from every other, whatever its kind.
     """
 
-    api_base: Port = 8000
-    """First API port handed to services without an `apiPort` pin."""
-    hccl_npu_socket_base: Port = 16666
-    """First port of the `HCCL_NPU_SOCKET_PORT_RANGE` blocks (HCCL's own default is 16666)."""
-    hccl_npu_socket_count: PortCount = 16
-    """Ports per `HCCL_NPU_SOCKET_PORT_RANGE` block: at least the HCCL processes per card."""
-    hccl_host_socket_base: Port = 60032
-    """First port of the `HCCL_HOST_SOCKET_PORT_RANGE` blocks; starts past HCCL's default
-    `HCCL_IF_BASE_PORT` window (60000-60031)."""
-    hccl_host_socket_count: PortCount = 16
-    """Ports per `HCCL_HOST_SOCKET_PORT_RANGE` block."""
-    hccl_if_base: Port = 61000
-    """First `HCCL_IF_BASE_PORT`; each service gets a 32-port window from there."""
-    vllm_base: Port = 62000
-    """First `VLLM_PORT`."""
-    vllm_count: PortCount = 16
-    """Ports reserved per service from its `VLLM_PORT` for vLLM's internal servers."""
     reserved: list[PortRange] = [PortRange(first=60000, last=60031)]
     """Ports never handed out on any host: single ports (`22`), `"a-b"` strings or `[a, b]`.
     Default: HCCL's default host window 60000-60031, kept free for processes outside the plan."""
+
+    def base(self, kind: WindowKind) -> int:
+        return getattr(self, kind.base_key)
+
+    def size(self, kind: WindowKind) -> int:
+        return getattr(self, kind.count_key) if kind.count_key else kind.size
 
 
 class Ssh(Model):

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from allocation.config import DEFAULT_IMAGE, FleetConfig, Mount
+from allocation.config import DEFAULT_IMAGE, VISIBLE_DEVICES_ENV, FleetConfig, Mount
 from allocation.plan import PlannedService
+from allocation.windows import KINDS
 
 LABEL_PREFIX = "ascend-fleet"
 DEFAULT_SHM_SIZE_MIB = 10486  # the seed's shm_size: 10.24gb
@@ -50,12 +51,11 @@ class ContainerSpec:
     """Everything Docker needs to run one service, in Docker's own terms."""
 
     name: str
-    host: str
     image: str
     command: tuple[str, ...]
     env: Mapping[str, str]
-    devices: tuple[str, ...]
-    """Host device paths, mounted at the same path in the container."""
+    device_files: tuple[str, ...]
+    """Host `/dev` paths, passed in at the same path."""
     mounts: tuple[Mount, ...]
     api_port: int
     """Published on the host at the same number."""
@@ -69,10 +69,6 @@ class ContainerSpec:
     ipc_mode: str = "host"
     log_driver: str = "json-file"
     log_opts: Mapping[str, str] = field(default_factory=lambda: LOG_OPTS)
-
-
-def _span(span: tuple[int, int] | None) -> str:
-    return f"{span[0]}-{span[1]}" if span else ""
 
 
 def container_spec(fleet: FleetConfig, planned: PlannedService) -> ContainerSpec:
@@ -97,32 +93,27 @@ def container_spec(fleet: FleetConfig, planned: PlannedService) -> ContainerSpec
     env.update(s.env or {})
     # With only its own /dev/davinciN mounted, the runtime numbers a container's
     # cards from 0; in all-devices mode every card is visible under its physical index.
-    visible = a.devices if all_devices else range(tp)
-    env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(map(str, visible))
-    if a.hccl_npu_socket_port_range:
-        env["HCCL_NPU_SOCKET_PORT_RANGE"] = _span(a.hccl_npu_socket_port_range)
-    if a.hccl_host_socket_port_range:
-        env["HCCL_HOST_SOCKET_PORT_RANGE"] = _span(a.hccl_host_socket_port_range)
-    env["HCCL_IF_BASE_PORT"] = str(a.hccl_if_base_port)
-    env["VLLM_PORT"] = str(a.vllm_port)
-
-    cards = range(host.npus) if all_devices else a.devices
-    devices = tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES
-    mounts = tuple(Mount(source=p, target=p) for p in DRIVER_MOUNTS)
-    mounts += (Mount(source=s.model, target=s.model),)
-    mounts += tuple(d.mounts or ()) + tuple(s.mounts or ())
-
+    visible = a.cards if all_devices else range(tp)
+    env[VISIBLE_DEVICES_ENV] = ",".join(map(str, visible))
     labels = {
         f"{LABEL_PREFIX}.stack": fleet.stack,
         f"{LABEL_PREFIX}.service": s.name,
         f"{LABEL_PREFIX}.host": a.host,
-        f"{LABEL_PREFIX}.devices": ",".join(map(str, a.devices)),
-        f"{LABEL_PREFIX}.api-port": str(a.api_port),
-        f"{LABEL_PREFIX}.hccl-npu-socket-port-range": _span(a.hccl_npu_socket_port_range),
-        f"{LABEL_PREFIX}.hccl-host-socket-port-range": _span(a.hccl_host_socket_port_range),
-        f"{LABEL_PREFIX}.hccl-if-base-port": str(a.hccl_if_base_port),
-        f"{LABEL_PREFIX}.vllm-port": str(a.vllm_port),
+        f"{LABEL_PREFIX}.devices": ",".join(map(str, a.cards)),
     }
+    for kind in KINDS:
+        span = a.windows.get(kind.key)
+        text = kind.text(span) if span else ""
+        if kind.env and span:
+            env[kind.env] = text
+        labels[f"{LABEL_PREFIX}.{kind.label}"] = text
+
+    cards = range(host.npus) if all_devices else a.cards
+    device_files = tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES
+    mounts = tuple(Mount(source=p, target=p) for p in DRIVER_MOUNTS)
+    mounts += (Mount(source=s.model, target=s.model),)
+    mounts += tuple(d.mounts or ()) + tuple(s.mounts or ())
+
     start_timeout = s.start_timeout_seconds or d.start_timeout_seconds or DEFAULT_START_TIMEOUT_SECONDS
     url = f"http://127.0.0.1:{a.api_port}/health"
     # vllm-ascend images carry python3; minimal images (the simulator) busybox wget.
@@ -132,11 +123,10 @@ def container_spec(fleet: FleetConfig, planned: PlannedService) -> ContainerSpec
     )
     return ContainerSpec(
         name=s.name,
-        host=a.host,
         image=s.image or d.image or DEFAULT_IMAGE,
         command=tuple(command),
         env=MappingProxyType(dict(sorted(env.items()))),
-        devices=devices,
+        device_files=device_files,
         mounts=mounts,
         api_port=a.api_port,
         labels=MappingProxyType(labels),

@@ -4,7 +4,7 @@
 would add, remove, move to other cards, give other ports, or restart with a new
 container spec, before anyone runs `pulumi up`. This module compares two plan
 JSON documents (the output of `plan --format json`) and renders the result. It
-is pure: no I/O, no git, no Pulumi; `allocation.revision` fetches the old plan.
+is pure: no I/O, no git, no Pulumi; `cli.revision` fetches the old plan.
 
 Ordering is canonical (host, then service name), never the order of the input,
 so the same two plans always render the same text.
@@ -16,28 +16,21 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping
 
+from allocation.config import VISIBLE_DEVICES_ENV
+from allocation.windows import BY_KEY, KINDS, span_text
+
 Format = Literal["table", "json", "markdown"]
 FORMATS: tuple[Format, ...] = ("table", "json", "markdown")
 
 # Port fields of a planned service, in the order they are reported.
-PORT_FIELDS = (
-    "apiPort",
-    "hcclNpuSocketPortRange",
-    "hcclHostSocketPortRange",
-    "hcclIfBasePort",
-    "vllmPort",
-)
+PORT_FIELDS = tuple(k.key for k in KINDS)
 # Container settings that are only a rendering of a placement or port field.
 # When that field changed the difference is already reported (as a move or a
 # port change), so repeating it as a restart reason would only be noise. When
 # it changed on its own, it is reported.
 DERIVED_ARGS = {"--port": ("apiPort",), "--tensor-parallel-size": ("devices",)}
-DERIVED_ENV = {
-    "HCCL_NPU_SOCKET_PORT_RANGE": ("hcclNpuSocketPortRange",),
-    "HCCL_HOST_SOCKET_PORT_RANGE": ("hcclHostSocketPortRange",),
-    "HCCL_IF_BASE_PORT": ("hcclIfBasePort",),
-    "VLLM_PORT": ("vllmPort",),
-    "ASCEND_RT_VISIBLE_DEVICES": ("devices",),
+DERIVED_ENV = {k.env: (k.key,) for k in KINDS if k.env} | {
+    VISIBLE_DEVICES_ENV: ("devices",),
     "VLLM_WORKER_MULTIPROC_METHOD": ("devices",),  # set only for tensor parallelism
 }
 HOST_FIELDS = ("address", "npus", "hbmGiB", "memoryBudget")
@@ -363,8 +356,8 @@ def _cards(devices: Iterable[int]) -> str:
 def _show(value: Any, key: str = "") -> str:
     if value is None:
         return "unset" if key in PORT_FIELDS else "none"
-    if isinstance(value, (list, tuple)) and len(value) == 2 and key.endswith("Range"):
-        return f"{value[0]}-{value[1]}"
+    if isinstance(value, (list, tuple)) and len(value) == 2 and key in BY_KEY:
+        return span_text((value[0], value[1]))
     return _compact(value)
 
 

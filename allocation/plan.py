@@ -8,22 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, Mapping
 
 from allocation.config import FleetConfig, Host, Service
-
-# HCCL takes this many consecutive host ports from HCCL_IF_BASE_PORT (32 in
-# current CANN; 16 in older docs, so 32 is the safe reservation).
-HCCL_IF_WINDOW = 32
-# HCCL's NPU-side port when HCCL_NPU_SOCKET_PORT_RANGE is unset.
-HCCL_DEFAULT_NPU_PORT = 16666
-
-PortSpan = tuple[int, int]
-
-
-def span_text(span: PortSpan) -> str:
-    """`16666-16681`, or `7007` for a single port: how messages name a window."""
-    return f"{span[0]}-{span[1]}" if span[0] != span[1] else str(span[0])
+from allocation.windows import KINDS, PortSpan
 
 
 @dataclass(frozen=True)
@@ -31,24 +19,14 @@ class Assignment:
     """The resources the allocator gives one service: cards on one host and port windows."""
 
     host: str
-    devices: tuple[int, ...]
-    api_port: int
-    hccl_npu_socket_port_range: PortSpan | None
-    hccl_host_socket_port_range: PortSpan | None
-    hccl_if_base_port: int
-    vllm_port: int
-    vllm_port_count: int
+    cards: tuple[int, ...]
+    """Physical card indices."""
+    windows: Mapping[str, PortSpan]
+    """Window kind key -> span; a kind the service drops (hcclPortRanges: false) is absent."""
 
-    def windows(self) -> list[tuple[str, PortSpan]]:
-        """Every port window the service binds on its host, named by its config key."""
-        out = [("apiPort", (self.api_port, self.api_port))]
-        if self.hccl_npu_socket_port_range:
-            out.append(("hcclNpuSocketPortRange", self.hccl_npu_socket_port_range))
-        if self.hccl_host_socket_port_range:
-            out.append(("hcclHostSocketPortRange", self.hccl_host_socket_port_range))
-        out.append(("hcclIfBasePort", (self.hccl_if_base_port, self.hccl_if_base_port + HCCL_IF_WINDOW - 1)))
-        out.append(("vllmPort", (self.vllm_port, self.vllm_port + self.vllm_port_count - 1)))
-        return out
+    @property
+    def api_port(self) -> int:
+        return self.windows["apiPort"][0]
 
 
 @dataclass(frozen=True)
@@ -67,19 +45,10 @@ class PlannedService:
         return {
             "name": self.name,
             "host": a.host,
-            "devices": list(a.devices),
+            "devices": list(a.cards),
             "tensorParallelSize": self.service.tensor_parallel_size,
             "memoryFraction": float(self.service.memory_fraction),
-            "apiPort": a.api_port,
-            "hcclNpuSocketPortRange": _span(a.hccl_npu_socket_port_range),
-            "hcclHostSocketPortRange": _span(a.hccl_host_socket_port_range),
-            "hcclIfBasePort": a.hccl_if_base_port,
-            "vllmPort": a.vllm_port,
-        }
-
-
-def _span(span: PortSpan | None) -> list[int] | None:
-    return list(span) if span else None
+        } | {k.key: k.value(a.windows.get(k.key)) for k in KINDS}
 
 
 @dataclass(frozen=True)
@@ -93,7 +62,7 @@ class HostPlan:
         """Services per card, every card of the host present."""
         load: dict[int, list[PlannedService]] = {c: [] for c in range(self.host.npus)}
         for ps in self.services:
-            for card in ps.assignment.devices:
+            for card in ps.assignment.cards:
                 load[card].append(ps)
         return load
 

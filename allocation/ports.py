@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from allocation.config import Host, Ports, PortRange, Service
-from allocation.plan import HCCL_DEFAULT_NPU_PORT, HCCL_IF_WINDOW, Assignment, PortSpan, span_text
-
-MAX_PORT = 65535
-SOCKET_RANGE_KEYS = ("hcclNpuSocketPortRange", "hcclHostSocketPortRange")
+from allocation.plan import Assignment
+from allocation.windows import HCCL_DEFAULT_NPU_PORT, KINDS, MAX_PORT, PortSpan, span_text
 
 
 @dataclass
@@ -53,24 +52,6 @@ class Occupied:
         return None
 
 
-def _pins(s: Service, policy: Ports) -> dict[str, PortSpan | None]:
-    """The windows a service pins, by config key; None where the allocator chooses."""
-
-    def window(first: int | None, size: int) -> PortSpan | None:
-        return (first, first + size - 1) if first else None
-
-    def span(r: PortRange | None) -> PortSpan | None:
-        return (r.first, r.last) if r else None
-
-    return {
-        "apiPort": window(s.api_port, 1),
-        "hcclNpuSocketPortRange": span(s.hccl_npu_socket_port_range),
-        "hcclHostSocketPortRange": span(s.hccl_host_socket_port_range),
-        "hcclIfBasePort": window(s.hccl_if_base_port, HCCL_IF_WINDOW),
-        "vllmPort": window(s.vllm_port, policy.vllm_count),
-    }
-
-
 def _merged(ranges: list[PortRange]) -> list[PortSpan]:
     out: list[list[int]] = []
     for r in sorted(ranges, key=lambda r: (r.first, r.last)):
@@ -90,65 +71,40 @@ def assign_ports(
     """Port windows for the services placed on one host; problems are appended, not raised."""
     taken = Occupied()
 
-    def claim(first: int, last: int, owner: str) -> None:
-        other = taken.clash(first, last)
-        if other is not None:
-            problems.append(
-                f"host {host.name}: {owner} {span_text((first, last))} overlaps "
-                f"{other[2]} {span_text(other[:2])}"
-            )
+    def claim(span: PortSpan, owner: str) -> None:
+        other = taken.clash(*span)
+        if span[1] > MAX_PORT:
+            problems.append(f"host {host.name}: {owner} {span_text(span)} runs past port {MAX_PORT}")
+        elif other is not None:
+            problems.append(f"host {host.name}: {owner} {span_text(span)} overlaps {other[2]} {span_text(other[:2])}")
         else:
-            taken.add(first, last, owner)
+            taken.add(*span, owner)
 
     for first, last in _merged([*policy.reserved, *host.reserved_ports]):
         taken.add(first, last, "reserved ports")
     placed = sorted(placed, key=lambda p: p[0].name)
     if any(not s.hccl_port_ranges for s, _ in placed):
-        claim(
-            HCCL_DEFAULT_NPU_PORT,
-            HCCL_DEFAULT_NPU_PORT,
-            "HCCL's default NPU port (kept by services with hcclPortRanges: false)",
-        )
-    windows: dict[str, dict[str, PortSpan | None]] = {}
+        owner = "HCCL's default NPU port (kept by services with hcclPortRanges: false)"
+        claim((HCCL_DEFAULT_NPU_PORT, HCCL_DEFAULT_NPU_PORT), owner)
+    windows: dict[str, dict[str, PortSpan]] = {s.name: {} for s, _ in placed}
     for s, _ in placed:
-        windows[s.name] = pins = _pins(s, policy)
-        for key, span in pins.items():
+        for kind in KINDS:
+            span = s.pinned(kind, policy.size(kind))
             if span is not None:
-                claim(*span, f"{key} of {s.name}")
-
-    sizes = {
-        "apiPort": (policy.api_base, 1),
-        "hcclNpuSocketPortRange": (policy.hccl_npu_socket_base, policy.hccl_npu_socket_count),
-        "hcclHostSocketPortRange": (policy.hccl_host_socket_base, policy.hccl_host_socket_count),
-        "hcclIfBasePort": (policy.hccl_if_base, HCCL_IF_WINDOW),
-        "vllmPort": (policy.vllm_base, policy.vllm_count),
-    }
-    out = []
-    for s, devices in placed:
-        spans = windows[s.name]
-        for key, (base, size) in sizes.items():
-            if spans[key] is not None or (key in SOCKET_RANGE_KEYS and not s.hccl_port_ranges):
+                windows[s.name][kind.key] = span
+                claim(span, f"{kind.key} of {s.name}")
+    for s, _ in placed:
+        for kind in KINDS:
+            if kind.key in windows[s.name] or (kind.hccl_range and not s.hccl_port_ranges):
                 continue
+            base, size = policy.base(kind), policy.size(kind)
             span = taken.first_free(base, size)
             if span is None:
                 problems.append(
                     f"host {host.name}: no free block of {size} port(s) from {base} up to {MAX_PORT} "
-                    f"for {key} of {s.name}; lower ascend-fleet:ports or free reserved ports"
+                    f"for {kind.key} of {s.name}; lower ascend-fleet:ports.{kind.base_key} or free reserved ports"
                 )
-                span = (0, 0)
-            else:
-                taken.add(*span, f"{key} of {s.name}")
-            spans[key] = span
-        out.append(
-            Assignment(
-                host=host.name,
-                devices=devices,
-                api_port=spans["apiPort"][0],
-                hccl_npu_socket_port_range=spans["hcclNpuSocketPortRange"],
-                hccl_host_socket_port_range=spans["hcclHostSocketPortRange"],
-                hccl_if_base_port=spans["hcclIfBasePort"][0],
-                vllm_port=spans["vllmPort"][0],
-                vllm_port_count=policy.vllm_count,
-            )
-        )
-    return out
+                continue
+            taken.add(*span, f"{kind.key} of {s.name}")
+            windows[s.name][kind.key] = span
+    return [Assignment(host=host.name, cards=cards, windows=MappingProxyType(windows[s.name])) for s, cards in placed]

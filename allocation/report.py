@@ -5,47 +5,50 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from allocation.containers import container_spec
 from allocation.config import units
+from allocation.deployment import Deployment
 from allocation.placement import fmt_units
-from allocation.plan import HostPlan, Plan
+from allocation.plan import HostPlan
+from allocation.windows import KINDS, PortSpan, WindowKind, span_text
 
 FORMATS = ("table", "markdown", "json")
 
 
-def plan_json(plan: Plan) -> dict[str, Any]:
+def plan_json(deployment: Deployment) -> dict[str, Any]:
     """The machine-readable plan; each service also carries the container it becomes."""
     hosts = []
-    for hp in plan.hosts:
+    for hd in deployment.hosts:
         services = []
-        for ps in hp.services:
-            spec = container_spec(plan.fleet, ps)
+        for sd in hd.services:
+            spec = sd.spec
             services.append(
-                ps.to_json()
+                sd.planned.to_json()
                 | {"container": {"image": spec.image, "command": list(spec.command), "env": dict(spec.env)}}
             )
         hosts.append(
             {
-                "name": hp.host.name,
-                "address": hp.host.address,
-                "npus": hp.host.npus,
-                "hbmGiB": hp.host.hbm_gi_b,
-                "memoryBudget": float(hp.budget),
+                "name": hd.host.name,
+                "address": hd.host.address,
+                "npus": hd.host.npus,
+                "hbmGiB": hd.host.hbm_gi_b,
+                "memoryBudget": float(hd.plan.budget),
                 "services": services,
             }
         )
-    return {"stack": plan.stack, "hosts": hosts}
+    return {"stack": deployment.stack, "hosts": hosts}
 
 
-def _span(span: tuple[int, int] | None) -> str:
-    return f"{span[0]}-{span[1]}" if span else "default 16666"
+def _window_cell(kind: WindowKind, span: PortSpan | None) -> str:
+    if span is not None:
+        return span_text(span)
+    return f"default {kind.unset_port}" if kind.unset_port is not None else "-"
 
 
 def _card_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
     headers = ["card"] + [str(c) for c in range(hp.host.npus)]
     rows = []
     for ps in hp.services:
-        cells = [f"{ps.service.memory_fraction}" if c in ps.assignment.devices else "." for c in range(hp.host.npus)]
+        cells = [f"{ps.service.memory_fraction}" if c in ps.assignment.cards else "." for c in range(hp.host.npus)]
         rows.append([ps.name, *cells])
     load = hp.card_load()
     used = [fmt_units(sum(units(s.service.memory_fraction) for s in load[c])) for c in range(hp.host.npus)]
@@ -54,7 +57,7 @@ def _card_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
 
 
 def _port_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
-    headers = ["service", "cards", "TP", "HBM/card", "API", "HCCL NPU", "HCCL host", "HCCL IF base", "VLLM_PORT"]
+    headers = ["service", "cards", "TP", "HBM/card", *(k.column for k in KINDS)]
     rows = []
     for ps in hp.services:
         a, s = ps.assignment, ps.service
@@ -62,14 +65,10 @@ def _port_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
         rows.append(
             [
                 ps.name,
-                ",".join(map(str, a.devices)),
+                ",".join(map(str, a.cards)),
                 str(s.tensor_parallel_size),
                 f"{s.memory_fraction} ({gib:.1f} GiB)",
-                str(a.api_port),
-                _span(a.hccl_npu_socket_port_range),
-                _span(a.hccl_host_socket_port_range) if a.hccl_host_socket_port_range else "-",
-                f"{a.hccl_if_base_port}-{a.hccl_if_base_port + 31}",
-                f"{a.vllm_port}-{a.vllm_port + a.vllm_port_count - 1}",
+                *(_window_cell(k, a.windows.get(k.key)) for k in KINDS),
             ]
         )
     return headers, rows
@@ -95,9 +94,10 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def render_plan(plan: Plan, fmt: str) -> str:
+def render_plan(deployment: Deployment, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(plan_json(plan), indent=2)
+        return json.dumps(plan_json(deployment), indent=2)
+    plan = deployment.plan
     services = sum(len(hp.services) for hp in plan.hosts)
     summary = f"stack {plan.stack}: {len(plan.hosts)} host(s), {services} service(s)"
     parts = [f"## Allocation plan: {summary}" if fmt == "markdown" else summary]

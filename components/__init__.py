@@ -3,6 +3,5 @@
 from components.ascend_host import AscendHost
 from components.model_service import ModelService
 from components.stack_config import fleet_values, ssh_private_key
-from components.start_order import start_after
 
-__all__ = ["AscendHost", "ModelService", "fleet_values", "ssh_private_key", "start_after"]
+__all__ = ["AscendHost", "ModelService", "fleet_values", "ssh_private_key"]

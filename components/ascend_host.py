@@ -15,10 +15,8 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from allocation.config import FleetConfig
-from allocation.containers import container_spec
-from allocation.plan import HostPlan
-from components.host_check import host_check_script
+from allocation.config import Ssh
+from allocation.deployment import HostDeployment
 
 
 class AscendHost(pulumi.ComponentResource):
@@ -29,26 +27,21 @@ class AscendHost(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        fleet: FleetConfig,
-        host_plan: HostPlan,
+        deployment: HostDeployment,
+        ssh: Ssh,
         private_key: Optional[pulumi.Input[str]] = None,
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
         super().__init__("ascend-fleet:index:AscendHost", name, None, opts)
-        host = host_plan.host
-        url = host.docker_url()  # the URL the exports and `doctor` use too
+        host = deployment.host
         child = pulumi.ResourceOptions(parent=self)
-
         self.provider = docker.Provider(
             f"{name}-docker",
-            host=url,
-            # Only the ssh transport reads them; BatchMode and ConnectTimeout make an
-            # unreachable host fail in seconds instead of waiting for a password.
-            ssh_opts=fleet.ssh.options() if url.startswith("ssh://") else None,
+            host=deployment.docker_url,
+            ssh_opts=list(deployment.ssh_options) if deployment.ssh_options is not None else None,
             opts=child,
         )
-
-        script = host_check_script(host_plan, fleet)
+        script = deployment.check_script
         if host.is_local():  # the dev stack: the daemon runs where Pulumi runs
             self.check = command.local.Command(f"{name}-check", create=script, opts=child)
         else:
@@ -60,7 +53,7 @@ class AscendHost(pulumi.ComponentResource):
                     user=host.user,
                     # Secret from config; the provider also marks the whole connection secret.
                     private_key=private_key,
-                    per_dial_timeout=fleet.ssh.connect_timeout_seconds,
+                    per_dial_timeout=ssh.connect_timeout_seconds,
                     dial_error_limit=3,
                 ),
                 create=script,
@@ -70,15 +63,9 @@ class AscendHost(pulumi.ComponentResource):
         # Pulled once per host and image, after the check: a 20 GB pull onto a host
         # without its cards or weights is time lost. keep_locally: destroying the
         # stack or changing the tag must not delete an image an operator may roll back to.
-        images = sorted({container_spec(fleet, ps).image for ps in host_plan.services})
+        after_check = pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[self.check])
         self.images = {
-            image: docker.RemoteImage(
-                f"{name}-{image}",
-                name=image,
-                keep_locally=True,
-                opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[self.check]),
-            )
-            for image in images
+            image: docker.RemoteImage(f"{name}-{image}", name=image, keep_locally=True, opts=after_check)
+            for image in deployment.images
         }
-        self.docker_host = url
-        self.register_outputs({"dockerHost": url, "images": images})
+        self.register_outputs({"dockerHost": deployment.docker_url, "images": list(deployment.images)})

@@ -1,6 +1,6 @@
 """ModelService: one `vllm serve` instance, i.e. one docker container on its host.
 
-The container is built from `container_spec` and nothing else: the command,
+The container is built from the service's deployment record and nothing else: the command,
 environment, devices, mounts and ports were decided by the planner for the
 whole stack, and this component only translates them into pulumi-docker terms.
 """
@@ -12,9 +12,8 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_docker as docker
 
-from allocation.config import FleetConfig
-from allocation.containers import ContainerSpec, container_spec
-from allocation.plan import PlannedService
+from allocation.containers import ContainerSpec
+from allocation.deployment import ServiceDeployment
 from components.ascend_host import AscendHost
 
 
@@ -32,7 +31,7 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
         envs=[f"{key}={value}" for key, value in spec.env.items()],
         devices=[
             docker.ContainerDeviceArgs(host_path=path, container_path=path, permissions="rwm")
-            for path in spec.devices
+            for path in spec.device_files
         ],
         mounts=[
             docker.ContainerMountArgs(type="bind", source=m.source, target=m.target, read_only=m.read_only)
@@ -68,15 +67,13 @@ class ModelService(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        fleet: FleetConfig,
-        planned: PlannedService,
+        deployment: ServiceDeployment,
         host: AscendHost,
         after: Sequence["ModelService"] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
         super().__init__("ascend-fleet:index:ModelService", name, None, opts)
-        spec = container_spec(fleet, planned)
-        a = planned.assignment
+        spec = deployment.spec
         self.container = docker.Container(
             f"{name}-container",
             # The image id, not the name: the provider stores the id and would report a
@@ -93,13 +90,7 @@ class ModelService(pulumi.ComponentResource):
                 delete_before_replace=True,
             ),
         )
-        address = fleet.host(a.host).url_address()
-        npu_range = a.hccl_npu_socket_port_range
-        self.summary = {
-            # Derived from the container so that it exists once the container does.
-            "endpoint": self.container.name.apply(lambda _: f"http://{address}:{a.api_port}/v1"),
-            "host": a.host,
-            "devices": list(a.devices),
-            "hcclNpuSocketPortRange": f"{npu_range[0]}-{npu_range[1]}" if npu_range else None,
-        }
+        endpoint = deployment.endpoint
+        # Derived from the container so that it exists once the container does.
+        self.summary = {"endpoint": self.container.name.apply(lambda _: endpoint), **deployment.summary()}
         self.register_outputs(self.summary)

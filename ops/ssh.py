@@ -16,7 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from allocation.config import FleetConfig, Host
+from allocation.config import Host, Ssh
 
 # ssh exits 255 when it could not connect or authenticate (or the connection broke).
 SSH_FAILED = 255
@@ -35,20 +35,21 @@ class RemoteResult:
     """Why the host could not be reached (or the script was cut off)."""
 
 
-def ssh_command(fleet: FleetConfig, host: Host, remote: str) -> list[str]:
-    """The ssh argv that runs `remote` on `host` with the stack's ssh settings."""
+def ssh_command(ssh: Ssh, host: Host, remote: str) -> list[str]:
+    """The ssh argv that runs `remote` on `host` with the stack's ssh settings; `--` ends
+    the options, so the destination is never read as one."""
     return [
-        "ssh", *fleet.ssh.options(),
+        "ssh", *ssh.options(),
         "-o", "LogLevel=ERROR",
         "-p", str(host.ssh_port),
-        f"{host.user}@{host.address}",
+        "--", f"{host.user}@{host.address}",
         remote,
     ]  # fmt: skip
 
 
-def run_script(fleet: FleetConfig, host: Host, script: str, *, timeout: float | None = None) -> RemoteResult:
+def run_script(ssh: Ssh, host: Host, script: str, *, timeout: float | None = None) -> RemoteResult:
     """Run a POSIX shell script on `host` (locally when its Docker daemon is `unix://`)."""
-    connect = fleet.ssh.connect_timeout_seconds
+    connect = ssh.connect_timeout_seconds
     timeout = timeout if timeout is not None else max(DEFAULT_TIMEOUT_SECONDS, connect + 30.0)
     if host.is_local():
         argv = ["sh", "-s"]
@@ -56,7 +57,7 @@ def run_script(fleet: FleetConfig, host: Host, script: str, *, timeout: float | 
     else:
         if shutil.which("ssh") is None:
             return RemoteResult(False, None, "", "", 0.0, "no ssh client on this machine (apt package openssh-client)")
-        argv = ssh_command(fleet, host, "sh -s")
+        argv = ssh_command(ssh, host, "sh -s")
         env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "DOCKER_CONTEXT")}
     start = time.monotonic()
     try:

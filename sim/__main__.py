@@ -11,7 +11,7 @@ import signal
 import sys
 
 from allocation.errors import FleetError
-from allocation.stackfile import load_fleet
+from cli.stackfile import load_fleet
 from sim.host import SimHost, SimHostError
 
 

@@ -319,11 +319,6 @@ class SimHost:
             "-o", f"UserKnownHostsFile={self.known_hosts_file}",
         ]  # fmt: skip
 
-    @property
-    def provider_args(self) -> dict[str, object]:
-        """Keyword arguments for ``pulumi_docker.Provider``: ``host`` and ``ssh_opts``."""
-        return {"host": self.docker_host, "ssh_opts": self.ssh_opts}
-
     def docker_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment in which the docker CLI (or a provider using it) talks to this host."""
         env = dict(os.environ if base is None else base)

@@ -10,13 +10,14 @@ import pytest
 from allocation.config import parse_fleet
 from allocation.errors import AllocationError, ConfigError
 from allocation.planner import plan_fleet
+from allocation.deployment import deploy
 from allocation.report import plan_json
 from tests.fleets import fleet, host, seed_values, service
 
 
 def assignments(values: dict) -> dict[str, dict]:
     plan = plan_fleet(parse_fleet("test", values))
-    return {s["name"]: s for h in plan_json(plan)["hosts"] for s in h["services"]}
+    return {s["name"]: s for h in plan_json(deploy(plan))["hosts"] for s in h["services"]}
 
 
 def test_seed_fleet_without_pins_is_packed_and_conflict_free():

@@ -7,56 +7,57 @@ import random
 from collections import defaultdict
 from decimal import Decimal
 
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from allocation.config import parse_fleet
 from allocation.errors import FleetError
-from allocation.pin import pins_of
+from cli.pin import pins_of
 from allocation.plan import Plan
 from allocation.planner import plan_fleet
+from allocation.deployment import deploy
 from allocation.report import plan_json
 
 FRACTIONS = [Decimal(f"0.{n:02d}") for n in range(5, 100, 5)]
+SMALL = FRACTIONS[:6]  # up to 0.3: several services can share a card
 
 
 @st.composite
 def fleets(draw: st.DrawFn) -> dict:
+    """Fleets that fit their hosts' card counts, so most examples plan a real fleet."""
     host_names = draw(st.lists(st.sampled_from(["npu-a", "npu-b", "npu-c", "npu-d"]), min_size=1, max_size=4, unique=True))
-    hosts = []
+    hosts, npus = [], {}
     for name in host_names:
-        h = {"name": name, "address": f"{name}.example", "npus": draw(st.sampled_from([2, 4, 8]))}
+        npus[name] = draw(st.sampled_from([2, 4, 8]))
+        h = {"name": name, "address": f"{name}.example", "npus": npus[name]}
         if draw(st.booleans()):
             h["memoryBudget"] = float(draw(st.sampled_from([Decimal("0.9"), Decimal("0.95"), Decimal("1")])))
         if draw(st.booleans()):
             h["reservedPorts"] = [draw(st.sampled_from([8000, 16666, 60032, "61000-61010", "62000-62100"]))]
         hosts.append(h)
     services = []
-    count = draw(st.integers(0, 10))
-    api_pins = draw(st.lists(st.integers(7000, 7005), min_size=count, max_size=count))
+    count = draw(st.integers(1, 10))
+    api_pins = draw(st.lists(st.integers(7000, 7015), min_size=count, max_size=count, unique=True))
     for i in range(count):
-        s = {
-            "name": f"svc-{i}",
-            "model": f"/models/m{i}",
-            "tensorParallelSize": draw(st.sampled_from([1, 1, 2, 4, 8])),
-            "memoryFraction": float(draw(st.sampled_from(FRACTIONS))),
-        }
-        if draw(st.integers(0, 3)) == 0:
-            s["host"] = draw(st.sampled_from(host_names))
+        host = draw(st.sampled_from(host_names)) if draw(st.integers(0, 3)) == 0 else None
+        cards = npus[host] if host else max(npus.values())
+        tp = draw(st.sampled_from([t for t in (1, 1, 2, 4, 8) if t <= cards]))
+        s = {"name": f"svc-{i}", "model": f"/models/m{i}", "tensorParallelSize": tp,
+             "memoryFraction": float(draw(st.sampled_from(FRACTIONS if draw(st.integers(0, 3)) == 0 else SMALL)))}  # fmt: skip
+        if host:
+            s["host"] = host
+            if draw(st.integers(0, 2)) == 0:
+                s["devices"] = draw(st.permutations(range(cards)))[:tp]
         if draw(st.integers(0, 5)) == 0:
             s["hcclPortRanges"] = False
         if draw(st.integers(0, 3)) == 0:
             s["apiPort"] = api_pins[i]
-        if draw(st.integers(0, 4)) == 0:
-            npus = 8
-            tp = s["tensorParallelSize"]
-            s["devices"] = draw(st.permutations(range(npus)))[:tp]
         services.append(s)
     return {"hosts": hosts, "services": services}
 
 
 def check_plan(plan: Plan, values: dict) -> None:
-    note(plan_json(plan))
+    note(plan_json(deploy(plan)))
     configured = {s["name"]: s for s in values["services"]}
     assert sorted(ps.name for _, ps in plan.services()) == sorted(configured)
     for hp in plan.hosts:
@@ -68,21 +69,21 @@ def check_plan(plan: Plan, values: dict) -> None:
         for ps in hp.services:
             s, a = ps.service, ps.assignment
             cfg = configured[s.name]
-            assert len(a.devices) == s.tensor_parallel_size == len(set(a.devices))
-            assert all(0 <= c < hp.host.npus for c in a.devices)
+            assert len(a.cards) == s.tensor_parallel_size == len(set(a.cards))
+            assert all(0 <= c < hp.host.npus for c in a.cards)
             if "devices" in cfg:
-                assert sorted(cfg["devices"]) == list(a.devices)
+                assert sorted(cfg["devices"]) == list(a.cards)
             else:  # aligned block
-                assert a.devices[0] % s.tensor_parallel_size == 0
-                assert list(a.devices) == list(range(a.devices[0], a.devices[0] + s.tensor_parallel_size))
+                assert a.cards[0] % s.tensor_parallel_size == 0
+                assert list(a.cards) == list(range(a.cards[0], a.cards[0] + s.tensor_parallel_size))
             if "host" in cfg:
                 assert cfg["host"] == hp.host.name
             if "apiPort" in cfg:
                 assert cfg["apiPort"] == a.api_port
-            for c in a.devices:
+            for c in a.cards:
                 used[c] += s.memory_fraction
                 holders[c].append(s)
-            windows += [span for _, span in a.windows()]
+            windows += list(a.windows.values())
             if not s.hccl_port_ranges:
                 windows.append((16666, 16666))
         for c, total in used.items():
@@ -105,17 +106,19 @@ def test_generated_fleets_are_planned_without_conflicts_or_rejected_with_a_messa
     try:
         plan = plan_fleet(parse_fleet("gen", values))
     except FleetError as err:
+        event("rejected")
         message = str(err)
         note(message)
         assert message.startswith("stack gen: ") and "\n" not in message
         assert values == before, "a rejected fleet must leave the input untouched"
         return
     assert values == before
+    event("planned a fleet with services" if values["services"] else "planned an empty fleet")
     check_plan(plan, values)
     shuffled = copy.deepcopy(values)
     rnd.shuffle(shuffled["hosts"])
     rnd.shuffle(shuffled["services"])
-    assert plan_json(plan_fleet(parse_fleet("gen", shuffled))) == plan_json(plan)
+    assert plan_json(deploy(plan_fleet(parse_fleet("gen", shuffled)))) == plan_json(deploy(plan))
 
 
 @settings(max_examples=100, deadline=None)
@@ -147,4 +150,4 @@ def test_planning_twice_gives_the_same_plan():
         for i in range(30)
     ]
     values = {"hosts": [{"name": f"h{i}", "address": "x"} for i in range(5)], "services": services}
-    assert plan_json(plan_fleet(parse_fleet("t", values))) == plan_json(plan_fleet(parse_fleet("t", values)))
+    assert plan_json(deploy(plan_fleet(parse_fleet("t", values)))) == plan_json(deploy(plan_fleet(parse_fleet("t", values))))

@@ -1,31 +1,26 @@
 """doctor's judgement, from hand-made host facts: every kind of finding, and a clean host.
 
-The facts are what `GATHER_SCRIPT` would report; the live containers are built
-from `container_spec`, so a clean host here is one that runs exactly the plan.
+The facts are what `gather_script` would report; the live containers are built
+from the deployment's container specs, so a clean host here is one that runs exactly the plan.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import ops.doctor as doctor
-from allocation.containers import CONTROL_DEVICES, container_spec
+from allocation.containers import CONTROL_DEVICES
+from allocation.deployment import deploy
 from allocation.planner import plan_fleet
-from ops.doctor import (
-    MARK,
-    HostFacts,
-    Listener,
-    LiveContainer,
-    host_findings,
-    parse_facts,
-    parse_port_list,
-    parse_ss,
-    render_reports,
-)
+from ops.doctor import render_reports
+from ops.doctor.facts import FactsError, HostFacts, Listener, LiveContainer, parse_facts, parse_port_list, parse_ss
+from ops.doctor.findings import host_findings
+from ops.doctor.gather import MARK
 from ops.npusmi import Npu, NpuProcess, NpuSmiInfo
 from ops.ssh import RemoteResult
 from tests.fleets import fleet, host, service
@@ -45,9 +40,13 @@ def make_fleet(**extra: Any):
     )
 
 
+def deployed(fleet_config):
+    return deploy(plan_fleet(fleet_config))
+
+
 @pytest.fixture
 def plan():
-    return plan_fleet(make_fleet())
+    return deployed(make_fleet())
 
 
 def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str | None = "healthy",
@@ -74,7 +73,7 @@ def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str
         "HostConfig": {
             "Devices": [
                 {"PathOnHost": d, "PathInContainer": d, "CgroupPermissions": "rwm"}
-                for d in (spec.devices if devices is None else devices)
+                for d in (spec.device_files if devices is None else devices)
             ],
             "Privileged": spec.privileged if privileged is None else privileged,
             "PortBindings": (
@@ -95,16 +94,15 @@ def npu_info(processes: list[tuple[int, int]], unhealthy: dict[int, str] | None 
 
 def clean_facts(plan) -> HostFacts:
     """The host running exactly the plan: healthy containers, their ranks on their cards, docker-proxy on API ports."""
-    hp = plan.hosts[0]
     inspects, pids, listeners, procs = [], {}, [], []
-    for ps in hp.services:
-        spec = container_spec(plan.fleet, ps)
+    for sd in plan.hosts[0].services:
+        ps, spec = sd.planned, sd.spec
         base = PIDS[ps.name]
         cid = f"{ps.name}-id"
         inspects.append(inspect_of(spec, cid=cid, pid=base))
-        ranks = [base + 10 + i for i, _ in enumerate(ps.assignment.devices)]
+        ranks = [base + 10 + i for i, _ in enumerate(ps.assignment.cards)]
         pids[cid] = frozenset({base, *ranks})
-        procs += [(card, rank) for card, rank in zip(ps.assignment.devices, ranks)]
+        procs += [(card, rank) for card, rank in zip(ps.assignment.cards, ranks)]
         listeners.append(Listener("0.0.0.0", spec.api_port, (("docker-proxy", base + 500),)))
     listeners.append(Listener("0.0.0.0", 22, (("sshd", 1),)))
     return HostFacts(
@@ -136,7 +134,7 @@ def at_rest(plan, facts: HostFacts, name: str) -> HostFacts:
 
 
 def findings(plan, facts):
-    return host_findings(plan.fleet, plan.hosts[0], facts)
+    return host_findings(plan.hosts[0], facts)
 
 
 def kinds(found) -> list[tuple[str, str | None]]:
@@ -144,7 +142,7 @@ def kinds(found) -> list[tuple[str, str | None]]:
 
 
 def spec_of(plan, name):
-    return container_spec(plan.fleet, next(ps for _, ps in plan.services() if ps.name == name))
+    return next(sd.spec for sd in plan.services() if sd.name == name)
 
 
 # ---- a clean host ---------------------------------------------------------
@@ -232,7 +230,7 @@ def test_image_devices_ports_and_an_unset_variable_are_each_their_own_drift(plan
 
 def test_an_image_named_with_or_without_registry_and_latest_tag_is_the_same_image():
     values = {"defaults": {"image": "ascend-fleet/npu-sim"}}
-    plan = plan_fleet(make_fleet(**values))
+    plan = deployed(make_fleet(**values))
     facts = with_container(
         clean_facts(plan),
         inspect_of(spec_of(plan, "alpha"), cid="alpha-id", pid=1000, image="docker.io/ascend-fleet/npu-sim:latest"),
@@ -372,7 +370,7 @@ def test_npu_smi_failing_and_docker_not_answering_are_host_findings(plan):
 def test_the_gathered_sections_become_facts(plan):
     spec = spec_of(plan, "alpha")
     inspect = inspect_of(spec, cid="abc", pid=1000)
-    npu = (doctor.__file__.rsplit("/", 2)[0] + "/tests/data/npu-smi/npu-smi-info-910b3-idle.txt")
+    npu = str(Path(__file__).parent / "data/npu-smi/npu-smi-info-910b3-idle.txt")
     text = "\n".join([
         f"{MARK} docker-inspect", json.dumps([inspect], indent=2),
         f"{MARK} top abc", "PID", "1000", "1010",
@@ -401,7 +399,7 @@ def test_the_gathered_sections_become_facts(plan):
 
 
 def test_output_cut_short_is_an_error_not_a_clean_host():
-    with pytest.raises(ValueError, match="cut short"):
+    with pytest.raises(FactsError, match="cut short"):
         parse_facts(f"{MARK} docker-inspect\n[]\n")
 
 
@@ -427,15 +425,15 @@ def test_port_lists_are_read_as_hccl_writes_them(value, spans):
 
 def test_an_unreachable_host_is_a_finding_and_the_other_hosts_are_still_checked(monkeypatch):
     fleet_config = fleet([host("npu-a"), host("npu-b")], [service("alpha", 1, 0.4, host="npu-a", devices=[0])])
-    plan = plan_fleet(fleet_config)
+    plan = deployed(fleet_config)
 
-    def fake_run_script(fleet, h, script, *, timeout=None):
+    def fake_run_script(ssh, h, script, *, timeout=None):
         if h.name == "npu-b":
             return RemoteResult(False, None, "", "", 2.0, "ssh: connect to host npu-b.example port 22: Connection timed out")
         return RemoteResult(True, 0, f"{MARK} docker-inspect\n[]\n{MARK} npu-smi-rc\n0\n{MARK} end\n", "", 0.1)
 
     monkeypatch.setattr(doctor, "run_script", fake_run_script)
-    text, code = doctor.run(fleet_config, plan, "json")
+    text, code = doctor.run(plan, "json")
     report = json.loads(text)
     assert code == 1 and report["ok"] is False and report["stack"] == "test"
     a, b = report["hosts"]
@@ -451,8 +449,3 @@ def test_the_table_says_ok_for_a_clean_host_and_lists_findings_otherwise():
     assert render_reports("prod", [clean], "table") == "stack prod: 1 host(s), ok\n\nhost npu-a: ok"
     table = render_reports("prod", [clean, bad], "table")
     assert "host npu-b: 1 finding(s)\n  unreachable  host npu-b is unreachable: timeout" in table
-
-
-def test_an_unknown_format_is_a_usage_error(plan):
-    text, code = doctor.run(plan.fleet, plan, "yaml")
-    assert code == 2 and "table, json" in text

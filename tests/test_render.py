@@ -8,8 +8,9 @@ import subprocess
 from ruamel.yaml import YAML
 
 from allocation.containers import container_spec
+from allocation.deployment import deploy
 from allocation.planner import plan_fleet
-from allocation.stackfile import load_fleet
+from cli.stackfile import load_fleet
 from ops.render import docker_run_args, render
 
 
@@ -20,14 +21,14 @@ def prod():
 
 def test_compose_services_match_the_container_specs():
     fleet, plan = prod()
-    [doc] = list(YAML(typ="safe").load_all(render(plan, "compose")))
+    [doc] = list(YAML(typ="safe").load_all(render(deploy(plan), "compose")))
     assert doc["name"] == "ascend-fleet-prod"
     for _, ps in plan.services():
         spec = container_spec(fleet, ps)
         svc = doc["services"][ps.name]
         assert svc["environment"] == dict(spec.env)
         assert svc["command"] == list(spec.command)
-        assert svc["devices"] == [f"{d}:{d}" for d in spec.devices]
+        assert svc["devices"] == [f"{d}:{d}" for d in spec.device_files]
         assert svc["ports"] == [f"{spec.api_port}:{spec.api_port}"]
         assert svc["healthcheck"]["start_period"] == "1800s"
         assert svc["privileged"] is False and svc["ipc"] == "host"
@@ -38,14 +39,14 @@ def test_compose_services_match_the_container_specs():
 
 def test_a_multi_host_stack_gives_one_compose_document_per_host():
     fleet, _ = load_fleet("staging")
-    docs = list(YAML(typ="safe").load_all(render(plan_fleet(fleet), "compose")))
+    docs = list(YAML(typ="safe").load_all(render(deploy(plan_fleet(fleet)), "compose")))
     assert len(docs) == 2
     assert sorted(n for d in docs for n in d["services"]) == sorted(s.name for s in fleet.services)
 
 
 def test_the_docker_run_script_is_valid_shell_and_deletes_before_it_creates():
     fleet, plan = prod()
-    script = render(plan, "docker-run")
+    script = render(deploy(plan), "docker-run")
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
     runs = [shlex.split(line) for line in script.splitlines() if line.startswith("docker run")]
     assert len(runs) == 3

@@ -1,7 +1,7 @@
 """doctor against the simulated 910B host: real sshd, real dockerd, real npu-sim containers.
 
 The planned containers are started with the `docker run` arguments that
-ops/render.py builds from `container_spec`, so what runs is what the plan says;
+ops/render.py builds from the deployment's container specs, so what runs is what the plan says;
 doctor then has to find it clean, and find each problem made by hand after.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from allocation.containers import container_spec
+from allocation.deployment import deploy
 from allocation.planner import plan_fleet
-from allocation.stackfile import load_fleet
+from cli.stackfile import load_fleet
 from ops import doctor
 from ops.render import docker_run_args
 from sim.host import CLAIMS_DIR, IMAGE, SimHost, free_port
@@ -83,7 +83,7 @@ def run_args(sim: SimHost, spec, *, env: dict[str, str] | None = None) -> list[s
 def doctor_json(config: Path) -> tuple[dict[str, Any], int, float]:
     fleet, _ = load_fleet(config=str(config))
     start = time.monotonic()
-    text, code = doctor.run(fleet, plan_fleet(fleet), "json")
+    text, code = doctor.run(deploy(plan_fleet(fleet)), "json")
     return json.loads(text), code, time.monotonic() - start
 
 
@@ -97,8 +97,7 @@ def deployed(sim_host: SimHost, tmp_path: Path):
     models = {EMBED: sim_host.make_model("doc-bge-m3"), VL: sim_host.make_model("doc-qwen")}
     config = write_stack(tmp_path, sim_host, models)
     fleet, _ = load_fleet(config=str(config))
-    plan = plan_fleet(fleet)
-    specs = {ps.name: container_spec(fleet, ps) for _, ps in plan.services()}
+    specs = {sd.name: sd.spec for sd in deploy(plan_fleet(fleet)).services()}
     for name in (LONG, VL, EMBED):  # one after another: services sharing a card start in turn
         sim_host.docker(*run_args(sim_host, specs[name]))
         sim_host.wait_healthy(name, timeout=60)

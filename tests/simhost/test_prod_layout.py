@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from allocation.stackfile import locate, stack_values
+from cli.stackfile import locate, stack_values
 from sim.host import CLAIMS_DIR, IMAGE, SimHost
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,8 +1,9 @@
 """`python -m allocation`: plan, pin, check and export a stack's fleet, without Pulumi.
 
-`plan`, `pin` and `render` need no credentials and touch no host. Every FleetError becomes one readable paragraph on stderr and exit code 1;
-usage errors exit 2. Commands that reach hosts (`doctor`) or write other
-formats (`render`) live in `ops/` and are only dispatched to from here.
+`plan`, `pin` and `render` need no credentials and touch no host. Every
+FleetError becomes one readable paragraph on stderr and exit code 1; usage
+errors exit 2. Commands that reach hosts (`doctor`) or write other formats
+(`render`) live in `ops/` and are dispatched to from here.
 """
 
 from __future__ import annotations
@@ -11,11 +12,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from allocation.deployment import Deployment, deploy
+from allocation.diff import diff_plans, render_diff
 from allocation.errors import FleetError
-from allocation.pin import pin_stack_file
 from allocation.planner import plan_fleet
 from allocation.report import FORMATS, plan_json, render_plan
-from allocation.stackfile import PROJECT_ROOT, load_fleet
+from cli.pin import pin_stack_file
+from cli.revision import plan_at_revision
+from cli.stackfile import PROJECT_ROOT, StackFile, load_fleet
+from ops import doctor
+from ops.render import render
 
 
 def _stack_args(parser: argparse.ArgumentParser) -> None:
@@ -46,42 +52,37 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _plan(args: argparse.Namespace) -> int:
+def _deployment(args: argparse.Namespace) -> tuple[Deployment, StackFile]:
     fleet, stack_file = load_fleet(args.stack, args.config)
-    plan = plan_fleet(fleet)
-    if args.against is None:
-        print(render_plan(plan, args.format))
-        return 0
-    from allocation.diff import diff_plans, render_diff
-    from allocation.revision import plan_at_revision
+    return deploy(plan_fleet(fleet)), stack_file
 
+
+def _plan(args: argparse.Namespace) -> int:
+    deployment, stack_file = _deployment(args)
+    if args.against is None:
+        print(render_plan(deployment, args.format))
+        return 0
     config = Path(args.config).resolve() if args.config else None
     old = plan_at_revision(PROJECT_ROOT, args.against, stack_file.stack if config is None else None, config)
-    print(render_diff(diff_plans(old, plan_json(plan), against=args.against), args.format))
+    print(render_diff(diff_plans(old, plan_json(deployment), against=args.against), args.format))
     return 0
 
 
 def _pin(args: argparse.Namespace) -> int:
-    fleet, stack_file = load_fleet(args.stack, args.config)
-    changed = pin_stack_file(stack_file.path, plan_fleet(fleet))
+    deployment, stack_file = _deployment(args)
+    changed = pin_stack_file(stack_file.path, deployment.plan)
     what = ", ".join(changed) if changed else "nothing new: every service was already pinned"
     print(f"pinned {stack_file.path}: {what}")
     return 0
 
 
 def _render(args: argparse.Namespace) -> int:
-    from ops.render import render
-
-    fleet, _ = load_fleet(args.stack, args.config)
-    print(render(plan_fleet(fleet), args.format), end="")
+    print(render(_deployment(args)[0], args.format), end="")
     return 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ops.doctor import run
-
-    fleet, _ = load_fleet(args.stack, args.config)
-    text, code = run(fleet, plan_fleet(fleet), args.format)
+    text, code = doctor.run(_deployment(args)[0], args.format)
     print(text)
     return code
 

@@ -21,6 +21,7 @@ from ruamel.yaml.comments import CommentedSeq
 from allocation.config import NAMESPACE
 from allocation.errors import ConfigError
 from allocation.plan import Plan, PlannedService
+from allocation.windows import KINDS
 
 
 def _flow(values: list[int]) -> CommentedSeq:
@@ -32,13 +33,11 @@ def _flow(values: list[int]) -> CommentedSeq:
 def pins_of(ps: PlannedService) -> dict[str, Any]:
     """The config keys that fix a service's current assignment."""
     a = ps.assignment
-    pins: dict[str, Any] = {"host": a.host, "devices": _flow(list(a.devices)), "apiPort": a.api_port}
-    if a.hccl_npu_socket_port_range:
-        pins["hcclNpuSocketPortRange"] = _flow(list(a.hccl_npu_socket_port_range))
-    if a.hccl_host_socket_port_range:
-        pins["hcclHostSocketPortRange"] = _flow(list(a.hccl_host_socket_port_range))
-    pins["hcclIfBasePort"] = a.hccl_if_base_port
-    pins["vllmPort"] = a.vllm_port
+    pins: dict[str, Any] = {"host": a.host, "devices": _flow(list(a.cards))}
+    for kind in KINDS:
+        if kind.key in a.windows:
+            value = kind.value(a.windows[kind.key])
+            pins[kind.key] = _flow(value) if isinstance(value, list) else value
     return pins
 
 

@@ -7,7 +7,7 @@ folder. The check runs on the host before any image or container of the host
 (over SSH, or locally for a `unix://` docker host), lists every missing piece
 at once, says which service needs it, and exits 1.
 
-What is checked comes from `container_spec`, the same mapping the containers
+What is checked comes from the containers' specs, the same records the containers
 are built from, so the check can never ask for less than the containers use.
 Pure: builds text, runs nothing. `root` exists for tests only (a temporary
 directory standing in for `/`); the program never passes it.
@@ -18,9 +18,11 @@ from __future__ import annotations
 import re
 import shlex
 
-from allocation.config import FleetConfig
-from allocation.containers import DRIVER_DIR, DRIVER_MOUNTS, container_spec
-from allocation.plan import HostPlan
+from typing import Sequence
+
+from allocation.config import Host
+from allocation.containers import DRIVER_DIR, DRIVER_MOUNTS, ContainerSpec
+from allocation.plan import PlannedService
 
 NPU_SMI = "/usr/local/bin/npu-smi"
 
@@ -31,14 +33,16 @@ def _natural(path: str) -> tuple[str, int]:
     return (match.group(1), int(match.group(2))) if match else (path, -1)
 
 
-def _needs(host_plan: HostPlan, fleet: FleetConfig) -> tuple[dict, dict, dict]:
+Containers = Sequence[tuple[PlannedService, ContainerSpec]]
+
+
+def _needs(containers: Containers) -> tuple[dict, dict, dict]:
     """Paths the host's containers need -> the services needing them, by kind."""
     devices: dict[str, list[str]] = {}
     models: dict[str, list[str]] = {}
     mounts: dict[str, list[str]] = {}
-    for ps in host_plan.services:
-        spec = container_spec(fleet, ps)
-        for path in spec.devices:
+    for ps, spec in containers:
+        for path in spec.device_files:
             devices.setdefault(path, []).append(ps.name)
         for mount in spec.mounts:
             if mount.source in DRIVER_MOUNTS:
@@ -48,12 +52,11 @@ def _needs(host_plan: HostPlan, fleet: FleetConfig) -> tuple[dict, dict, dict]:
     return devices, models, mounts
 
 
-def host_check_script(host_plan: HostPlan, fleet: FleetConfig, *, root: str = "") -> str:
-    """A POSIX sh script: exit 0 when the host has everything its services use, else
+def host_check_script(host: Host, containers: Containers, *, root: str = "") -> str:
+    """A POSIX sh script: exit 0 when the host has everything its containers use, else
     exit 1 with one readable paragraph on stderr listing every missing piece."""
-    host = host_plan.host
-    devices, models, mounts = _needs(host_plan, fleet)
-    count = len(host_plan.services)
+    devices, models, mounts = _needs(containers)
+    count = len(containers)
 
     def q(text: str) -> str:
         return shlex.quote(text)

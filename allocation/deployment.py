@@ -1,0 +1,111 @@
+"""The deployment: the plan turned, once, into what each host and service gets.
+
+`deploy(plan)` is the one function between the plan and everything that acts on
+it. The Pulumi components translate its records into resources, `render`
+writes them as compose files or scripts, `doctor` judges live hosts against
+them and `plan --format json` prints their containers. Each consumer receives
+its slice (a `HostDeployment` or a `ServiceDeployment`), never the whole
+fleet, so what is deployed, exported and checked cannot drift apart. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from allocation.config import Host, Ssh
+from allocation.containers import ContainerSpec, container_spec
+from allocation.host_check import host_check_script
+from allocation.plan import HostPlan, Plan, PlannedService
+from allocation.start_order import start_after
+from allocation.windows import KINDS
+
+
+@dataclass(frozen=True)
+class ServiceDeployment:
+    """One service: its container and how it is reached and ordered."""
+
+    planned: PlannedService
+    spec: ContainerSpec
+    endpoint: str
+    """The OpenAI-compatible base URL, `http://address:apiPort/v1`."""
+    after: tuple[str, ...]
+    """Services on the same host it must start after (they share a card)."""
+
+    @property
+    def name(self) -> str:
+        return self.planned.name
+
+    def summary(self) -> dict[str, object]:
+        """The service's stack output, without its endpoint (an Output in the program)."""
+        a = self.planned.assignment
+        windows = {k.key: k.text(a.windows[k.key]) if k.key in a.windows else None for k in KINDS}
+        return {"host": a.host, "devices": list(a.cards), **windows}
+
+
+@dataclass(frozen=True)
+class HostDeployment:
+    """One host: how to reach its Docker daemon, what to check first, what to pull and run."""
+
+    plan: HostPlan
+    docker_url: str
+    ssh_options: tuple[str, ...] | None
+    """Options of the system `ssh` the docker provider runs; None for a `unix://` daemon."""
+    check_script: str
+    """The host check (`allocation.host_check`), run before any image or container."""
+    images: tuple[str, ...]
+    services: tuple[ServiceDeployment, ...]
+    """In name order, so every service comes after those it starts after."""
+
+    @property
+    def host(self) -> Host:
+        return self.plan.host
+
+    @property
+    def name(self) -> str:
+        return self.plan.host.name
+
+
+@dataclass(frozen=True)
+class Deployment:
+    plan: Plan
+    ssh: Ssh
+    hosts: tuple[HostDeployment, ...]
+    """Every host of the plan, in name order, with services or not."""
+
+    @property
+    def stack(self) -> str:
+        return self.plan.stack
+
+    def services(self) -> Iterator[ServiceDeployment]:
+        return (s for h in self.hosts for s in h.services)
+
+
+def _host_deployment(plan: Plan, hp: HostPlan) -> HostDeployment:
+    host = hp.host
+    after = start_after(hp)
+    services = tuple(
+        ServiceDeployment(
+            planned=ps,
+            spec=container_spec(plan.fleet, ps),
+            endpoint=f"http://{host.url_address()}:{ps.assignment.api_port}/v1",
+            after=after[ps.name],
+        )
+        for ps in hp.services
+    )
+    url = host.docker_url()
+    return HostDeployment(
+        plan=hp,
+        docker_url=url,
+        # Only the ssh transport reads them; BatchMode and ConnectTimeout make an
+        # unreachable host fail in seconds instead of waiting for a password.
+        ssh_options=tuple(plan.fleet.ssh.options()) if url.startswith("ssh://") else None,
+        check_script=host_check_script(host, [(s.planned, s.spec) for s in services]),
+        images=tuple(sorted({s.spec.image for s in services})),
+        services=services,
+    )
+
+
+def deploy(plan: Plan) -> Deployment:
+    """Every host's and service's deployment record, computed once."""
+    return Deployment(plan=plan, ssh=plan.fleet.ssh, hosts=tuple(_host_deployment(plan, hp) for hp in plan.hosts))

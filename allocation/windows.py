@@ -1,0 +1,95 @@
+"""The port windows a service binds on its host: one row per kind, and nothing else names them.
+
+Every place that deals with a window (the config pins, the port policy, the
+allocator, the plan JSON, `pin`, the container's env and labels, the report
+columns, the diff, the refused `env` keys) loops over `KINDS`. Adding a window
+is adding a row. A window is a span of ports `(first, last)`, inclusive; a
+"port" kind is written as its first port, a "range" kind as `[first, last]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Mapping
+
+PortSpan = tuple[int, int]
+MAX_PORT = 65535
+# HCCL takes this many consecutive host ports from HCCL_IF_BASE_PORT (32 in
+# current CANN; 16 in older docs, so 32 is the safe reservation).
+HCCL_IF_WINDOW = 32
+# HCCL's NPU-side port when HCCL_NPU_SOCKET_PORT_RANGE is unset.
+HCCL_DEFAULT_NPU_PORT = 16666
+
+
+def span_text(span: PortSpan) -> str:
+    """`16666-16681`, or `7007` for a single port: how messages, env and labels write a window."""
+    return f"{span[0]}-{span[1]}" if span[0] != span[1] else str(span[0])
+
+
+@dataclass(frozen=True)
+class WindowKind:
+    """One kind of port window and every name it goes by."""
+
+    key: str
+    """Config pin key of a service, plan JSON key and `pin` key."""
+    env: str | None
+    """Container environment variable carrying the window; None when it is a `vllm serve` flag."""
+    label: str
+    """Container label, after `ascend-fleet.`."""
+    column: str
+    """Column heading in the plan table."""
+    shape: Literal["port", "range"]
+    """How config, JSON and env write it: the first port, or `[first, last]`."""
+    base_key: str
+    """`ascend-fleet:ports` key of the first port handed out."""
+    base: int
+    """Its default."""
+    size: int
+    """Ports per window (the default, when `count_key` is set)."""
+    count_key: str | None
+    """`ascend-fleet:ports` key that sets the size; None when HCCL fixes it."""
+    hccl_range: bool
+    """Dropped for services with `hcclPortRanges: false` (MC2 models)."""
+    unset_port: int | None
+    """The port the process uses when the window is dropped (HCCL's own default)."""
+    doc: str
+    """What the window is, for the config reference."""
+
+    def text(self, span: PortSpan) -> str:
+        """The env and label value of a span: `61000` for a port kind, `16666-16681` for a range."""
+        return str(span[0]) if self.shape == "port" else span_text(span)
+
+    def value(self, span: PortSpan | None) -> int | list[int] | None:
+        """The JSON and pin value of a span."""
+        if span is None:
+            return None
+        return span[0] if self.shape == "port" else [span[0], span[1]]
+
+
+KINDS: tuple[WindowKind, ...] = (
+    WindowKind(
+        "apiPort", None, "api-port", "API", "port", "apiBase", 8000, 1, None, False, None,
+        "the API port (`--port`), published on the host",
+    ),
+    WindowKind(
+        "hcclNpuSocketPortRange", "HCCL_NPU_SOCKET_PORT_RANGE", "hccl-npu-socket-port-range", "HCCL NPU",
+        "range", "hcclNpuSocketBase", 16666, 16, "hcclNpuSocketCount", True, HCCL_DEFAULT_NPU_PORT,
+        "HCCL's NPU-side sockets; at least the HCCL processes per card",
+    ),
+    WindowKind(
+        "hcclHostSocketPortRange", "HCCL_HOST_SOCKET_PORT_RANGE", "hccl-host-socket-port-range", "HCCL host",
+        "range", "hcclHostSocketBase", 60032, 16, "hcclHostSocketCount", True, None,
+        "HCCL's host-side sockets; the default base starts past HCCL's default 60000-60031 window",
+    ),
+    WindowKind(
+        "hcclIfBasePort", "HCCL_IF_BASE_PORT", "hccl-if-base-port", "HCCL IF", "port", "hcclIfBase", 61000,
+        HCCL_IF_WINDOW, None, False, None,
+        f"the base of HCCL's host ports; HCCL takes {HCCL_IF_WINDOW} ports from it",
+    ),
+    WindowKind(
+        "vllmPort", "VLLM_PORT", "vllm-port", "VLLM_PORT", "port", "vllmBase", 62000, 16, "vllmCount", False, None,
+        "the base of vLLM's internal ports (not the API port)",
+    ),
+)  # fmt: skip
+BY_KEY: Mapping[str, WindowKind] = {k.key: k for k in KINDS}
+WINDOW_ENV = tuple(k.env for k in KINDS if k.env)

@@ -1,0 +1,76 @@
+"""`doctor`: compare what runs on the hosts with the deployment, and say what is wrong.
+
+Three parts: `gather` (the one remote script per host), `facts` (its output
+parsed, pure) and `findings` (one judge per kind of finding over a view of the
+host built once, pure). This module runs them: hosts in parallel, one round
+trip each (ssh, or a local shell for a `unix://` Docker daemon); an
+unreachable host is a finding, not a failure of the run.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from allocation.config import Ssh
+from allocation.deployment import Deployment, HostDeployment
+from ops.doctor.facts import FactsError, parse_facts
+from ops.doctor.findings import Finding, host_findings
+from ops.doctor.gather import gather_script
+from ops.ssh import run_script
+
+FORMATS = ("table", "json")
+
+
+@dataclass(frozen=True)
+class HostReport:
+    name: str
+    reachable: bool
+    findings: tuple[Finding, ...]
+
+
+def check_host(ssh: Ssh, hd: HostDeployment, *, timeout: float | None = None) -> HostReport:
+    """Gather one host's facts in one round trip and judge them."""
+    host = hd.host
+    result = run_script(ssh, host, gather_script(), timeout=timeout)
+    if not result.reachable:
+        text = f"host {host.name} ({hd.docker_url}) is unreachable: {result.error}"
+        return HostReport(host.name, False, (Finding("unreachable", text),))
+    try:
+        facts = parse_facts(result.stdout)
+    except FactsError as exc:
+        detail = " ".join(result.stderr.split())[:300]
+        text = f"host {host.name}: {exc} (exit {result.returncode}{': ' + detail if detail else ''})"
+        return HostReport(host.name, True, (Finding("host", text),))
+    return HostReport(host.name, True, tuple(host_findings(hd, facts)))
+
+
+def check(deployment: Deployment, *, timeout: float | None = None) -> list[HostReport]:
+    """Every host of the deployment, checked in parallel; reports in host-name order."""
+    if not deployment.hosts:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(deployment.hosts))) as pool:
+        return list(pool.map(lambda hd: check_host(deployment.ssh, hd, timeout=timeout), deployment.hosts))
+
+
+def render_reports(stack: str, reports: list[HostReport], fmt: str) -> str:
+    ok = not any(r.findings for r in reports)
+    if fmt == "json":
+        hosts = [
+            {"name": r.name, "reachable": r.reachable, "findings": [f.to_json() for f in r.findings]} for r in reports
+        ]
+        return json.dumps({"stack": stack, "hosts": hosts, "ok": ok}, indent=2)
+    total = sum(len(r.findings) for r in reports)
+    lines = [f"stack {stack}: {len(reports)} host(s), " + ("ok" if ok else f"{total} finding(s)")]
+    for r in reports:
+        lines += ["", f"host {r.name}: " + ("ok" if not r.findings else f"{len(r.findings)} finding(s)")]
+        width = max((len(f.kind) for f in r.findings), default=0)
+        lines += [f"  {f.kind:<{width}}  {f.message}" for f in r.findings]
+    return "\n".join(lines)
+
+
+def run(deployment: Deployment, fmt: str = "table") -> tuple[str, int]:
+    """The `doctor` command: (report text, exit code 0 clean / 1 findings)."""
+    reports = check(deployment)
+    return render_reports(deployment.stack, reports, fmt), 0 if not any(r.findings for r in reports) else 1

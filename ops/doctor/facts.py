@@ -1,0 +1,193 @@
+"""`doctor`'s facts: the text `gather_script` prints, parsed into frozen values. Pure.
+
+Only what the judges compare is kept: per container its state, env, labels,
+devices, privilege and published ports; the host's listeners, `npu-smi` view,
+device files and driver folder. Output the script could not have printed (cut
+short, or not the JSON docker prints) raises `FactsError`, never anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from allocation.windows import PortSpan
+from ops.doctor.gather import MARK
+from ops.npusmi import NpuSmiError, NpuSmiInfo, parse_npu_smi
+
+
+class FactsError(ValueError):
+    """The gathered output cannot be read."""
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A listening TCP socket in the host's network namespace."""
+
+    address: str
+    port: int
+    processes: tuple[tuple[str, int], ...] = ()
+    """(process name, pid) of every owner; empty when ss could not tell."""
+
+
+@dataclass(frozen=True)
+class LiveContainer:
+    """The parts of `docker inspect` doctor compares."""
+
+    id: str
+    name: str
+    image: str
+    status: str
+    """created, running, paused, restarting, exited, dead."""
+    health: str | None
+    exit_code: int
+    pid: int
+    env: Mapping[str, str]
+    labels: Mapping[str, str]
+    device_files: frozenset[str]
+    """Host paths of the devices passed in."""
+    privileged: bool
+    published: frozenset[tuple[int, int]]
+    """(host port, container port) of every TCP port binding."""
+
+    @property
+    def active(self) -> bool:
+        """Running (or about to run again): holds cards and ports."""
+        return self.status in ("running", "restarting", "paused")
+
+    @classmethod
+    def from_inspect(cls, data: Mapping[str, Any]) -> LiveContainer:
+        config = data.get("Config") or {}
+        host_config = data.get("HostConfig") or {}
+        state = data.get("State") or {}
+        env = {}
+        for item in config.get("Env") or ():
+            key, _, value = item.partition("=")
+            env[key] = value
+        published = set()
+        for container_port, bindings in (host_config.get("PortBindings") or {}).items():
+            number, _, proto = container_port.partition("/")
+            if proto not in ("", "tcp") or not number.isdigit():
+                continue
+            for binding in bindings or ():
+                host_port = str((binding or {}).get("HostPort") or "")
+                if host_port.isdigit():
+                    published.add((int(host_port), int(number)))
+        return cls(
+            id=data.get("Id", ""),
+            name=str(data.get("Name", "")).lstrip("/"),
+            image=config.get("Image") or data.get("Image", ""),
+            status=state.get("Status", "unknown"),
+            health=(state.get("Health") or {}).get("Status"),
+            exit_code=int(state.get("ExitCode") or 0),
+            pid=int(state.get("Pid") or 0),
+            env=env,
+            labels=dict(config.get("Labels") or {}),
+            device_files=frozenset(d.get("PathOnHost", "") for d in host_config.get("Devices") or ()),
+            privileged=bool(host_config.get("Privileged")),
+            published=frozenset(published),
+        )
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What one round trip learns about a host."""
+
+    containers: tuple[LiveContainer, ...] = ()
+    docker_error: str | None = None
+    pids: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    """Container id -> host PIDs of its processes (running containers only)."""
+    listeners: tuple[Listener, ...] = ()
+    ss_error: str | None = None
+    npu: NpuSmiInfo | None = None
+    npu_error: str | None = None
+    device_files: frozenset[str] = frozenset()
+    driver: bool = True
+
+
+_SS_USER = re.compile(r'\("(?P<name>[^"]*)",pid=(?P<pid>\d+)')
+
+
+def parse_ss(text: str) -> tuple[Listener, ...]:
+    """Listeners from `ss -ltnpH` (a header line, if any, is skipped); one per (address, port)."""
+    out: dict[tuple[str, int], Listener] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 5 or fields[0] == "State":
+            continue
+        local = fields[3]
+        address, _, port = local.rpartition(":")
+        if not port.isdigit():
+            continue
+        procs = tuple((m.group("name"), int(m.group("pid"))) for m in _SS_USER.finditer(" ".join(fields[5:])))
+        out.setdefault((address, int(port)), Listener(address, int(port), procs))
+    return tuple(out.values())
+
+
+def _sections(text: str) -> dict[str, str]:
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith(MARK + " "):
+            current = sections.setdefault(line[len(MARK) + 1 :].strip(), [])
+            continue
+        if current is not None:
+            current.append(line)
+    return {k: "\n".join(v).strip("\n") for k, v in sections.items()}
+
+
+def parse_facts(text: str) -> HostFacts:
+    """HostFacts from the output of `gather_script`; FactsError if it cannot be read."""
+    sec = _sections(text)
+    if "end" not in sec:
+        raise FactsError("the fact-gathering script did not finish (output cut short)")
+    containers: tuple[LiveContainer, ...] = ()
+    docker_error = sec.get("docker-error")
+    if docker_error is None:
+        try:
+            raw = json.loads(sec.get("docker-inspect") or "[]")
+        except json.JSONDecodeError as exc:
+            docker_error = f"docker inspect printed no valid JSON: {exc}"
+        else:
+            try:
+                containers = tuple(LiveContainer.from_inspect(c) for c in raw)
+            except (AttributeError, TypeError, ValueError) as exc:
+                docker_error = f"docker inspect printed JSON of an unexpected shape: {exc}"
+    pids = {}
+    for name, body in sec.items():
+        if name.startswith("top "):
+            numbers = (line.strip() for line in body.splitlines())
+            pids[name[4:].strip()] = frozenset(int(n) for n in numbers if n.isdigit())
+    npu = npu_error = None
+    rc = sec.get("npu-smi-rc", "").strip()
+    if rc != "0":
+        npu_error = f"npu-smi info exited {rc or '?'}: {' '.join((sec.get('npu-smi') or '').split())[:300]}"
+    else:
+        try:
+            npu = parse_npu_smi(sec.get("npu-smi", ""))
+        except NpuSmiError as exc:
+            npu_error = str(exc)
+    return HostFacts(
+        containers=containers,
+        docker_error=docker_error,
+        pids=pids,
+        listeners=parse_ss(sec.get("ss", "")),
+        ss_error=sec.get("ss-error"),
+        npu=npu,
+        npu_error=npu_error,
+        device_files=frozenset(line.strip() for line in sec.get("devices", "").splitlines() if line.strip()),
+        driver=sec.get("driver", "").strip() == "present",
+    )
+
+
+def parse_port_list(value: str) -> list[PortSpan] | None:
+    """`16666-16681`, `61000,61050-61100` -> spans; None for `auto` or anything unreadable."""
+    spans = []
+    for item in value.replace(" ", "").split(","):
+        first, sep, last = item.partition("-")
+        if not first.isdigit() or (sep and not last.isdigit()):
+            return None
+        spans.append((int(first), int(last) if sep else int(first)))
+    return spans or None

@@ -1,0 +1,339 @@
+"""`doctor`'s judgement: one host's facts against its deployment records. Pure.
+
+`HostView` joins the two once (which live container is which planned service,
+who owns each PID and published port, which cards and windows are planned);
+each `_judge` function then looks for one kind of finding in that view.
+
+- `missing`, `stopped`, `restarting`, `unhealthy`: the planned container (found
+  by its name, the service name) is absent, not running, restarting, or running
+  with health `unhealthy`. A container still `starting` is not a finding.
+- `drift`: the live container differs from its spec in image, an env variable
+  the spec sets (variables the image adds are ignored), the device files,
+  privileged mode, the published ports or an `ascend-fleet.*` label.
+- `foreign-card`: an active container outside the plan has a planned card's
+  `/dev/davinciN` (or is privileged, so sees every card); or `npu-smi` lists a
+  process on a planned card whose host PID belongs to no container planned on
+  that card (`docker top` PIDs count, so `docker exec` in the planned container
+  is its own).
+- `foreign-port`: a listener in the host's network namespace (`ss -ltnp`) inside
+  a planned window that is not the service's own (a `docker-proxy` listener
+  belongs to the container publishing the port); a foreign container publishing
+  a port in a planned window; a foreign container on a planned card whose
+  HCCL NPU socket range (HCCL's default port when unset) overlaps the planned one.
+- `host`: Docker not answering, device files or driver missing, `npu-smi`
+  failing, listing fewer cards than configured, or a card not `OK`; no `ss`.
+
+Not seen: sockets inside a bridge-networked container's own network namespace
+(only its env range is compared), clashes between two foreign containers, and
+HCCL host-side ranges of foreign containers (they collide only under host
+networking, which the plan does not use).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Literal, Mapping
+
+from allocation.containers import CONTROL_DEVICES, DRIVER_DIR, ContainerSpec
+from allocation.deployment import HostDeployment
+from allocation.windows import BY_KEY, PortSpan, span_text
+from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
+
+Kind = Literal[
+    "unreachable", "host", "missing", "stopped", "restarting", "unhealthy", "drift", "foreign-card", "foreign-port"
+]  # fmt: skip
+NPU_RANGE = BY_KEY["hcclNpuSocketPortRange"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: Kind
+    message: str
+    service: str | None = None
+    """The planned service concerned, if any."""
+    container: str | None = None
+    """The container concerned (planned or foreign), if any."""
+    card: int | None = None
+    port: int | None = None
+    key: str | None = None
+    """For drift: what differs (`image`, `env HCCL_IF_BASE_PORT`, `devices`...); for ports, the window."""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "service": self.service, "message": self.message}
+        for name in ("container", "card", "port", "key"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class HostView:
+    """A host's deployment and facts, joined once for every judge."""
+
+    deployment: HostDeployment
+    facts: HostFacts
+    live: Mapping[str, LiveContainer]
+    """Service name -> its container, for planned containers that exist."""
+    service_of: Mapping[str, str]
+    """Container id -> service name, for planned containers."""
+    foreign: tuple[LiveContainer, ...]
+    """Active containers outside the plan."""
+    owner_of_pid: Mapping[int, LiveContainer]
+    publisher: Mapping[int, LiveContainer]
+    """Host port -> the active container publishing it."""
+    card_services: Mapping[int, tuple[str, ...]]
+    windows: tuple[tuple[str, str, PortSpan], ...]
+    """(service, window kind key, span) of every planned window."""
+
+    @property
+    def name(self) -> str:
+        return self.deployment.name
+
+    def pids_of(self, c: LiveContainer) -> frozenset[int]:
+        return self.facts.pids.get(c.id, frozenset()) | ({c.pid} if c.pid else frozenset())
+
+    def describe(self, c: LiveContainer) -> str:
+        service = self.service_of.get(c.id)
+        return f"container {c.name} (service {service})" if service else f"container {c.name} (not in the plan)"
+
+    def windows_at(self, port: int) -> list[tuple[str, str, PortSpan]]:
+        return [(s, key, span) for s, key, span in self.windows if span[0] <= port <= span[1]]
+
+
+def view_of(deployment: HostDeployment, facts: HostFacts) -> HostView:
+    by_name = {c.name: c for c in facts.containers}
+    live = {sd.name: by_name[sd.name] for sd in deployment.services if sd.name in by_name}
+    service_of = {c.id: name for name, c in live.items()}
+    active = [c for c in facts.containers if c.active]
+    card_services: dict[int, tuple[str, ...]] = {}
+    for sd in deployment.services:
+        for card in sd.planned.assignment.cards:
+            card_services[card] = (*card_services.get(card, ()), sd.name)
+    pids = {c.id: facts.pids.get(c.id, frozenset()) | ({c.pid} if c.pid else frozenset()) for c in active}
+    return HostView(
+        deployment=deployment,
+        facts=facts,
+        live=live,
+        service_of=service_of,
+        foreign=tuple(c for c in active if c.id not in service_of),
+        owner_of_pid={pid: c for c in active for pid in pids[c.id]},
+        publisher={port: c for c in active for port, _ in c.published},
+        card_services=card_services,
+        windows=tuple(
+            (sd.name, key, span) for sd in deployment.services for key, span in sd.planned.assignment.windows.items()
+        ),
+    )
+
+
+def _cards(device_files: Iterable[str]) -> set[int]:
+    return {int(m.group(1)) for d in device_files if (m := re.fullmatch(r"/dev/davinci(\d+)", d))}
+
+
+def _overlap(a: PortSpan, b: PortSpan) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def _image_ref(image: str) -> str:
+    """`docker.io/library/x:latest` and `x` name the same image."""
+    ref = image.removeprefix("docker.io/").removeprefix("library/")
+    last = ref.rsplit("/", 1)[-1]
+    if ":" not in last and "@" not in last:
+        ref += ":latest"
+    return ref
+
+
+def _judge_host(view: HostView) -> list[Finding]:
+    host, facts = view.deployment.host, view.facts
+    out = []
+    if not facts.driver:
+        out.append(Finding("host", f"host {host.name}: no driver folder {DRIVER_DIR}"))
+    wanted = [f"/dev/davinci{c}" for c in range(host.npus)] + list(CONTROL_DEVICES)
+    missing = [d for d in wanted if d not in facts.device_files]
+    if missing:
+        out.append(Finding("host", f"host {host.name}: device files missing: {', '.join(missing)}"))
+    if facts.npu_error:
+        out.append(Finding("host", f"host {host.name}: {facts.npu_error}"))
+    elif facts.npu is not None:
+        seen = {n.index for n in facts.npu.npus}
+        absent = [c for c in range(host.npus) if c not in seen]
+        if absent:
+            out.append(
+                Finding(
+                    "host",
+                    f"host {host.name}: npu-smi lists {len(seen)} cards, the config says {host.npus}; "
+                    f"absent: {', '.join(map(str, absent))}",
+                )
+            )
+        for npu in (n for n in facts.npu.npus if not n.healthy):
+            users = view.card_services.get(npu.index)
+            planned = f" (planned for {', '.join(users)})" if users else ""
+            out.append(Finding("host", f"host {host.name}: card {npu.index} health is {npu.health}{planned}", card=npu.index))
+    if facts.ss_error:
+        out.append(Finding("host", f"host {host.name}: {facts.ss_error}: listeners not checked"))
+    if facts.docker_error:
+        out.append(Finding("host", f"host {host.name}: docker does not answer: {facts.docker_error}"))
+    return out
+
+
+def _judge_state(view: HostView) -> list[Finding]:
+    out = []
+    for sd in view.deployment.services:
+        name, live = sd.name, view.live.get(sd.name)
+        if live is None:
+            cards = ",".join(map(str, sd.planned.assignment.cards))
+            text = f"container {name} does not exist (planned on cards {cards}, API port {sd.spec.api_port})"
+            out.append(Finding("missing", text, service=name, container=name))
+        elif live.status == "restarting":
+            text = f"container {name} is restarting (last exit code {live.exit_code})"
+            out.append(Finding("restarting", text, service=name, container=name))
+        elif live.status != "running":
+            text = f"container {name} is {live.status} (exit code {live.exit_code})"
+            out.append(Finding("stopped", text, service=name, container=name))
+        elif live.health == "unhealthy":
+            out.append(Finding("unhealthy", f"container {name} is running but unhealthy", service=name, container=name))
+    return out
+
+
+def _differences(spec: ContainerSpec, live: LiveContainer) -> list[tuple[str, str, str]]:
+    """(key, planned, live) for everything doctor compares."""
+    out = []
+    if _image_ref(spec.image) != _image_ref(live.image):
+        out.append(("image", spec.image, live.image))
+    for key, value in spec.env.items():
+        if live.env.get(key) != value:
+            out.append((f"env {key}", value, live.env.get(key, "(unset)")))
+    planned, actual = set(spec.device_files), set(live.device_files)
+    if planned != actual:
+        extra, lacking = sorted(actual - planned), sorted(planned - actual)
+        what = "; ".join(filter(None, (extra and f"extra {', '.join(extra)}", lacking and f"lacking {', '.join(lacking)}")))
+        out.append(("devices", ",".join(sorted(planned)), f"{','.join(sorted(actual)) or '(none)'} ({what})"))
+    if spec.privileged != live.privileged:
+        out.append(("privileged", str(spec.privileged).lower(), str(live.privileged).lower()))
+    ports = {(spec.api_port, spec.api_port)}
+    if ports != set(live.published):
+        show: Callable[[Iterable[tuple[int, int]]], str] = lambda ps: ", ".join(f"{h}->{c}" for h, c in sorted(ps)) or "(none)"  # noqa: E731
+        out.append(("published ports", show(ports), show(live.published)))
+    for key, value in spec.labels.items():
+        if live.labels.get(key) != value:
+            out.append((f"label {key}", value or '""', live.labels.get(key, "(unset)") or '""'))
+    return out
+
+
+def _judge_drift(view: HostView) -> list[Finding]:
+    out = []
+    for sd in view.deployment.services:
+        live = view.live.get(sd.name)
+        for key, planned, actual in _differences(sd.spec, live) if live is not None else ():
+            text = f"container {sd.name}: {key}: {planned} (plan) != {actual} (live)"
+            out.append(Finding("drift", text, service=sd.name, container=live.name, key=key))
+    return out
+
+
+def _holds(c: LiveContainer, card: int) -> bool:
+    return c.privileged or card in _cards(c.device_files)
+
+
+def _judge_foreign_cards(view: HostView) -> list[Finding]:
+    out = []
+    planned = view.card_services
+    for c in view.foreign:
+        if c.privileged and planned:
+            text = f"{view.describe(c)} is privileged: it sees every card, including planned cards {', '.join(map(str, sorted(planned)))}"
+            out.append(Finding("foreign-card", text, container=c.name))
+            continue
+        for card in sorted(_cards(c.device_files) & set(planned)):
+            text = f"{view.describe(c)} holds /dev/davinci{card}, planned for {', '.join(planned[card])}"
+            out.append(Finding("foreign-card", text, service=planned[card][0], container=c.name, card=card))
+    for proc in view.facts.npu.processes if view.facts.npu is not None else ():
+        users = planned.get(proc.npu)
+        owner = view.owner_of_pid.get(proc.pid)
+        if not users or (owner is not None and view.service_of.get(owner.id) in users):
+            continue
+        if owner is not None and owner in view.foreign and _holds(owner, proc.npu):
+            continue  # reported above, as the container holding the card
+        who = view.describe(owner) if owner is not None else "no container of this host (a process outside Docker or of an unknown container)"
+        text = (
+            f"card {proc.npu}: npu-smi shows process {proc.pid} ({proc.name}, {proc.memory_mb} MB) "
+            f"of {who}; the card is planned for {', '.join(users)}"
+        )
+        container = owner.name if owner is not None else None
+        out.append(Finding("foreign-card", text, service=users[0], container=container, card=proc.npu))
+    return out
+
+
+def _judge_listeners(view: HostView) -> list[Finding]:
+    out = []
+    for lst in view.facts.listeners:
+        pids = {pid for _, pid in lst.processes}
+        holder = next((view.owner_of_pid[p] for p in pids if p in view.owner_of_pid), None)
+        if holder is None and (not pids or {n for n, _ in lst.processes} <= {"docker-proxy"}):
+            holder = view.publisher.get(lst.port)
+        for service, key, span in view.windows_at(lst.port):
+            own = view.live.get(service)
+            if own is not None and own.active and (pids & view.pids_of(own) or (holder is not None and holder.id == own.id)):
+                continue
+            if holder is not None:
+                who = view.describe(holder)
+            elif lst.processes:
+                who = ", ".join(f"process {n} (pid {p})" for n, p in lst.processes)
+            else:
+                who = "an unknown process (ss shows no owner)"
+            text = f"port {lst.port} ({lst.address}) is held by {who}; it is in {service}'s {key} {span_text(span)}"
+            container = holder.name if holder is not None else None
+            out.append(Finding("foreign-port", text, service=service, container=container, port=lst.port, key=key))
+    return out
+
+
+def _judge_publishers(view: HostView) -> list[Finding]:
+    listened = {lst.port for lst in view.facts.listeners}  # those are judged as listeners
+    out = []
+    for c in view.foreign:
+        for port in sorted({p for p, _ in c.published} - listened):
+            for service, key, span in view.windows_at(port):
+                text = f"{view.describe(c)} publishes port {port}, in {service}'s {key} {span_text(span)}"
+                out.append(Finding("foreign-port", text, service=service, container=c.name, port=port, key=key))
+    return out
+
+
+def _judge_hccl(view: HostView) -> list[Finding]:
+    """Foreign containers on a planned card whose HCCL NPU socket range overlaps the plan's."""
+    default = (NPU_RANGE.unset_port, NPU_RANGE.unset_port)
+    out = []
+    for c in view.foreign:
+        raw = c.env.get(NPU_RANGE.env)
+        theirs = parse_port_list(raw) if raw is not None else [default]
+        shared = set(view.card_services) if c.privileged else _cards(c.device_files) & set(view.card_services)
+        shown = raw if raw is not None else f"unset, so HCCL's default {NPU_RANGE.unset_port}"
+        for sd in view.deployment.services if shared and theirs else ():
+            cards = sorted(shared & set(sd.planned.assignment.cards))
+            ours = sd.planned.assignment.windows.get(NPU_RANGE.key, default)
+            clashes = [s for s in theirs or () if _overlap(ours, s)]
+            if not cards or not clashes:
+                continue
+            text = (
+                f"{view.describe(c)} shares card {', '.join(map(str, cards))} with {sd.name} and its "
+                f"{NPU_RANGE.env} ({shown}) overlaps {sd.name}'s {span_text(ours)}: "
+                "HCCL will fail with 'Socket bind failed, address already in use'"
+            )
+            port = max(ours[0], min(s[0] for s in clashes))
+            out.append(
+                Finding("foreign-port", text, service=sd.name, container=c.name, card=cards[0], port=port, key=NPU_RANGE.key)
+            )
+    return out
+
+
+# Without Docker every process would look foreign, so only the host is judged then.
+JUDGES_WITHOUT_DOCKER = (_judge_host,)
+JUDGES = (
+    _judge_host, _judge_state, _judge_drift, _judge_foreign_cards, _judge_listeners, _judge_publishers, _judge_hccl,
+)  # fmt: skip
+
+
+def host_findings(deployment: HostDeployment, facts: HostFacts) -> list[Finding]:
+    """Everything wrong on one reachable host, judged against its deployment."""
+    view = view_of(deployment, facts)
+    judges = JUDGES_WITHOUT_DOCKER if facts.docker_error else JUDGES
+    return [finding for judge in judges for finding in judge(view)]
+

@@ -1,0 +1,52 @@
+"""The one remote script `doctor` runs per host, and the marker that splits its output.
+
+It prints the host's facts in sections: `docker inspect` of every container,
+the PIDs of every running container (`docker top`), the listening TCP sockets
+(`ss -ltnpH`), `npu-smi info`, the Ascend device files and the driver folder.
+Paths come from `allocation.containers`, the constants the containers use.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from allocation.containers import CONTROL_DEVICES, DRIVER_DIR
+
+MARK = "@@ascend-fleet-doctor@@"
+
+
+def gather_script() -> str:
+    """POSIX sh, run with `sh -s`. The whole script is one { } group, so the shell has
+    read all of it before the first command runs; stdin then goes to /dev/null and no
+    command can swallow the rest of the script."""
+    controls = " ".join(shlex.quote(d) for d in CONTROL_DEVICES)
+    return f"""{{
+exec </dev/null
+m() {{ printf '\\n%s %s\\n' {shlex.quote(MARK)} "$*"; }}
+if command -v docker >/dev/null 2>&1; then
+    ids=$(docker ps -aq --no-trunc 2>&1)
+    rc=$?
+    if [ $rc -ne 0 ]; then
+        m docker-error; echo "docker ps exited $rc: $ids"
+    else
+        m docker-inspect
+        if [ -n "$ids" ]; then docker inspect $ids 2>/dev/null; else echo '[]'; fi
+        for id in $(docker ps -q --no-trunc 2>/dev/null); do
+            m top "$id"; docker top "$id" -eo pid 2>/dev/null
+        done
+    fi
+else
+    m docker-error; echo "no docker command on the host"
+fi
+if command -v ss >/dev/null 2>&1; then
+    m ss; ss -ltnpH 2>/dev/null || ss -ltnp 2>&1
+else
+    m ss-error; echo "no ss command on the host (iproute2)"
+fi
+m npu-smi; npu-smi info 2>&1; rc=$?; m npu-smi-rc; echo $rc
+m devices; ls -1d /dev/davinci[0-9]* {controls} 2>/dev/null
+m driver; [ -d {shlex.quote(DRIVER_DIR)} ] && echo present
+m end
+exit 0
+}}
+"""
