@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from allocation.config import DEFAULT_IMAGE, VISIBLE_DEVICES_ENV, FleetConfig, Mount
+from allocation.config import DEFAULT_IMAGE, VISIBLE_DEVICES_ENV, Defaults, FleetConfig, Mount
 from allocation.plan import PlannedService
 from allocation.windows import KINDS
 
@@ -71,32 +71,32 @@ class ContainerSpec:
     log_opts: Mapping[str, str] = field(default_factory=lambda: LOG_OPTS)
 
 
-def container_spec(fleet: FleetConfig, planned: PlannedService) -> ContainerSpec:
-    s, a, d = planned.service, planned.assignment, fleet.defaults
-    host = fleet.host(a.host)
-    all_devices = bool(s.all_devices if s.all_devices is not None else d.all_devices)
-    tp = s.tensor_parallel_size
-
+def _command(planned: PlannedService, defaults: Defaults) -> tuple[str, ...]:
+    """`vllm serve` with what the plan owns first, then defaults' and the service's `args`."""
+    s = planned.service
     command = ["vllm", "serve", s.model, "--served-model-name", s.served_model_name or s.name]
-    command += ["--host", "0.0.0.0", "--port", str(a.api_port), "--tensor-parallel-size", str(tp)]
-    command += ["--gpu-memory-utilization", str(s.memory_fraction)]
+    command += ["--host", "0.0.0.0", "--port", str(planned.assignment.api_port)]
+    command += ["--tensor-parallel-size", str(s.tensor_parallel_size), "--gpu-memory-utilization", str(s.memory_fraction)]
     if s.max_model_len is not None:
         command += ["--max-model-len", str(s.max_model_len)]
     if s.max_num_seqs is not None:
         command += ["--max-num-seqs", str(s.max_num_seqs)]
-    command += [*(d.args or ()), *(s.args or ())]
+    return (*command, *(defaults.args or ()), *(s.args or ()))
 
+
+def _env_and_labels(stack: str, planned: PlannedService, defaults: Defaults, all_devices: bool) -> tuple[dict, dict]:
+    s, a = planned.service, planned.assignment
     env = dict(TUNING_ENV)
-    if tp > 1:
+    if s.tensor_parallel_size > 1:
         env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
-    env.update(d.env or {})
+    env.update(defaults.env or {})
     env.update(s.env or {})
     # With only its own /dev/davinciN mounted, the runtime numbers a container's
     # cards from 0; in all-devices mode every card is visible under its physical index.
-    visible = a.cards if all_devices else range(tp)
+    visible = a.cards if all_devices else range(s.tensor_parallel_size)
     env[VISIBLE_DEVICES_ENV] = ",".join(map(str, visible))
     labels = {
-        f"{LABEL_PREFIX}.stack": fleet.stack,
+        f"{LABEL_PREFIX}.stack": stack,
         f"{LABEL_PREFIX}.service": s.name,
         f"{LABEL_PREFIX}.host": a.host,
         f"{LABEL_PREFIX}.devices": ",".join(map(str, a.cards)),
@@ -107,13 +107,18 @@ def container_spec(fleet: FleetConfig, planned: PlannedService) -> ContainerSpec
         if kind.env and span:
             env[kind.env] = text
         labels[f"{LABEL_PREFIX}.{kind.label}"] = text
+    return dict(sorted(env.items())), labels
 
-    cards = range(host.npus) if all_devices else a.cards
+
+def container_spec(fleet: FleetConfig, planned: PlannedService) -> ContainerSpec:
+    s, a, d = planned.service, planned.assignment, fleet.defaults
+    all_devices = bool(s.all_devices if s.all_devices is not None else d.all_devices)
+    env, labels = _env_and_labels(fleet.stack, planned, d, all_devices)
+    cards = range(fleet.host(a.host).npus) if all_devices else a.cards
     device_files = tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES
     mounts = tuple(Mount(source=p, target=p) for p in DRIVER_MOUNTS)
     mounts += (Mount(source=s.model, target=s.model),)
     mounts += tuple(d.mounts or ()) + tuple(s.mounts or ())
-
     start_timeout = s.start_timeout_seconds or d.start_timeout_seconds or DEFAULT_START_TIMEOUT_SECONDS
     url = f"http://127.0.0.1:{a.api_port}/health"
     # vllm-ascend images carry python3; minimal images (the simulator) busybox wget.
@@ -124,8 +129,8 @@ def container_spec(fleet: FleetConfig, planned: PlannedService) -> ContainerSpec
     return ContainerSpec(
         name=s.name,
         image=s.image or d.image or DEFAULT_IMAGE,
-        command=tuple(command),
-        env=MappingProxyType(dict(sorted(env.items()))),
+        command=_command(planned, d),
+        env=MappingProxyType(env),
         device_files=device_files,
         mounts=mounts,
         api_port=a.api_port,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping
 
 from allocation.config import VISIBLE_DEVICES_ENV
-from allocation.windows import BY_KEY, KINDS, span_text
+from allocation.windows import API, BY_KEY, KINDS, span_text
 
 Format = Literal["table", "json", "markdown"]
 FORMATS: tuple[Format, ...] = ("table", "json", "markdown")
@@ -28,7 +28,7 @@ PORT_FIELDS = tuple(k.key for k in KINDS)
 # When that field changed the difference is already reported (as a move or a
 # port change), so repeating it as a restart reason would only be noise. When
 # it changed on its own, it is reported.
-DERIVED_ARGS = {"--port": ("apiPort",), "--tensor-parallel-size": ("devices",)}
+DERIVED_ARGS = {"--port": (API.key,), "--tensor-parallel-size": ("devices",)}
 DERIVED_ENV = {k.env: (k.key,) for k in KINDS if k.env} | {
     VISIBLE_DEVICES_ENV: ("devices",),
     "VLLM_WORKER_MULTIPROC_METHOD": ("devices",),  # set only for tensor parallelism

@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any, Mapping
 
 from allocation.config import FleetConfig, Host, Service
-from allocation.windows import KINDS, PortSpan
+from allocation.windows import API, KINDS, PortSpan
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Assignment:
 
     @property
     def api_port(self) -> int:
-        return self.windows["apiPort"][0]
+        return self.windows[API.key][0]
 
 
 @dataclass(frozen=True)

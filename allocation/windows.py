@@ -92,4 +92,7 @@ KINDS: tuple[WindowKind, ...] = (
     ),
 )  # fmt: skip
 BY_KEY: Mapping[str, WindowKind] = {k.key: k for k in KINDS}
+API = BY_KEY["apiPort"]
+NPU_SOCKETS = BY_KEY["hcclNpuSocketPortRange"]
+"""The window HCCL falls back to its default port for when the variable is unset."""
 WINDOW_ENV = tuple(k.env for k in KINDS if k.env)

@@ -99,6 +99,26 @@ def _process_columns(header: list[str]) -> dict[str, int]:
     return columns
 
 
+def _process_row(line: str, cells: list[str], columns: dict[str, int]) -> NpuProcess | None:
+    """A row of the process table; None for a "no running processes" row or one that does not fit."""
+    if _NO_PROCESS.search(line):
+        return None
+    if not all(k in columns for k in ("npu", "pid", "name", "memory")) or len(cells) <= max(columns.values()):
+        return None
+    npu_chip = cells[columns["npu"]].split()
+    pid = _int(cells[columns["pid"]])
+    if not npu_chip or _int(npu_chip[0]) is None or pid is None:
+        return None
+    return NpuProcess(
+        npu=int(npu_chip[0]),
+        chip=(_int(npu_chip[1]) or 0) if len(npu_chip) > 1 else 0,
+        pid=pid,
+        name=cells[columns["name"]],
+        memory_mb=_int(cells[columns["memory"]]) or 0,
+        container_pid=_int(cells[columns["container_pid"]]) if "container_pid" in columns else None,
+    )
+
+
 def parse_npu_smi(text: str) -> NpuSmiInfo:
     """Parse the screen of `npu-smi info`; raise NpuSmiError when it has no device table."""
     version = None
@@ -137,27 +157,8 @@ def parse_npu_smi(text: str) -> NpuSmiInfo:
                 npus.append(Npu(chip=int(cells[0]), bus_id=cells[1], hbm_used_mb=used, hbm_total_mb=total, **pending))
                 pending = None
             continue
-        if section == "processes":
-            if _NO_PROCESS.search(line):
-                continue
-            need = ("npu", "pid", "name", "memory")
-            if not all(k in columns for k in need) or len(cells) <= max(columns.values()):
-                continue
-            npu_chip = cells[columns["npu"]].split()
-            pid = _int(cells[columns["pid"]])
-            if not npu_chip or _int(npu_chip[0]) is None or pid is None:
-                continue
-            container_pid = _int(cells[columns["container_pid"]]) if "container_pid" in columns else None
-            processes.append(
-                NpuProcess(
-                    npu=int(npu_chip[0]),
-                    chip=(_int(npu_chip[1]) or 0) if len(npu_chip) > 1 else 0,
-                    pid=pid,
-                    name=cells[columns["name"]],
-                    memory_mb=_int(cells[columns["memory"]]) or 0,
-                    container_pid=container_pid,
-                )
-            )
+        if section == "processes" and (process := _process_row(line, cells, columns)) is not None:
+            processes.append(process)
     if not npus:
         raise NpuSmiError("no NPU table in the npu-smi output: " + (" ".join(text.split())[:200] or "(empty)"))
     return NpuSmiInfo(version=version, npus=tuple(npus), processes=tuple(processes))

@@ -1,23 +1,45 @@
-"""`python -m allocation plan` and `pin`, run as an operator runs them."""
+"""`python -m allocation`'s commands, called in-process through `main`; one subprocess smoke test per command."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml"))
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "allocation", *args], cwd=ROOT, capture_output=True, text=True)
+@dataclass(frozen=True)
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def test_the_prod_plan_has_the_documented_json_shape_and_the_seed_layout():
+@pytest.fixture
+def cli(capsys):
+    """`python -m allocation ARGS`, in this process."""
+
+    def run(*args: str) -> Result:
+        code = main(list(args))
+        out = capsys.readouterr()
+        return Result(code, out.out, out.err)
+
+    return run
+
+
+def spawn(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "allocation", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_the_prod_plan_has_the_documented_json_shape_and_the_seed_layout(cli):
     result = cli("plan", "--stack", "prod", "--format", "json")
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
@@ -41,21 +63,21 @@ def test_the_prod_plan_has_the_documented_json_shape_and_the_seed_layout():
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_stack_in_the_repository_plans_in_every_format(stack):
+def test_every_stack_in_the_repository_plans_in_every_format(cli, stack):
     for fmt in ("table", "markdown", "json"):
         result = cli("plan", "--stack", stack, "--format", fmt)
         assert result.returncode == 0, result.stderr
         assert f"{stack}" in result.stdout
 
 
-def test_the_table_shows_cards_fractions_and_ranges():
+def test_the_table_shows_cards_fractions_and_ranges(cli):
     out = cli("plan").stdout  # prod is the default stack
     assert "npu-a (192.0.2.10): 8 NPUs x 64 GiB, 3 services" in out
     assert "used of 0.95  0.95" in out  # card 0: bge-m3 0.1 + qwen-vl 0.85
     assert "16666-16681" in out
 
 
-def test_a_stack_file_anywhere_on_disk_can_be_planned(tmp_path):
+def test_a_stack_file_anywhere_on_disk_can_be_planned(cli, tmp_path):
     path = tmp_path / "fleet.yaml"
     path.write_text(
         "config:\n"
@@ -75,7 +97,7 @@ def test_a_stack_file_anywhere_on_disk_can_be_planned(tmp_path):
         ("config:\n  hosts: []\n", "config key 'hosts' has no namespace"),
     ],
 )
-def test_bad_input_exits_non_zero_with_one_message_and_no_traceback(tmp_path, content, expected):
+def test_bad_input_exits_non_zero_with_one_message_and_no_traceback(cli, tmp_path, content, expected):
     path = tmp_path / "Pulumi.bad.yaml"
     path.write_text(content)
     result = cli("plan", "--config", str(path))
@@ -85,7 +107,7 @@ def test_bad_input_exits_non_zero_with_one_message_and_no_traceback(tmp_path, co
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
 
 
-def test_an_unknown_stack_lists_the_stacks_that_exist():
+def test_an_unknown_stack_lists_the_stacks_that_exist(cli):
     result = cli("plan", "--stack", "nope")
     assert result.returncode == 1
     assert "no stack file Pulumi.nope.yaml" in result.stderr and "prod" in result.stderr
@@ -108,7 +130,7 @@ config:
 """
 
 
-def test_pin_writes_the_plan_back_keeping_comments_and_key_order(tmp_path):
+def test_pin_writes_the_plan_back_keeping_comments_and_key_order(cli, tmp_path):
     path = tmp_path / "Pulumi.t.yaml"
     path.write_text(SEED_UNPINNED)
     before = json.loads(cli("plan", "--config", str(path), "--format", "json").stdout)
@@ -132,7 +154,7 @@ def test_pin_writes_the_plan_back_keeping_comments_and_key_order(tmp_path):
     assert cli("pin", "--config", str(path)).stdout.strip().endswith("aaa-big")
 
 
-def test_pin_leaves_the_file_untouched_when_the_fleet_does_not_fit(tmp_path):
+def test_pin_leaves_the_file_untouched_when_the_fleet_does_not_fit(cli, tmp_path):
     path = tmp_path / "Pulumi.t.yaml"
     path.write_text(SEED_UNPINNED.replace("memoryFraction: 0.1", "memoryFraction: 0.1\n      tensorParallelSize: 16"))
     original = path.read_text()
@@ -142,7 +164,47 @@ def test_pin_leaves_the_file_untouched_when_the_fleet_does_not_fit(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["Pulumi.t.yaml"]
 
 
-def test_plan_against_head_reports_no_change_for_the_default_stack():
+def test_plan_against_head_reports_no_change_for_the_default_stack(cli):
     result = cli("plan", "--against", "HEAD", "--format", "markdown")
     assert result.returncode == 0, result.stderr
     assert "stack `prod` vs `HEAD`" in result.stdout
+    assert "**0 changed, 0 added, 0 removed, 3 unchanged**" in result.stdout
+    assert "No allocation changes." in result.stdout
+
+
+# ---- the real entry point, once per command -------------------------------------------
+
+
+def test_python_m_allocation_plan_prints_the_plan_of_the_default_stack():
+    result = spawn("plan", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["stack"] == "prod"
+
+
+def test_python_m_allocation_pin_rewrites_a_stack_file(tmp_path):
+    path = tmp_path / "Pulumi.t.yaml"
+    path.write_text(SEED_UNPINNED)
+    result = spawn("pin", "--config", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "devices: [0, 1, 2, 3]" in path.read_text()
+
+
+def test_python_m_allocation_render_prints_a_script():
+    result = spawn("render", "--format", "docker-run")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("#!/bin/sh\n") and "docker run" in result.stdout
+
+
+def test_python_m_allocation_doctor_reports_an_unreachable_host_and_exits_one(tmp_path):
+    path = tmp_path / "Pulumi.t.yaml"
+    # Port 1 on loopback refuses at once: the host is unreachable without waiting.
+    path.write_text(SEED_UNPINNED.replace("address: 192.0.2.10", "address: 127.0.0.1\n      sshPort: 1"))
+    result = spawn("doctor", "--config", str(path), "--format", "json")
+    assert result.returncode == 1, result.stderr
+    [host] = json.loads(result.stdout)["hosts"]
+    assert [f["kind"] for f in host["findings"]] == ["unreachable"]
+
+
+def test_a_usage_error_exits_two():
+    result = spawn("plan", "--format", "yaml")
+    assert result.returncode == 2 and "invalid choice" in result.stderr

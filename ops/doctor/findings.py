@@ -37,13 +37,12 @@ from typing import Any, Callable, Iterable, Literal, Mapping
 
 from allocation.containers import CONTROL_DEVICES, DRIVER_DIR, ContainerSpec
 from allocation.deployment import HostDeployment
-from allocation.windows import BY_KEY, PortSpan, span_text
+from allocation.windows import NPU_SOCKETS as NPU_RANGE, PortSpan, span_text
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
 
 Kind = Literal[
     "unreachable", "host", "missing", "stopped", "restarting", "unhealthy", "drift", "foreign-card", "foreign-port"
 ]  # fmt: skip
-NPU_RANGE = BY_KEY["hcclNpuSocketPortRange"]
 
 
 @dataclass(frozen=True)

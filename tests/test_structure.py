@@ -1,0 +1,84 @@
+"""The promises the layout makes: a pure planner, one table of windows, short functions, a true README."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from allocation.windows import KINDS
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("allocation", "cli", "components", "ops", "sim")
+# What the planner may import: the standard library's pure parts, pydantic, itself.
+PURE_IMPORTS = {
+    "__future__", "allocation", "bisect", "collections", "dataclasses", "decimal", "difflib", "json",
+    "pydantic", "re", "shlex", "types", "typing",
+}  # fmt: skip
+MAX_FUNCTION_LINES = 60
+
+
+def source_files(*, tests: bool = False) -> list[Path]:
+    files = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")] + [ROOT / "__main__.py"]
+    return sorted(files + (list((ROOT / "tests").rglob("*.py")) if tests else []))
+
+
+def allocation_modules() -> list[str]:
+    """Every module of the planner but `__main__`, which only forwards to `cli`."""
+    return sorted(f"allocation.{p.stem}" for p in (ROOT / "allocation").glob("*.py") if p.stem != "__main__")
+
+
+@pytest.mark.parametrize("module", allocation_modules())
+def test_every_planner_module_imports_only_pure_modules(module):
+    tree = ast.parse((ROOT / module.replace(".", "/")).with_suffix(".py").read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert {m.split(".")[0] for m in imported} <= PURE_IMPORTS
+
+
+def test_importing_the_whole_planner_loads_no_pulumi_process_or_higher_layer():
+    code = (
+        "import importlib, sys\n"
+        f"for m in {allocation_modules()!r}: importlib.import_module(m)\n"
+        "bad = ('pulumi', 'pulumi_docker', 'pulumi_command', 'subprocess', 'ruamel', 'cli', 'ops', 'components')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in bad))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_each_windows_env_label_and_key_is_written_once_in_the_code_in_the_table():
+    names = {f'"{name}"' for k in KINDS for name in (k.key, k.env, k.label) if name}
+    found: dict[str, set[str]] = {name: set() for name in names}
+    for path in source_files():
+        text = path.read_text()
+        found = {name: where | ({str(path.relative_to(ROOT))} if name in text else set()) for name, where in found.items()}
+    assert found == {name: {"allocation/windows.py"} for name in names}
+
+
+def test_no_function_outside_sim_and_the_tests_is_longer_than_sixty_lines():
+    long = []
+    for path in source_files():
+        if path.parts[len(ROOT.parts)] == "sim":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []
+
+
+def test_the_readme_layout_table_names_every_top_level_folder_and_only_those():
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Layout") :].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([^`]+)` \|", table, flags=re.M))
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    folders = {line.split("/")[0] for line in tracked.splitlines() if "/" in line} - {".ci"}  # beside the test command
+    assert {path.split("/")[0] for path in listed} == folders | {"__main__.py"}
+    assert all((ROOT / path).exists() for path in listed)
