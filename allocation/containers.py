@@ -98,7 +98,7 @@ def _env_and_labels(stack: str, planned: PlannedService, defaults: Defaults, all
     labels = {
         f"{LABEL_PREFIX}.stack": stack,
         f"{LABEL_PREFIX}.service": s.name,
-        f"{LABEL_PREFIX}.host": a.host,
+        f"{LABEL_PREFIX}.host": a.host_name,
         f"{LABEL_PREFIX}.devices": ",".join(map(str, a.cards)),
     }
     for kind in KINDS:
@@ -114,7 +114,7 @@ def container_spec(fleet: FleetConfig, planned: PlannedService) -> ContainerSpec
     s, a, d = planned.service, planned.assignment, fleet.defaults
     all_devices = bool(s.all_devices if s.all_devices is not None else d.all_devices)
     env, labels = _env_and_labels(fleet.stack, planned, d, all_devices)
-    cards = range(fleet.host(a.host).npus) if all_devices else a.cards
+    cards = range(fleet.host(a.host_name).npus) if all_devices else a.cards
     device_files = tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES
     mounts = tuple(Mount(source=p, target=p) for p in DRIVER_MOUNTS)
     mounts += (Mount(source=s.model, target=s.model),)

@@ -40,7 +40,7 @@ class ServiceDeployment:
         """The service's stack output, without its endpoint (an Output in the program)."""
         a = self.planned.assignment
         windows = {k.key: k.text(a.windows[k.key]) if k.key in a.windows else None for k in KINDS}
-        return {"host": a.host, "devices": list(a.cards), **windows}
+        return {"host": a.host_name, "devices": list(a.cards), **windows}
 
 
 @dataclass(frozen=True)

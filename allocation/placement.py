@@ -3,8 +3,8 @@
 Services are placed largest first (pinned cards, then pinned hosts, then the
 rest; within each, by tensor-parallel size and memory fraction, descending,
 then by name), so the order of the YAML never matters. A service goes on the
-aligned group of cards that leaves the least memory unused (best fit), and an
-auto-placed service on the first host, by name, that has such a group. Memory
+aligned block of cards that leaves the least memory unused (best fit), and an
+auto-placed service on the first host, by name, that has such a block. Memory
 is counted in exact integer units (see `config.units`).
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service, units
 
-Group = tuple[int, ...]
+Block = tuple[int, ...]
 
 
 def fmt_units(value: int) -> str:
@@ -36,34 +36,35 @@ class Cards:
         self.free = [self.budget] * self.host.npus
         self.users = [[] for _ in range(self.host.npus)]
 
-    def exclusive(self, card: int) -> bool:
+    def alone(self, card: int) -> bool:
+        """The card holds a service with `hcclPortRanges: false`, which shares it with no one."""
         return any(not s.hccl_port_ranges for s in self.users[card])
 
-    def aligned_groups(self, tp: int) -> list[Group]:
+    def aligned_blocks(self, tp: int) -> list[Block]:
         return [tuple(range(start, start + tp)) for start in range(0, self.host.npus - tp + 1, tp)]
 
-    def fits(self, group: Group, service: Service) -> bool:
+    def fits(self, block: Block, service: Service) -> bool:
         need = units(service.memory_fraction)
-        if not service.hccl_port_ranges and any(self.users[c] for c in group):
+        if not service.hccl_port_ranges and any(self.users[c] for c in block):
             return False
-        return all(self.free[c] >= need and not self.exclusive(c) for c in group)
+        return all(self.free[c] >= need and not self.alone(c) for c in block)
 
-    def best_group(self, service: Service) -> Group | None:
-        """The aligned group leaving the least memory unused; the lowest cards on a tie."""
+    def best_block(self, service: Service) -> Block | None:
+        """The aligned block leaving the least memory unused; the lowest cards on a tie."""
         need = units(service.memory_fraction)
-        fitting = [g for g in self.aligned_groups(service.tensor_parallel_size) if self.fits(g, service)]
+        fitting = [g for g in self.aligned_blocks(service.tensor_parallel_size) if self.fits(g, service)]
         return min(fitting, key=lambda g: (sum(self.free[c] - need for c in g), g), default=None)
 
-    def take(self, group: Group, service: Service) -> None:
-        for c in group:
+    def take(self, block: Block, service: Service) -> None:
+        for c in block:
             self.free[c] -= units(service.memory_fraction)
             self.users[c].append(service)
 
-    def capacity(self, tp: int, exclusive: bool) -> int:
+    def capacity(self, tp: int, alone: bool) -> int:
         """Largest memory fraction (units) a TP group of this size could still get here."""
         best = -1
-        for g in self.aligned_groups(tp):
-            if any(self.exclusive(c) for c in g) or (exclusive and any(self.users[c] for c in g)):
+        for g in self.aligned_blocks(tp):
+            if any(self.alone(c) for c in g) or (alone and any(self.users[c] for c in g)):
                 continue
             best = max(best, min(self.free[c] for c in g))
         return best
@@ -72,7 +73,7 @@ class Cards:
         """Free memory per card, for error messages: `0:0.05 1:0.05 ...`."""
         parts = []
         for c in range(self.host.npus):
-            note = " (exclusive)" if self.exclusive(c) else ""
+            note = " (held by a service with hcclPortRanges: false)" if self.alone(c) else ""
             parts.append(f"{c}:{fmt_units(max(self.free[c], 0))}{note}")
         return " ".join(parts)
 
@@ -130,10 +131,10 @@ class Placer:
         self.index = {h.name: i for i, h in enumerate(self.hosts)}
         self.trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
         self.problems: list[str] = []
-        self.placed: dict[str, tuple[str, Group]] = {}
+        self.placed: dict[str, tuple[str, Block]] = {}
         self.max_budget = max(c.budget for c in self.cards.values())
 
-    def run(self, services: list[Service]) -> dict[str, tuple[str, Group]]:
+    def run(self, services: list[Service]) -> dict[str, tuple[str, Block]]:
         for service in sorted(services, key=_order):
             self._place(service)
         return self.placed
@@ -153,21 +154,21 @@ class Placer:
             return
         if s.host is not None:
             cards = self.cards[s.host]
-            group = cards.best_group(s)
-            if group is None:
+            block = cards.best_block(s)
+            if block is None:
                 self.problems.append(
                     f"host {s.host}: service {s.name} needs {_need_text(s)} (aligned); "
                     f"free per card: {cards.describe()}"
                 )
                 return
-            self._commit(s, cards, group)
+            self._commit(s, cards, block)
             return
         i = self._tree(s.tensor_parallel_size, not s.hccl_port_ranges).first_at_least(need)
         if i is not None:
             cards = self.cards[self.hosts[i].name]
-            group = cards.best_group(s)
-            assert group is not None, "Cards.capacity and Cards.fits disagree"
-            self._commit(s, cards, group)
+            block = cards.best_block(s)
+            assert block is not None, "Cards.capacity and Cards.fits disagree"
+            self._commit(s, cards, block)
             return
         shown = "; ".join(f"{h.name}: {self.cards[h.name].describe()}" for h in self.hosts[:5])
         more = f"; and {len(self.hosts) - 5} more hosts" if len(self.hosts) > 5 else ""
@@ -179,20 +180,20 @@ class Placer:
     def _candidates(self, s: Service) -> list[Host]:
         return [self.cards[s.host].host] if s.host else self.hosts
 
-    def _place_pinned(self, s: Service, group: Group) -> None:
+    def _place_pinned(self, s: Service, block: Block) -> None:
         for host in self._candidates(s):
             cards = self.cards[host.name]
-            if max(group) < host.npus and cards.fits(group, s):
-                self._commit(s, cards, group)
+            if max(block) < host.npus and cards.fits(block, s):
+                self._commit(s, cards, block)
                 return
         where = f"host {s.host}" if s.host else "any host"
         details = []
         for host in self._candidates(s)[:5]:
             cards = self.cards[host.name]
-            for c in group:
+            for c in block:
                 if c >= host.npus:
                     continue
-                if cards.exclusive(c) or (not s.hccl_port_ranges and cards.users[c]):
+                if cards.alone(c) or (not s.hccl_port_ranges and cards.users[c]):
                     others = ", ".join(u.name for u in cards.users[c])
                     details.append(
                         f"{host.name} card {c} is held by {others}; a service without HCCL port "
@@ -206,19 +207,19 @@ class Placer:
                         f"is over the per-card budget {fmt_units(cards.budget)}"
                     )
         self.problems.append(
-            f"service {s.name}: pinned devices {list(group)} do not fit on {where}: "
+            f"service {s.name}: pinned devices {list(block)} do not fit on {where}: "
             + ("; ".join(details) if details else "no host has that many cards")
         )
 
-    def _commit(self, s: Service, cards: Cards, group: Group) -> None:
-        cards.take(group, s)
-        self.placed[s.name] = (cards.host.name, group)
+    def _commit(self, s: Service, cards: Cards, block: Block) -> None:
+        cards.take(block, s)
+        self.placed[s.name] = (cards.host.name, block)
         i = self.index[cards.host.name]
-        for (tp, exclusive), tree in self.trees.items():
-            tree.update(i, cards.capacity(tp, exclusive))
+        for (tp, alone), tree in self.trees.items():
+            tree.update(i, cards.capacity(tp, alone))
 
-    def _tree(self, tp: int, exclusive: bool) -> LeftmostAtLeast:
-        key = (tp, exclusive)
+    def _tree(self, tp: int, alone: bool) -> LeftmostAtLeast:
+        key = (tp, alone)
         if key not in self.trees:
-            self.trees[key] = LeftmostAtLeast([self.cards[h.name].capacity(tp, exclusive) for h in self.hosts])
+            self.trees[key] = LeftmostAtLeast([self.cards[h.name].capacity(tp, alone) for h in self.hosts])
         return self.trees[key]

@@ -18,7 +18,7 @@ from allocation.windows import API, KINDS, PortSpan
 class Assignment:
     """The resources the allocator gives one service: cards on one host and port windows."""
 
-    host: str
+    host_name: str
     cards: tuple[int, ...]
     """Physical card indices."""
     windows: Mapping[str, PortSpan]
@@ -44,7 +44,7 @@ class PlannedService:
         a = self.assignment
         return {
             "name": self.name,
-            "host": a.host,
+            "host": a.host_name,
             "devices": list(a.cards),
             "tensorParallelSize": self.service.tensor_parallel_size,
             "memoryFraction": float(self.service.memory_fraction),

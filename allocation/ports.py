@@ -107,4 +107,4 @@ def assign_ports(
                 continue
             taken.add(*span, f"{kind.key} of {s.name}")
             windows[s.name][kind.key] = span
-    return [Assignment(host=host.name, cards=cards, windows=MappingProxyType(windows[s.name])) for s, cards in placed]
+    return [Assignment(host_name=host.name, cards=cards, windows=MappingProxyType(windows[s.name])) for s, cards in placed]

@@ -90,7 +90,7 @@ def check_plan(plan: Plan, values: dict) -> None:
             assert total <= budget, f"card {c} over budget"
             if any(not s.hccl_port_ranges for s in holders[c]):
                 assert len(holders[c]) == 1, f"card {c} shared with a service without HCCL ranges"
-        planned = sorted(set(windows[reserved:]))  # 16666 may be kept by several exclusive services
+        planned = sorted(set(windows[reserved:]))  # 16666 may be kept by several services without ranges
         for (a0, a1), (b0, b1) in zip(planned, planned[1:]):
             assert a1 < b0, f"port windows {a0}-{a1} and {b0}-{b1} overlap"
         for first, last in planned:

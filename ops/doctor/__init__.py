@@ -30,7 +30,7 @@ class HostReport:
     findings: tuple[Finding, ...]
 
 
-def check_host(ssh: Ssh, hd: HostDeployment, *, timeout: float | None = None) -> HostReport:
+def audit_host(ssh: Ssh, hd: HostDeployment, *, timeout: float | None = None) -> HostReport:
     """Gather one host's facts in one round trip and judge them."""
     host = hd.host
     result = run_script(ssh, host, gather_script(), timeout=timeout)
@@ -46,12 +46,12 @@ def check_host(ssh: Ssh, hd: HostDeployment, *, timeout: float | None = None) ->
     return HostReport(host.name, True, tuple(host_findings(hd, facts)))
 
 
-def check(deployment: Deployment, *, timeout: float | None = None) -> list[HostReport]:
-    """Every host of the deployment, checked in parallel; reports in host-name order."""
+def audit(deployment: Deployment, *, timeout: float | None = None) -> list[HostReport]:
+    """Every host of the deployment, audited in parallel; reports in host-name order."""
     if not deployment.hosts:
         return []
     with ThreadPoolExecutor(max_workers=min(16, len(deployment.hosts))) as pool:
-        return list(pool.map(lambda hd: check_host(deployment.ssh, hd, timeout=timeout), deployment.hosts))
+        return list(pool.map(lambda hd: audit_host(deployment.ssh, hd, timeout=timeout), deployment.hosts))
 
 
 def render_reports(stack: str, reports: list[HostReport], fmt: str) -> str:
@@ -72,5 +72,5 @@ def render_reports(stack: str, reports: list[HostReport], fmt: str) -> str:
 
 def run(deployment: Deployment, fmt: str = "table") -> tuple[str, int]:
     """The `doctor` command: (report text, exit code 0 clean / 1 findings)."""
-    reports = check(deployment)
+    reports = audit(deployment)
     return render_reports(deployment.stack, reports, fmt), 0 if not any(r.findings for r in reports) else 1
