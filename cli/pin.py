@@ -33,7 +33,7 @@ def _flow(values: list[int]) -> CommentedSeq:
 def pins_of(ps: PlannedService) -> dict[str, Any]:
     """The config keys that fix a service's current assignment."""
     a = ps.assignment
-    pins: dict[str, Any] = {"host": a.host, "devices": _flow(list(a.cards))}
+    pins: dict[str, Any] = {"host": a.host_name, "devices": _flow(list(a.cards))}
     for kind in KINDS:
         if kind.key in a.windows:
             value = kind.value(a.windows[kind.key])

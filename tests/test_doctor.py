@@ -22,7 +22,7 @@ from ops.doctor.facts import FactsError, HostFacts, Listener, LiveContainer, par
 from ops.doctor.findings import host_findings
 from ops.doctor.gather import MARK
 from ops.npusmi import Npu, NpuProcess, NpuSmiInfo
-from ops.ssh import RemoteResult
+from ops.ssh import RemoteResult, run_script
 from tests.fleets import fleet, host, service
 
 PIDS = {"alpha": 1000, "beta": 2000, "gamma": 3000}
@@ -226,6 +226,25 @@ def test_image_devices_ports_and_an_unset_variable_are_each_their_own_drift(plan
     assert "env VLLM_PORT: 62032 (plan) != (unset) (live)" in messages
     assert "lacking /dev/davinci3" in messages
     assert "8002->8002 (plan) != 9002->8002 (live)" in messages
+
+
+def test_a_changed_ascend_fleet_label_is_drift_named_by_the_label(plan):
+    spec = spec_of(plan, "gamma")
+    labels = {**spec.labels, "ascend-fleet.devices": "4,5"}
+    found = findings(plan, with_container(clean_facts(plan), inspect_of(spec, cid="gamma-id", pid=3000, labels=labels)))
+    assert kinds(found) == [("drift", "gamma")]
+    assert found[0].key == "label ascend-fleet.devices"
+    assert found[0].message.endswith("label ascend-fleet.devices: 2,3 (plan) != 4,5 (live)")
+
+
+def test_a_privileged_container_whose_plan_is_not_privileged_is_drift(plan):
+    spec = spec_of(plan, "alpha")
+    assert not spec.privileged
+    live = inspect_of(spec, cid="alpha-id", pid=1000, privileged=True)
+    found = findings(plan, with_container(clean_facts(plan), live))
+    assert kinds(found) == [("drift", "alpha")]
+    assert found[0].key == "privileged"
+    assert found[0].message.endswith("privileged: false (plan) != true (live)")
 
 
 def test_an_image_named_with_or_without_registry_and_latest_tag_is_the_same_image():
@@ -441,6 +460,15 @@ def test_an_unreachable_host_is_a_finding_and_the_other_hosts_are_still_checked(
     assert "missing" in [f["kind"] for f in a["findings"]]
     assert [f["kind"] for f in b["findings"]] == ["unreachable"]
     assert "Connection timed out" in b["findings"][0]["message"]
+
+
+def test_a_script_for_a_unix_docker_host_runs_locally_with_docker_host_set_to_that_socket(monkeypatch):
+    """No ssh: a real local `sh` runs the script, pointed at the host's daemon, not the caller's."""
+    monkeypatch.setenv("DOCKER_HOST", "tcp://elsewhere.example:2375")
+    config = fleet([host("dev", dockerHost="unix:///tmp/x.sock")], [])
+    result = run_script(config.ssh, config.hosts[0], 'echo "$DOCKER_HOST"\n')
+    assert (result.reachable, result.returncode, result.stderr) == (True, 0, "")
+    assert result.stdout == "unix:///tmp/x.sock\n"
 
 
 def test_the_table_says_ok_for_a_clean_host_and_lists_findings_otherwise():

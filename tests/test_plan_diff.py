@@ -20,6 +20,7 @@ import pytest
 
 from allocation.diff import diff_plans, render_diff
 from allocation.errors import FleetError
+from cli import main as cli_main
 from cli.revision import plan_at_revision
 
 REPO = Path(__file__).resolve().parents[1]
@@ -488,8 +489,31 @@ def test_plan_against_the_same_commit_reports_no_change(history: Path):
     new = current_plan(history, "--stack", "test")
     old = plan_at_revision(history, "HEAD", "test", None)
     diff = diff_plans(old, new)
-    assert not diff.has_changes
-    assert "No allocation changes." in render_diff(diff, "markdown")
+    assert not diff.has_changes and not diff.stack_is_new and diff.hosts == ()
+    assert [(s.name, s.status) for s in diff.services] == [
+        ("bge-m3", "unchanged"), ("qwen", "unchanged"), ("qwen-long", "unchanged"), ("rerank", "unchanged"),
+    ]  # fmt: skip
+    assert diff.summary() == "0 changed, 0 added, 0 removed, 4 unchanged"
+    text = render_diff(diff, "markdown")
+    assert "**0 changed, 0 added, 0 removed, 4 unchanged**" in text.splitlines()
+    assert text.rstrip().endswith("No allocation changes.")
+
+
+def test_the_plan_command_against_the_same_revision_reports_every_service_unchanged(
+    history: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    """`plan --against HEAD` end to end through the command line: the old plan is really compared."""
+    monkeypatch.setattr(cli_main, "PROJECT_ROOT", history)
+    stack_file = str(history / "Pulumi.test.yaml")
+    code = cli_main.main(["plan", "--config", stack_file, "--against", "HEAD", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["stack"], doc["against"], doc["stackIsNew"], doc["hasChanges"]) == ("test", "HEAD", False, False)
+    assert doc["summary"] == {"changed": 0, "added": 0, "removed": 0, "unchanged": 4}
+    assert [(s["name"], s["status"]) for s in doc["services"]] == [
+        ("bge-m3", "unchanged"), ("qwen", "unchanged"), ("qwen-long", "unchanged"), ("rerank", "unchanged"),
+    ]  # fmt: skip
 
 
 def test_a_config_path_is_looked_up_at_the_same_place_in_the_old_tree(history: Path):
@@ -544,8 +568,10 @@ def test_an_old_plan_that_fails_is_a_fleet_error_carrying_its_error_output(histo
     git(history, "commit", "--quiet", "-am", "fix")
     with pytest.raises(FleetError, match="the plan at HEAD~1 failed") as info:
         plan_at_revision(history, "HEAD~1", "test", None)
-    # The old plan's own message (which, if the CLI is not there yet, is Python's) is passed on.
-    assert "memoryFractoin" in str(info.value) or "allocation" in str(info.value)
+    # The old plan's own error output is passed on after the explanation, word for word.
+    _, _, passed_on = str(info.value).partition("so there is nothing to compare with: ")
+    assert passed_on.startswith("error: stack test: invalid configuration: ")
+    assert "unknown key 'memoryFractoin' (did you mean 'memoryFraction'?)" in passed_on
 
 
 def test_a_config_file_outside_the_repository_is_a_fleet_error(history: Path, tmp_path: Path):
