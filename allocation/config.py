@@ -10,6 +10,7 @@ unknown keys are errors, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import difflib
+import re
 from collections import Counter
 from decimal import Decimal
 from typing import Annotated, Any, Literal, Mapping
@@ -27,6 +28,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from allocation.errors import ConfigError
+from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, Image, StackName, Text, UserName, Word
 from allocation.windows import KINDS, MAX_PORT, WINDOW_ENV, PortSpan, WindowKind
 
 NAMESPACE = "ascend-fleet"
@@ -36,8 +38,13 @@ DEFAULT_MEMORY_BUDGET = Decimal("0.95")
 # fits a 0.95 budget exactly, with no floating-point surprises.
 FRACTION_SCALE = 10_000
 VISIBLE_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"
-# Variables the allocator sets; in `env` they would silently defeat it.
-ALLOCATED_ENV = (VISIBLE_DEVICES_ENV, *WINDOW_ENV)
+# Variables the plan sets (or that would show other cards); in `env` they would
+# silently defeat it. Each with the key to use instead.
+ALLOCATED_ENV = {
+    VISIBLE_DEVICES_ENV: "devices",
+    "ASCEND_VISIBLE_DEVICES": "devices",
+    **{k.env: k.key for k in KINDS if k.env},
+}
 # Config keys the Pulumi program reads but the planner has no use for.
 PROGRAM_ONLY_KEYS = frozenset({"sshPrivateKey"})
 
@@ -127,9 +134,9 @@ _WindowPins: type[Model] = create_model("_WindowPins", __base__=Model, **_pin_fi
 class Mount(Model):
     """An extra bind mount from the host into the container."""
 
-    source: str
+    source: AbsPath
     """Absolute path on the host."""
-    target: str
+    target: AbsPath
     """Absolute path inside the container."""
     read_only: bool = True
     """Mount read-only (default)."""
@@ -138,17 +145,18 @@ class Mount(Model):
 class ContainerSettings(Model):
     """Settings a service inherits from `ascend-fleet:defaults` unless it sets them itself."""
 
-    image: str | None = None
+    image: Image | None = None
     """Container image. Default `quay.io/ascend/vllm-ascend:v0.20.2rc1`."""
-    env: dict[str, str] | None = None
+    env: dict[EnvKey, EnvValue] | None = None
     """Extra environment; merged over the tuning defaults (defaults' env, then the service's)."""
-    args: list[str] | None = None
-    """Extra `vllm serve` arguments, appended after the generated ones (defaults' first)."""
+    args: list[Arg] | None = None
+    """Extra `vllm serve` arguments, appended after the generated ones (defaults' first). Flags the
+    plan sets (`--port`, `--tensor-parallel-size`, `--gpu-memory-utilization`...) are refused."""
     mounts: list[Mount] | None = None
     """Extra bind mounts (defaults' and the service's are both applied)."""
-    shm_size_mib: int | None = Field(default=None, ge=64, alias="shmSizeMiB")
+    shm_size_mib: int | None = Field(default=None, ge=64, le=1_048_576, alias="shmSizeMiB")
     """Shared memory of the container in MiB. Default 10486 (the seed's 10.24 GB)."""
-    start_timeout_seconds: int | None = Field(default=None, ge=60)
+    start_timeout_seconds: int | None = Field(default=None, ge=60, le=86_400)
     """How long a model may take to load before it counts as failed: the health check's
     start period and how long `pulumi up` waits for healthy. Default 1800."""
     all_devices: bool | None = None
@@ -163,9 +171,8 @@ class ContainerSettings(Model):
         if isinstance(value, Mapping):
             owned = sorted(set(value) & set(ALLOCATED_ENV))
             if owned:
-                instead = {k.env: k.key for k in KINDS} | {VISIBLE_DEVICES_ENV: "devices"}
                 raise ValueError(
-                    "; ".join(f"{v} is set by the allocator: pin the service's {instead[v]} instead" for v in owned)
+                    "; ".join(f"{v} is set by the plan: set the service's {ALLOCATED_ENV[v]} instead" for v in owned)
                 )
             return {k: v if isinstance(v, str) else _scalar_to_str(v) for k, v in value.items()}
         return value
@@ -188,23 +195,36 @@ class Host(Model):
 
     name: Name
     """Unique host name: lowercase letters, digits and '-'."""
-    address: str = Field(min_length=1)
-    """SSH address (name or IP) of the host; also the address of the API endpoints."""
-    user: str = "root"
-    """SSH user; must be allowed to use Docker on the host."""
+    address: Address
+    """SSH address (host name, IPv4, or IPv6 without brackets); also the address of the API endpoints."""
+    user: UserName = "root"
+    """SSH user (a POSIX user name); must be allowed to use Docker on the host."""
     ssh_port: AnyPort = 22
     """SSH port."""
     npus: PowerOfTwo = 8
     """Number of NPUs (cards) on the host."""
-    hbm_gi_b: int = Field(default=64, ge=1, alias="hbmGiB")
+    hbm_gi_b: int = Field(default=64, ge=1, le=4096, alias="hbmGiB")
     """HBM per NPU in GiB; shown in the plan next to each memory fraction."""
     memory_budget: Fraction | None = None
     """Per-card ceiling on the sum of memory fractions; overrides `ascend-fleet:memoryBudget`."""
     reserved_ports: list[PortRange] = []
     """Ports on this host the allocator must never hand out (in addition to `ascend-fleet:ports.reserved`)."""
-    docker_host: str | None = None
+    docker_host: Text | None = None
     """Docker daemon URL; default `ssh://user@address:sshPort`. Set `unix:///var/run/docker.sock`
-    for a daemon on the machine running Pulumi (the dev stack)."""
+    for a daemon on the machine running Pulumi (the dev stack). An `ssh://` or `tcp://` URL must
+    name this host's `address`, so `doctor` checks the machine the containers run on."""
+
+    @model_validator(mode="after")
+    def _docker_host_is_this_host(self) -> Host:
+        url = self.docker_host
+        if url is None or re.fullmatch(r"unix:///[^:\s]+", url):
+            return self
+        match = re.fullmatch(r"(ssh|tcp)://(?:([^@/\s]+)@)?(\[[^\]]+\]|[^:/\s]+)(?::(\d{1,5}))?/?", url)
+        if match is None:
+            raise ValueError(f"dockerHost {url!r} is not unix:///path, ssh://[user@]address[:port] or tcp://address:port")
+        if match.group(3).strip("[]") != self.address:
+            raise ValueError(f"dockerHost {url!r} names another machine than address {self.address!r}")
+        return self
 
     def url_address(self) -> str:
         """The address as it goes into a URL: IPv6 literals in brackets."""
@@ -225,25 +245,25 @@ class Service(ContainerSettings, _WindowPins):
 
     name: Name
     """Unique service name in the stack; also the container name."""
-    model: str = Field(min_length=1)
-    """Path of the weights on the host, mounted read-only at the same path."""
+    model: AbsPath
+    """Absolute path of the weights on the host, mounted read-only at the same path."""
     host: Name | None = None
     """Host to run on; when absent the allocator places the service on a host with room."""
-    served_model_name: str | None = None
+    served_model_name: Word | None = None
     """`--served-model-name`; default: the service name."""
     tensor_parallel_size: PowerOfTwo = 1
     """Cards in the tensor-parallel group, all on one host, aligned (pairs, quads, all eight)."""
     memory_fraction: Fraction = Decimal("0.9")
     """`--gpu-memory-utilization`: the share of each of its cards' memory the service may take."""
-    max_model_len: int | None = Field(default=None, ge=1)
+    max_model_len: int | None = Field(default=None, ge=1, le=100_000_000)
     """`--max-model-len`."""
-    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1, le=1_000_000)
     """`--max-num-seqs`."""
     hccl_port_ranges: bool = True
     """Set `HCCL_NPU_SOCKET_PORT_RANGE`/`HCCL_HOST_SOCKET_PORT_RANGE`. Set false for models with MC2
     fused operators on Atlas A2, which do not support them: the service then keeps HCCL's default
     NPU port 16666 and gets its cards to itself."""
-    devices: list[Annotated[int, Field(ge=0)]] | None = None
+    devices: list[Annotated[int, Field(ge=0, le=15)]] | None = None
     """Pin: physical NPU indices; as many as `tensorParallelSize`."""
     @model_validator(mode="after")
     def _pins_agree(self) -> Service:
@@ -349,12 +369,15 @@ class FleetConfig(Model):
     @model_validator(mode="after")
     def _references(self) -> FleetConfig:
         problems = []
-        for kind, names in (
-            ("host", [h.name for h in self.hosts]),
-            ("service", [s.name for s in self.services]),
+        same_machine = " (two hosts on one machine would both get card 0 and the same ports)"
+        for what, names, why in (
+            ("host name", [h.name for h in self.hosts], ""),
+            ("service name", [s.name for s in self.services], ""),
+            ("host address", [h.address.lower() for h in self.hosts], same_machine),
+            ("dockerHost", [h.docker_url() for h in self.hosts], same_machine),
         ):
             dupes = sorted(n for n, count in Counter(names).items() if count > 1)
-            problems += [f"{kind} name '{n}' is used more than once" for n in dupes]
+            problems += [f"{what} {n!r} is used more than once{why}" for n in dupes]
         hosts = {h.name: h for h in self.hosts}
         for s in self.services:
             if s.host is None:
@@ -452,6 +475,8 @@ def parse_fleet(stack: str, values: Mapping[str, Any]) -> FleetConfig:
 
     Raises ConfigError listing every problem at once, each with its location.
     """
+    if not StackName.match(stack):
+        raise ConfigError(f"stack name {stack!r} is not a stack name: letters, digits, '_', '.', '-', at most 100")
     known = set(_field_aliases(FleetConfig)) - {"stack"}
     problems = [
         f"unknown config key '{NAMESPACE}:{key}'{_suggest(key, known)}"

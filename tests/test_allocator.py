@@ -96,6 +96,34 @@ def test_reserved_ports_are_never_handed_out():
     assert got["a"]["hcclNpuSocketPortRange"] == [16714, 16729]  # next block past 16700
 
 
+def windows_of(got: dict[str, dict]) -> list[tuple[int, int]]:
+    """Every planned port window, as (first, last)."""
+    out = []
+    for s in got.values():
+        for key in ("apiPort", "hcclNpuSocketPortRange", "hcclHostSocketPortRange", "hcclIfBasePort", "vllmPort"):
+            value = s[key]
+            out.append((value[0], value[1]) if isinstance(value, list) else (value, value))
+    return out
+
+
+def test_hccls_default_host_window_60000_to_60031_is_reserved_by_default():
+    # The default plan hands out nothing in it...
+    assert all(last < 60000 or first > 60031 for first, last in windows_of(assignments(seed_values())))
+    # ...even when a window base points into it: one-port windows from 59999 skip exactly 60000-60031.
+    values = {
+        "hosts": [host()],
+        "services": [service("a", 1, 0.1), service("b", 1, 0.1), service("c", 1, 0.1)],
+        "ports": {"hcclHostSocketBase": 59999, "hcclHostSocketCount": 1},
+    }
+    got = assignments(values)
+    assert [got[n]["hcclHostSocketPortRange"] for n in ("a", "b", "c")] == [
+        [59999, 59999], [60032, 60032], [60033, 60033],
+    ]  # fmt: skip
+    # Blocks of 16 from 60000 start past the window.
+    values["ports"] = {"hcclHostSocketBase": 60000}
+    assert assignments(values)["a"]["hcclHostSocketPortRange"] == [60032, 60047]
+
+
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
@@ -134,7 +162,7 @@ def test_reserved_ports_are_never_handed_out():
         ),
         (
             {"hosts": [host()], "services": [service("a", env={"VLLM_PORT": "1"})]},
-            "VLLM_PORT is set by the allocator",
+            "VLLM_PORT is set by the plan: set the service's vllmPort instead",
         ),
         (
             {"hosts": [host()], "services": [service("a", devices=[0, 1])]},

@@ -149,5 +149,5 @@ def test_planning_twice_gives_the_same_plan():
         {"name": f"s{i}", "model": "/m", "tensorParallelSize": rnd.choice([1, 2, 4]), "memoryFraction": 0.3}
         for i in range(30)
     ]
-    values = {"hosts": [{"name": f"h{i}", "address": "x"} for i in range(5)], "services": services}
+    values = {"hosts": [{"name": f"h{i}", "address": f"h{i}.example"} for i in range(5)], "services": services}
     assert plan_json(deploy(plan_fleet(parse_fleet("t", values)))) == plan_json(deploy(plan_fleet(parse_fleet("t", values))))

@@ -1,0 +1,100 @@
+"""Constrained types for every config value that reaches another program.
+
+A stack file's values end up in ssh's argv, `docker run`'s argv, a shell
+script, a compose file and a markdown comment. Each is validated here, once,
+when the config is parsed, with a message that names the rule; the exporters
+then only quote (shlex, the YAML library, markdown escapes), never re-check.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+from allocation.windows import API
+
+# vLLM's `serve` flags the plan sets, and the config key that sets each one.
+# vLLM reads `_` as `-` in flags and knows `-tp` (vllm/engine/arg_utils.py).
+OWNED_FLAGS = {
+    "--model": "model",
+    "--served-model-name": "servedModelName",
+    "--host": "(the plan: 0.0.0.0 inside the container)",
+    "--port": API.key,
+    "--tensor-parallel-size": "tensorParallelSize",
+    "-tp": "tensorParallelSize",
+    "--gpu-memory-utilization": "memoryFraction",
+    "--max-model-len": "maxModelLen",
+    "--max-num-seqs": "maxNumSeqs",
+}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Docker's reference grammar (distribution/reference/regexp.go), anchored.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"
+_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
+_IMAGE = re.compile(
+    rf"^(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{{32,}})?$"
+)
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
+
+
+def _plain(value: str) -> str:
+    if _CONTROL.search(value):
+        raise ValueError(f"{value!r} contains a control character (newline, tab, NUL...)")
+    return value
+
+
+def _word(value: str) -> str:
+    """Text that is not read as an option when it lands in an argv."""
+    if value.startswith("-"):
+        raise ValueError(f"{value!r} starts with '-', so a command would read it as an option")
+    return _plain(value)
+
+
+def _path(value: str) -> str:
+    _plain(value)
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path (it must start with '/')")
+    if ":" in value:
+        raise ValueError(f"{value!r} contains ':', which `docker run --volume` reads as a separator")
+    return value
+
+
+def _image(value: str) -> str:
+    if not _IMAGE.match(value) or len(value) > 512:
+        raise ValueError(f"{value!r} is not a Docker image reference such as quay.io/ascend/vllm-ascend:v0.20.2rc1")
+    return value
+
+
+def _address(value: str) -> str:
+    if value.startswith("[") and value.endswith("]"):
+        raise ValueError(f"{value!r}: write an IPv6 address without brackets ({value[1:-1]})")
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if not _HOSTNAME.match(value):
+            raise ValueError(f"{value!r} is neither an IP address nor a host name") from None
+    return value
+
+
+def _arg(value: str) -> str:
+    _plain(value)
+    flag = value.partition("=")[0].replace("_", "-")
+    if flag.startswith("-"):
+        owned = [f for f in OWNED_FLAGS if f == flag or (len(flag) > 4 and flag.startswith("--") and f.startswith(flag))]
+        if owned:
+            raise ValueError(f"{value!r} sets {owned[0]}, which the plan owns: set {OWNED_FLAGS[owned[0]]} instead")
+    return value
+
+
+Text = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_plain)]
+Word = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_word)]
+AbsPath = Annotated[str, Field(min_length=2, max_length=4096), AfterValidator(_path)]
+Image = Annotated[str, AfterValidator(_image)]
+Address = Annotated[str, AfterValidator(_address)]
+UserName = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")]
+EnvKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=255)]
+EnvValue = Annotated[str, Field(max_length=65536, pattern=r"^[^\x00]*$")]
+Arg = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_arg)]
+StackName = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
