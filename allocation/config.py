@@ -27,7 +27,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from allocation.errors import ConfigError
+from allocation.errors import ConfigError, listing
 from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, Image, StackName, Text, UserName, Word
 from allocation.windows import KINDS, MAX_PORT, WINDOW_ENV, PortSpan, WindowKind
 
@@ -420,18 +420,26 @@ def _field_aliases(model: type[BaseModel]) -> list[str]:
     return [f.alias or n for n, f in model.model_fields.items()]
 
 
+def _shown(name: Any) -> str:
+    """A name from the config as a message shows it: as is when plain, else escaped and cut."""
+    text = str(name)
+    if re.fullmatch(r"[\w.:/@+-]{1,80}", text):
+        return text
+    return repr(text[:80]) + ("..." if len(text) > 80 else "")
+
+
 def _describe_location(loc: tuple[Any, ...], values: Mapping[str, Any]) -> str:
     """`services[1] (qwen-vl).tensorParallelSize` from pydantic's location tuple."""
-    out = f"{NAMESPACE}:{loc[0]}" if loc else NAMESPACE
+    out = f"{NAMESPACE}:{_shown(loc[0])}" if loc else NAMESPACE
     node: Any = values.get(loc[0]) if loc else values
     for part in loc[1:]:
         if isinstance(part, int):
             out += f"[{part}]"
             node = node[part] if isinstance(node, list) and part < len(node) else None
             if isinstance(node, Mapping) and isinstance(node.get("name"), str):
-                out += f" ({node['name']})"
+                out += f" ({_shown(node['name'])})"
         else:
-            out += f".{part}"
+            out += f".{_shown(part)}"
             node = node.get(part) if isinstance(node, Mapping) else None
     return out
 
@@ -443,7 +451,8 @@ def _describe_error(err: Any, values: Mapping[str, Any]) -> str:
         model = _model_at(parent_loc)
         hint = _suggest(key, _field_aliases(model)) if model else ""
         where = _describe_location(parent_loc, values) if parent_loc else "the stack config"
-        return f"{where}: unknown key '{key}'{hint}"
+        shown = f"'{key}'" if _shown(key) == key else _shown(key)
+        return f"{where}: unknown key {shown}{hint}"
     msg = err["msg"].removeprefix("Value error, ")
     return f"{_describe_location(loc, values)}: {msg}"
 
@@ -479,7 +488,7 @@ def parse_fleet(stack: str, values: Mapping[str, Any]) -> FleetConfig:
         raise ConfigError(f"stack name {stack!r} is not a stack name: letters, digits, '_', '.', '-', at most 100")
     known = set(_field_aliases(FleetConfig)) - {"stack"}
     problems = [
-        f"unknown config key '{NAMESPACE}:{key}'{_suggest(key, known)}"
+        f"unknown config key '{NAMESPACE}:{_shown(key)}'{_suggest(key, known)}"
         for key in sorted(values)
         if key not in known and key not in PROGRAM_ONLY_KEYS
     ]
@@ -491,4 +500,4 @@ def parse_fleet(stack: str, values: Mapping[str, Any]) -> FleetConfig:
     else:
         if not problems:
             return fleet
-    raise ConfigError(f"stack {stack}: invalid configuration: " + "; ".join(problems) + ".")
+    raise ConfigError(f"stack {stack}: invalid configuration: " + listing(problems) + ".")

@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping
 
+from allocation import markdown
 from allocation.config import VISIBLE_DEVICES_ENV
 from allocation.windows import API, BY_KEY, KINDS, span_text
 
@@ -33,6 +34,9 @@ DERIVED_ENV = {k.env: (k.key,) for k in KINDS if k.env} | {
     VISIBLE_DEVICES_ENV: ("devices",),
     "VLLM_WORKER_MULTIPROC_METHOD": ("devices",),  # set only for tensor parallelism
 }
+# Container keys that widen what a container may touch; a change to them stands out.
+SECURITY_KEYS = ("privileged", "deviceFiles", "mounts", "ipcMode")
+SECURITY = "security"
 HOST_FIELDS = ("address", "npus", "hbmGiB", "memoryBudget")
 
 
@@ -70,6 +74,8 @@ class ServiceDiff:
     moved_from: Placement | None = None
     moved_to: Placement | None = None
     ports: tuple[FieldChange, ...] = ()
+    security: tuple[str, ...] = ()
+    """Changes to privilege, device files, mounts or IPC: they also re-create the container."""
     restart_reasons: tuple[str, ...] = ()
     placement: Placement | None = None
     """Where an added service lands, or where a removed one was."""
@@ -81,7 +87,7 @@ class ServiceDiff:
     @property
     def changed(self) -> bool:
         """Kept, but placed, wired or started differently: `pulumi up` re-creates its container."""
-        return self.moved or bool(self.ports) or bool(self.restart_reasons)
+        return self.moved or bool(self.ports) or bool(self.security) or bool(self.restart_reasons)
 
     @property
     def unchanged(self) -> bool:
@@ -102,6 +108,8 @@ class ServiceDiff:
             out.append("moved")
         if self.ports:
             out.append("ports changed")
+        if self.security:
+            out.append(SECURITY)
         if self.restart_reasons:
             out.append("restarted")
         return out or ["unchanged"]
@@ -116,6 +124,7 @@ class ServiceDiff:
         if self.moved:
             out.append(("moved", f"{self.moved_from} -> {self.moved_to}"))
         out += [("ports changed", str(p)) for p in self.ports]
+        out += [(SECURITY, r) for r in self.security]
         out += [("restarted", r) for r in self.restart_reasons]
         return out
 
@@ -132,6 +141,7 @@ class ServiceDiff:
                 else None
             ),
             "ports": [{"key": p.key, "old": p.old, "new": p.new} for p in self.ports],
+            "security": list(self.security),
             "restartReasons": list(self.restart_reasons),
         }
 
@@ -227,15 +237,23 @@ def _service_diff(name: str, before: Mapping[str, Any], after: Mapping[str, Any]
         FieldChange(k, before.get(k), after.get(k)) for k in PORT_FIELDS if before.get(k) != after.get(k)
     )
     explained = {p.key for p in ports} | ({"devices"} if moved else set())
-    reasons = _container_changes(before.get("container") or {}, after.get("container") or {}, explained)
+    old, new = before.get("container") or {}, after.get("container") or {}
+    # A key the old revision's plan did not print is unknown then, not changed.
+    security = [_key_change(key, old, new) for key in SECURITY_KEYS if key in old and old.get(key) != new.get(key)]
+    reasons = _container_changes(old, new, explained)
     return ServiceDiff(
         name,
         now.host,
         moved_from=was if moved else None,
         moved_to=now if moved else None,
         ports=ports,
+        security=tuple(security),
         restart_reasons=tuple(reasons),
     )
+
+
+def _key_change(key: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    return f"{key} {_compact(old.get(key))} -> {_compact(new.get(key))}"
 
 
 def _container_changes(old: Mapping[str, Any], new: Mapping[str, Any], explained: set[str]) -> list[str]:
@@ -245,9 +263,9 @@ def _container_changes(old: Mapping[str, Any], new: Mapping[str, Any], explained
         out.append(f"image {old.get('image')} -> {new.get('image')}")
     out += _command_changes(list(old.get("command") or ()), list(new.get("command") or ()), explained)
     out += _env_changes(old.get("env") or {}, new.get("env") or {}, explained)
-    for key in sorted((old.keys() | new.keys()) - {"image", "command", "env"}):
+    for key in sorted(old.keys() - {"image", "command", "env", *SECURITY_KEYS}):
         if old.get(key) != new.get(key):
-            out.append(f"{key} {_compact(old.get(key))} -> {_compact(new.get(key))}")
+            out.append(_key_change(key, old, new))
     return out
 
 
@@ -438,14 +456,9 @@ def _render_json(diff: PlanDiff) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-def _md(text: str) -> str:
-    """Text for a table cell: GitHub splits cells on `|` even inside code spans."""
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _render_markdown(diff: PlanDiff) -> str:
-    versus = f" vs `{_md(diff.against)}`" if diff.against else ""
-    lines = [f"### Allocation plan: stack `{_md(diff.stack)}`{versus}", "", f"**{diff.summary()}**", ""]
+    versus = f" vs {markdown.code(diff.against)}" if diff.against else ""
+    lines = [f"### Allocation plan: stack {markdown.code(diff.stack)}{versus}", "", f"**{diff.summary()}**", ""]
     if diff.stack_is_new:
         lines += [_new_stack_note(diff), ""]
     if not diff.has_changes:
@@ -454,10 +467,10 @@ def _render_markdown(diff: PlanDiff) -> str:
     lines += ["| Host | Service | Change | Details |", "|---|---|---|---|"]
     for host, service, kind, detail in _rows(diff):
         cells = [
-            f"`{_md(host)}`" if host else "",
-            f"`{_md(service)}`" if service else "",
-            kind,
-            f"`{_md(detail)}`" if detail else "",
+            markdown.code(host) if host else "",
+            markdown.code(service) if service else "",
+            f"**{kind}**" if kind == SECURITY else kind,
+            markdown.code(detail) if detail else "",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -19,3 +19,9 @@ class ConfigError(FleetError):
 
 class AllocationError(FleetError):
     """The configuration is well formed but the fleet cannot be allocated as asked."""
+
+
+def listing(problems: list[str], limit: int = 12) -> str:
+    """`a; b; c`, or the first `limit` problems and how many more: thousands stay one short paragraph."""
+    shown = "; ".join(problems[:limit])
+    return shown if len(problems) <= limit else f"{shown}; and {len(problems) - limit} more problems"

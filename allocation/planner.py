@@ -9,7 +9,7 @@ network or the disk. Every problem found is reported at once in one
 from __future__ import annotations
 
 from allocation.config import FleetConfig, Service
-from allocation.errors import AllocationError
+from allocation.errors import AllocationError, listing
 from allocation.placement import Placer
 from allocation.plan import HostPlan, Plan, PlannedService
 from allocation.ports import assign_ports
@@ -38,5 +38,5 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
             )
         )
     if problems:
-        raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + "; ".join(problems) + ".")
+        raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
     return Plan(fleet=fleet, hosts=tuple(host_plans))

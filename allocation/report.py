@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from allocation import markdown
 from allocation.config import units
+from allocation.containers import ContainerSpec
 from allocation.deployment import Deployment
 from allocation.placement import fmt_units
 from allocation.plan import HostPlan
@@ -21,10 +23,7 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
         services = []
         for sd in hd.services:
             spec = sd.spec
-            services.append(
-                sd.planned.to_json()
-                | {"container": {"image": spec.image, "command": list(spec.command), "env": dict(spec.env)}}
-            )
+            services.append(sd.planned.to_json() | {"container": container_json(spec)})
         hosts.append(
             {
                 "name": hd.host.name,
@@ -36,6 +35,23 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
             }
         )
     return {"stack": deployment.stack, "hosts": hosts}
+
+
+def container_json(spec: ContainerSpec) -> dict[str, Any]:
+    """Everything that reaches the container, for the plan JSON and so for `plan --against`."""
+    return {
+        "image": spec.image,
+        "command": list(spec.command),
+        "env": dict(spec.env),
+        "privileged": spec.privileged,
+        "deviceFiles": list(spec.device_files),
+        "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only} for m in spec.mounts],
+        "ipcMode": spec.ipc_mode,
+        "shmSizeMiB": spec.shm_size_mib,
+        "ports": [spec.api_port],
+        "labels": dict(spec.labels),
+        "restart": spec.restart,
+    }
 
 
 def _window_cell(kind: WindowKind, span: PortSpan | None) -> str:
@@ -90,7 +106,7 @@ def _text_table(headers: list[str], rows: list[list[str]]) -> str:
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
+    out += ["| " + " | ".join(markdown.text(cell) for cell in r) + " |" for r in rows]
     return "\n".join(out)
 
 
@@ -100,10 +116,10 @@ def render_plan(deployment: Deployment, fmt: str) -> str:
     plan = deployment.plan
     services = sum(len(hp.services) for hp in plan.hosts)
     summary = f"stack {plan.stack}: {len(plan.hosts)} host(s), {services} service(s)"
-    parts = [f"## Allocation plan: {summary}" if fmt == "markdown" else summary]
+    parts = [f"## Allocation plan: {markdown.text(summary)}" if fmt == "markdown" else summary]
     for hp in plan.hosts:
         if fmt == "markdown":
-            parts.append(f"### {_host_title(hp)}")
+            parts.append(f"### {markdown.text(_host_title(hp))}")
             parts.append(_md_table(*_card_rows(hp)))
             parts.append(_md_table(*_port_rows(hp)))
         else:

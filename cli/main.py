@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 
 from allocation.deployment import Deployment, deploy
@@ -23,6 +24,8 @@ from cli.stackfile import PROJECT_ROOT, StackFile, load_fleet
 from ops import doctor
 from ops.render import render
 
+MAX_ERROR = 4000
+
 
 def _stack_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
@@ -32,6 +35,7 @@ def _stack_args(parser: argparse.ArgumentParser) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m allocation", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
     sub = parser.add_subparsers(dest="command", required=True)
 
     plan = sub.add_parser("plan", help="show the allocation of a stack")
@@ -90,11 +94,29 @@ def _doctor(args: argparse.Namespace) -> int:
 COMMANDS = {"plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render}
 
 
+def _paragraph(text: str) -> str:
+    """One line, of a length a terminal and a CI log can show."""
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 30] + f" ... ({len(text)} characters)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
     except FleetError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        print(f"error: {_paragraph(str(err))}", file=sys.stderr)
+    except OSError as err:
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {_paragraph(where + (err.strerror or str(err)))}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - the last line of defence: one paragraph, not a traceback
+        if args.debug:
+            traceback.print_exc()
+        detail = f"{type(err).__name__}: {err}"
+        print(
+            f"error: unexpected {_paragraph(detail)}. This is a bug in ascend-fleet; "
+            "run again with --debug for the traceback and report it.",
+            file=sys.stderr,
+        )
+    return 1
 

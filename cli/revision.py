@@ -110,8 +110,13 @@ def _extract(top: Path, commit: str, dest: Path) -> None:
             f"could not extract revision {commit[:12]} of {top} with git archive: "
             f"{result.stderr.decode(errors='replace').strip()}"
         )
-    with tarfile.open(fileobj=io.BytesIO(result.stdout)) as archive:
-        archive.extractall(dest, filter="data")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(result.stdout)) as archive:
+            archive.extractall(dest, filter="data")
+    except tarfile.TarError as exc:
+        raise FleetError(
+            f"revision {commit[:12]} holds a file that cannot be unpacked safely ({exc}), so its plan cannot be run."
+        ) from None
 
 
 def _run_plan(tree: Path, selector: list[str], ref: str) -> dict[str, Any]:

@@ -47,12 +47,19 @@ def locate(stack: str | None, config: str | None, root: Path = PROJECT_ROOT) -> 
 
 
 def _read_yaml(path: Path) -> Any:
+    """The file's YAML; every way it can be unreadable is one ConfigError naming the file."""
     try:
-        return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+        return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8-sig"))
     except YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a stack file") from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits
+        raise ConfigError(f"{path}: a value cannot be read: {' '.join(str(exc).split())[:200]}") from None
 
 
 def _namespaced(key: str) -> str | None:

@@ -53,5 +53,5 @@ def test_the_docker_run_script_is_valid_shell_and_deletes_before_it_creates():
     for _, ps in plan.services():
         spec = container_spec(fleet, ps)
         assert ["docker", "run", *docker_run_args(spec)] in runs
-        assert script.index(f"docker rm -f {ps.name} ") < script.index(f"--name {ps.name} ")
+        assert script.index(f"docker rm -f -- {ps.name} ") < script.index(f"--name {ps.name} ")
     assert "export DOCKER_HOST=ssh://root@192.0.2.10:22" in script

@@ -1,0 +1,31 @@
+"""Markdown for pull-request comments: text and code spans that no value can break out of.
+
+Stack names, host addresses, env values and arguments are written by people; in
+a comment they must stay text. GitHub splits table cells on `|` even inside code
+spans, and a code span ends at the first backtick run as long as its fence
+(CommonMark 6.1), so both are escaped here, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~])")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines()) if text else text
+
+
+def text(value: str) -> str:
+    """Plain text for a heading or a cell: markdown's special characters escaped."""
+    return _SPECIAL.sub(r"\\\1", _one_line(value))
+
+
+def code(value: str) -> str:
+    """A code span holding `value` verbatim: a fence longer than any backtick run inside it."""
+    value = _one_line(value).replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", value)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if value.startswith("`") or value.endswith("`") or longest else ""
+    return f"{fence}{pad}{value}{pad}{fence}"
