@@ -90,7 +90,7 @@ def _arg(value: str) -> str:
 
 Text = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_plain)]
 Word = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_word)]
-AbsPath = Annotated[str, Field(min_length=2, max_length=4096), AfterValidator(_path)]
+AbsPath = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_path)]
 Image = Annotated[str, AfterValidator(_image)]
 Address = Annotated[str, AfterValidator(_address)]
 UserName = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")]

@@ -477,3 +477,10 @@ def test_the_table_says_ok_for_a_clean_host_and_lists_findings_otherwise():
     assert render_reports("prod", [clean], "table") == "stack prod: 1 host(s), ok\n\nhost npu-a: ok"
     table = render_reports("prod", [clean, bad], "table")
     assert "host npu-b: 1 finding(s)\n  unreachable  host npu-b is unreachable: timeout" in table
+
+
+@pytest.mark.parametrize("inspect", ['{"Id": "x"}', "[1, 2]", '[{"Config": "x"}]', '[{"State": {"Pid": "x"}}]'])
+def test_docker_inspect_json_of_an_unexpected_shape_is_a_host_finding_not_a_crash(plan, inspect):
+    facts = parse_facts(f"{MARK} docker-inspect\n{inspect}\n{MARK} npu-smi-rc\n0\n{MARK} end\n")
+    assert facts.containers == () and "unexpected shape" in facts.docker_error
+    assert [f.kind for f in findings(plan, facts) if "docker does not answer" in f.message] == ["host"]

@@ -579,3 +579,11 @@ def test_a_config_file_outside_the_repository_is_a_fleet_error(history: Path, tm
     outside.write_text(STACK_AFTER)
     with pytest.raises(FleetError, match="outside the git repository"):
         plan_at_revision(history, "HEAD", None, outside)
+
+
+def test_a_revision_with_an_absolute_symlink_is_refused_in_one_paragraph(history: Path):
+    (history / "evil").symlink_to("/etc/passwd")
+    git(history, "add", "evil")
+    git(history, "commit", "--quiet", "-m", "a link out of the tree")
+    with pytest.raises(FleetError, match="cannot be unpacked safely"):
+        plan_at_revision(history, "HEAD", "test", None)
