@@ -164,6 +164,13 @@ class ContainerSettings(Model):
     Off by default, so a container can only touch its own cards."""
     restart: Literal["unless-stopped", "always"] | None = None
     """Docker restart policy. Default `unless-stopped`."""
+    ipc_mode: Literal["private", "host"] | None = None
+    """`private` (default): the container's own IPC namespace and `/dev/shm` of `shmSizeMiB`, as the
+    official vllm-ascend `docker run`. `host` shares the host's: `shmSizeMiB` is then ignored and each
+    service gets its own `ATB_SHARE_MEMORY_NAME_SUFFIX`."""
+    stop_grace_seconds: int | None = Field(default=None, ge=0, le=3600)
+    """How long `docker stop`, a replacement or a destroy waits after SIGTERM before SIGKILL, so vLLM
+    releases its HBM before the next container starts. Default 60."""
 
     @field_validator("env", mode="before")
     @classmethod
@@ -365,6 +372,8 @@ class FleetConfig(Model):
     """Per-card ceiling on the sum of memory fractions of the services sharing a card."""
     ssh: Ssh = Ssh()
     """SSH client settings."""
+    pull_timeout_minutes: int = Field(default=60, ge=1, le=1440)
+    """How long `pulumi up` may take to pull one image onto a host."""
 
     @model_validator(mode="after")
     def _references(self) -> FleetConfig:

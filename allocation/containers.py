@@ -13,7 +13,7 @@ from typing import Mapping
 
 from allocation.config import DEFAULT_IMAGE, VISIBLE_DEVICES_ENV, Defaults, FleetConfig, Mount
 from allocation.plan import PlannedService
-from allocation.windows import KINDS
+from allocation.windows import KINDS, span_text
 
 LABEL_PREFIX = "ascend-fleet"
 DEFAULT_SHM_SIZE_MIB = 10486  # the seed's shm_size: 10.24gb
@@ -35,6 +35,10 @@ DRIVER_MOUNTS = (
     "/etc/ascend_install.info",
 )
 LOG_OPTS = MappingProxyType({"max-size": "100m", "max-file": "5"})
+DEFAULT_STOP_GRACE_SECONDS = 60
+# Beyond the health wait: creating and starting the container, and the provider's own calls.
+CREATE_MARGIN_SECONDS = 300
+RESERVED_PORTS_SYSCTL = "net.ipv4.ip_local_reserved_ports"
 
 
 @dataclass(frozen=True)
@@ -66,9 +70,26 @@ class ContainerSpec:
     shm_size_mib: int
     start_timeout_seconds: int
     """How long a deployment waits for the container to turn healthy."""
-    ipc_mode: str = "host"
+    ipc_mode: str
+    stop_grace_seconds: int
+    sysctls: Mapping[str, str]
+    """Namespaced kernel settings: the service's windows kept out of its ephemeral ports."""
     log_driver: str = "json-file"
     log_opts: Mapping[str, str] = field(default_factory=lambda: LOG_OPTS)
+
+    @property
+    def create_timeout_seconds(self) -> int:
+        """The deployment's bound on creating the container: the health wait and a margin."""
+        return self.start_timeout_seconds + CREATE_MARGIN_SECONDS
+
+    @property
+    def delete_timeout_seconds(self) -> int:
+        return self.stop_grace_seconds + CREATE_MARGIN_SECONDS
+
+
+def _first(*values: int | None) -> int:
+    """The first value that is set: 0 is a setting, not an absence."""
+    return next(v for v in values if v is not None)
 
 
 def _command(planned: PlannedService, defaults: Defaults) -> tuple[str, ...]:
@@ -87,6 +108,9 @@ def _command(planned: PlannedService, defaults: Defaults) -> tuple[str, ...]:
 def _env_and_labels(stack: str, planned: PlannedService, defaults: Defaults, all_devices: bool) -> tuple[dict, dict]:
     s, a = planned.service, planned.assignment
     env = dict(TUNING_ENV)
+    if (s.ipc_mode or defaults.ipc_mode) == "host":
+        # One /dev/shm for every service and the host: ATB's shared-memory names must not meet.
+        env["ATB_SHARE_MEMORY_NAME_SUFFIX"] = f"_{s.name}"
     if s.tensor_parallel_size > 1:
         env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
     env.update(defaults.env or {})
@@ -126,6 +150,7 @@ def container_spec(fleet: FleetConfig, planned: PlannedService) -> ContainerSpec
         f"wget -q -O /dev/null {url} 2>/dev/null || "
         f"python3 -c 'import urllib.request; urllib.request.urlopen(\"{url}\", timeout=5)'"
     )
+    reserved = ",".join(span_text(a.windows[k.key]) for k in KINDS if k.netns and k.key in a.windows)
     return ContainerSpec(
         name=s.name,
         image=s.image or d.image or DEFAULT_IMAGE,
@@ -143,6 +168,9 @@ def container_spec(fleet: FleetConfig, planned: PlannedService) -> ContainerSpec
             retries=3,
         ),
         privileged=all_devices,
+        ipc_mode=s.ipc_mode or d.ipc_mode or "private",
+        stop_grace_seconds=_first(s.stop_grace_seconds, d.stop_grace_seconds, DEFAULT_STOP_GRACE_SECONDS),
+        sysctls=MappingProxyType({RESERVED_PORTS_SYSCTL: reserved}),
         restart=s.restart or d.restart or "unless-stopped",
         shm_size_mib=s.shm_size_mib or d.shm_size_mib or DEFAULT_SHM_SIZE_MIB,
         start_timeout_seconds=start_timeout,

@@ -54,6 +54,7 @@ class HostDeployment:
     check_script: str
     """The host check (`allocation.host_check`), run before any image or container."""
     images: tuple[str, ...]
+    pull_timeout_seconds: int
     services: tuple[ServiceDeployment, ...]
     """In name order, so every service comes after those it starts after."""
 
@@ -102,6 +103,7 @@ def _host_deployment(plan: Plan, hp: HostPlan) -> HostDeployment:
         ssh_options=tuple(plan.fleet.ssh.options()) if url.startswith("ssh://") else None,
         check_script=host_check_script(host, [(s.planned, s.spec) for s in services]),
         images=tuple(sorted({s.spec.image for s in services})),
+        pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,
         services=services,
     )
 

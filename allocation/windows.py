@@ -52,6 +52,9 @@ class WindowKind:
     """Dropped for services with `hcclPortRanges: false` (MC2 models)."""
     unset_port: int | None
     """The port the process uses when the window is dropped (HCCL's own default)."""
+    netns: bool
+    """Bound in the container's network namespace, so kept out of its ephemeral ports. HCCL's
+    NPU-side sockets live on the NPU's own network, not in Linux's."""
     doc: str
     """What the window is, for the config reference."""
 
@@ -68,26 +71,26 @@ class WindowKind:
 
 KINDS: tuple[WindowKind, ...] = (
     WindowKind(
-        "apiPort", None, "api-port", "API", "port", "apiBase", 8000, 1, None, False, None,
+        "apiPort", None, "api-port", "API", "port", "apiBase", 8000, 1, None, False, None, True,
         "the API port (`--port`), published on the host",
     ),
     WindowKind(
         "hcclNpuSocketPortRange", "HCCL_NPU_SOCKET_PORT_RANGE", "hccl-npu-socket-port-range", "HCCL NPU",
-        "range", "hcclNpuSocketBase", 16666, 16, "hcclNpuSocketCount", True, HCCL_DEFAULT_NPU_PORT,
+        "range", "hcclNpuSocketBase", 16666, 16, "hcclNpuSocketCount", True, HCCL_DEFAULT_NPU_PORT, False,
         "HCCL's NPU-side sockets; at least the HCCL processes per card",
     ),
     WindowKind(
         "hcclHostSocketPortRange", "HCCL_HOST_SOCKET_PORT_RANGE", "hccl-host-socket-port-range", "HCCL host",
-        "range", "hcclHostSocketBase", 60032, 16, "hcclHostSocketCount", True, None,
+        "range", "hcclHostSocketBase", 60032, 16, "hcclHostSocketCount", True, None, True,
         "HCCL's host-side sockets; the default base starts past HCCL's default 60000-60031 window",
     ),
     WindowKind(
         "hcclIfBasePort", "HCCL_IF_BASE_PORT", "hccl-if-base-port", "HCCL IF", "port", "hcclIfBase", 61000,
-        HCCL_IF_WINDOW, None, False, None,
+        HCCL_IF_WINDOW, None, False, None, True,
         f"the base of HCCL's host ports; HCCL takes {HCCL_IF_WINDOW} ports from it",
     ),
     WindowKind(
-        "vllmPort", "VLLM_PORT", "vllm-port", "VLLM_PORT", "port", "vllmBase", 62000, 16, "vllmCount", False, None,
+        "vllmPort", "VLLM_PORT", "vllm-port", "VLLM_PORT", "port", "vllmBase", 62000, 16, "vllmCount", False, None, True,
         "the base of vLLM's internal ports (not the API port)",
     ),
 )  # fmt: skip

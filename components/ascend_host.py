@@ -17,6 +17,7 @@ import pulumi_docker as docker
 
 from allocation.config import Ssh
 from allocation.deployment import HostDeployment
+from allocation.durations import go_duration
 
 
 class AscendHost(pulumi.ComponentResource):
@@ -63,7 +64,13 @@ class AscendHost(pulumi.ComponentResource):
         # Pulled once per host and image, after the check: a 20 GB pull onto a host
         # without its cards or weights is time lost. keep_locally: destroying the
         # stack or changing the tag must not delete an image an operator may roll back to.
-        after_check = pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[self.check])
+        pull = go_duration(deployment.pull_timeout_seconds)
+        after_check = pulumi.ResourceOptions(
+            parent=self,
+            provider=self.provider,
+            depends_on=[self.check],
+            custom_timeouts=pulumi.CustomTimeouts(create=pull, update=pull),
+        )
         self.images = {
             image: docker.RemoteImage(f"{name}-{image}", name=image, keep_locally=True, opts=after_check)
             for image in deployment.images

@@ -14,11 +14,8 @@ import pulumi_docker as docker
 
 from allocation.containers import ContainerSpec
 from allocation.deployment import ServiceDeployment
+from allocation.durations import go_duration
 from components.ascend_host import AscendHost
-
-
-def _seconds(value: int) -> str:
-    return f"{value}s"
 
 
 def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.ContainerArgs:
@@ -37,9 +34,15 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
             docker.ContainerMountArgs(type="bind", source=m.source, target=m.target, read_only=m.read_only)
             for m in spec.mounts
         ],
-        ports=[docker.ContainerPortArgs(internal=spec.api_port, external=spec.api_port, protocol="tcp")],
+        # ip and protocol as the provider stores them after a read, so a refresh finds no change.
+        ports=[docker.ContainerPortArgs(internal=spec.api_port, external=spec.api_port, ip="0.0.0.0", protocol="tcp")],
         ipc_mode=spec.ipc_mode,
         shm_size=spec.shm_size_mib,
+        sysctls=dict(spec.sysctls),
+        # Docker's own stop timeout and the provider's wait on destroy: vLLM gets SIGTERM
+        # and this long to release its HBM before a replacement takes the cards.
+        stop_timeout=spec.stop_grace_seconds,
+        destroy_grace_seconds=spec.stop_grace_seconds,
         privileged=spec.privileged,
         restart=spec.restart,
         log_driver=spec.log_driver,
@@ -47,9 +50,9 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
         labels=[docker.ContainerLabelArgs(label=k, value=v) for k, v in spec.labels.items()],
         healthcheck=docker.ContainerHealthcheckArgs(
             tests=list(hc.test),
-            interval=_seconds(hc.interval_seconds),
-            timeout=_seconds(hc.timeout_seconds),
-            start_period=_seconds(hc.start_period_seconds),
+            interval=go_duration(hc.interval_seconds),
+            timeout=go_duration(hc.timeout_seconds),
+            start_period=go_duration(hc.start_period_seconds),
             retries=hc.retries,
         ),
         # `pulumi up` returns once the model answers /health, or fails after the
@@ -88,6 +91,13 @@ class ModelService(pulumi.ComponentResource):
                 # The replacement needs the same cards and host ports as the old container,
                 # so the old one must go first (else "port is already allocated").
                 delete_before_replace=True,
+                # The provider's default create timeout (20 minutes) would cut the health
+                # wait of a large model short; update and delete stay bounded too.
+                custom_timeouts=pulumi.CustomTimeouts(
+                    create=go_duration(spec.create_timeout_seconds),
+                    update=go_duration(spec.create_timeout_seconds),
+                    delete=go_duration(spec.delete_timeout_seconds),
+                ),
             ),
         )
         endpoint = deployment.endpoint

@@ -28,6 +28,8 @@ def docker_run_args(spec: ContainerSpec) -> list[str]:
     hc = spec.healthcheck
     args = ["-d", "--name", spec.name, "--restart", spec.restart, "--ipc", spec.ipc_mode]
     args += ["--shm-size", f"{spec.shm_size_mib}m", "--log-driver", spec.log_driver]
+    args += ["--stop-timeout", str(spec.stop_grace_seconds)]
+    args += [f"--sysctl={k}={v}" for k, v in spec.sysctls.items()]
     args += [f"--log-opt={k}={v}" for k, v in spec.log_opts.items()]
     if spec.privileged:
         args.append("--privileged")
@@ -82,6 +84,8 @@ def compose_service(spec: ContainerSpec) -> dict:
         "ports": [f"{spec.api_port}:{spec.api_port}"],
         "ipc": spec.ipc_mode,
         "shm_size": f"{spec.shm_size_mib}m",
+        "stop_grace_period": f"{spec.stop_grace_seconds}s",
+        "sysctls": dict(spec.sysctls),
         "privileged": spec.privileged,
         "restart": spec.restart,
         "labels": dict(spec.labels),
@@ -101,8 +105,11 @@ def _docker_run_script(deployment: Deployment) -> str:
     for hd in deployment.hosts:
         lines += ["", _comment(f"host {hd.name}"), f"export DOCKER_HOST={shlex.quote(hd.docker_url)}"]
         for sd in hd.services:
-            # Delete before create: the new container needs the same cards and ports.
-            lines.append(f"docker rm -f -- {shlex.quote(sd.spec.name)} >/dev/null 2>&1 || true")
+            # Delete before create: the new container needs the same cards and ports. Stop
+            # first, with the grace period, so vLLM frees its HBM before it is removed.
+            name = shlex.quote(sd.spec.name)
+            lines.append(f"docker stop --time {sd.spec.stop_grace_seconds} -- {name} >/dev/null 2>&1 || true")
+            lines.append(f"docker rm -f -- {name} >/dev/null 2>&1 || true")
             lines.append(shlex.join(["docker", "run", *docker_run_args(sd.spec)]))
     return "\n".join(lines) + "\n"
 

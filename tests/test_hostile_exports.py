@@ -72,8 +72,8 @@ def test_the_docker_run_script_passes_every_value_to_docker_as_one_word(tmp_path
     script = render(deployment, "docker-run")
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
     calls = [c.split("\0")[:-1] for c in run_script_with_fake_docker(script, tmp_path)]
-    assert [c[:2] for c in calls] == [["rm", "-f"], ["run", "-d"]]
-    run = calls[1]
+    assert [c[:2] for c in calls] == [["stop", "--time"], ["rm", "-f"], ["run", "-d"]]
+    run = calls[2]
     assert f"--env=X={value}" in run and f"--env=Y=pre {value} post" in run
     assert run[run.index("--") + 1] == deployment.hosts[0].services[0].spec.image
     assert run[-3:] == ["--chat-template", value, f"--override-generation-config={value}"]
@@ -208,7 +208,7 @@ def test_a_hostile_value_in_any_key_gives_a_plan_or_one_paragraph(tmp_path_facto
     code, script, err = run_main(["render", "--config", str(path), "--format", "docker-run"])
     assert code == 0, err
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
-    assert all(c.split("\0")[0] in ("rm", "run") for c in run_script_with_fake_docker(script, tmp))
+    assert all(c.split("\0")[0] in ("stop", "rm", "run") for c in run_script_with_fake_docker(script, tmp))
 
 
 def run_main(argv: list[str]) -> tuple[int, str, str]:

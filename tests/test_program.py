@@ -23,6 +23,7 @@ from allocation.planner import plan_fleet
 from allocation.deployment import deploy
 from allocation.report import plan_json
 from cli.stackfile import StackFile, stack_values
+from allocation.durations import go_duration
 from allocation.host_check import NPU_SMI, host_check_script
 from allocation.windows import KINDS
 from cli.pin import pins_of
@@ -111,19 +112,21 @@ def test_every_service_becomes_one_container_built_from_its_container_spec(stack
         assert inputs["mounts"] == [
             {"type": "bind", "source": m.source, "target": m.target, "readOnly": m.read_only} for m in spec.mounts
         ]
-        assert inputs["ports"] == [{"internal": spec.api_port, "external": spec.api_port, "protocol": "tcp"}]
+        assert inputs["ports"] == [{"internal": spec.api_port, "external": spec.api_port, "ip": "0.0.0.0", "protocol": "tcp"}]
         assert inputs["labels"] == [{"label": k, "value": v} for k, v in spec.labels.items()]
         assert inputs["healthcheck"] == {
             "tests": list(spec.healthcheck.test),
-            "interval": f"{spec.healthcheck.interval_seconds}s",
-            "timeout": f"{spec.healthcheck.timeout_seconds}s",
-            "startPeriod": f"{spec.healthcheck.start_period_seconds}s",
+            "interval": go_duration(spec.healthcheck.interval_seconds),
+            "timeout": go_duration(spec.healthcheck.timeout_seconds),
+            "startPeriod": go_duration(spec.healthcheck.start_period_seconds),
             "retries": spec.healthcheck.retries,
         }
         assert (inputs["ipcMode"], inputs["shmSize"], inputs["privileged"], inputs["restart"]) == (
             spec.ipc_mode, spec.shm_size_mib, spec.privileged, spec.restart,
         )  # fmt: skip
         assert (inputs["logDriver"], inputs["logOpts"]) == (spec.log_driver, dict(spec.log_opts))
+        assert inputs["sysctls"] == dict(spec.sysctls)
+        assert inputs["stopTimeout"] == inputs["destroyGraceSeconds"] == spec.stop_grace_seconds
         assert (inputs["wait"], inputs["waitTimeout"], inputs["mustRun"]) == (True, spec.start_timeout_seconds, True)
 
 
@@ -155,7 +158,7 @@ def test_the_prod_seed_containers_get_exactly_their_cards_ports_and_command():
         inputs, a = containers[name], assignment[name]
         assert inputs["devices"] == devices
         assert inputs["mounts"] == mounts(model)
-        assert inputs["ports"] == [{"internal": port, "external": port, "protocol": "tcp"}]
+        assert inputs["ports"] == [{"internal": port, "external": port, "ip": "0.0.0.0", "protocol": "tcp"}]
         assert inputs["command"] == [
             "vllm", "serve", model, "--served-model-name", name, "--host", "0.0.0.0", "--port", str(port),
             "--tensor-parallel-size", tp, "--gpu-memory-utilization", fraction, *extra,
@@ -169,7 +172,8 @@ def test_the_prod_seed_containers_get_exactly_their_cards_ports_and_command():
         assert env["VLLM_PORT"] == str(a.windows["vllmPort"][0])
         assert env["HCCL_BUFFSIZE"] == "512" and env["OMP_NUM_THREADS"] == "1"
         assert ("VLLM_WORKER_MULTIPROC_METHOD" in env) == (tp != "1")
-        assert inputs["privileged"] is False and inputs["ipcMode"] == "host" and inputs["shmSize"] == 10486
+        assert inputs["privileged"] is False and inputs["ipcMode"] == "private" and inputs["shmSize"] == 10486
+        assert inputs["stopTimeout"] == 60 and "ATB_SHARE_MEMORY_NAME_SUFFIX" not in env
         windows += [range(lo, hi + 1) for lo, hi in (npu, host_range)]
     # the seed's failure: two instances on one host sharing an HCCL port
     ports = [p for w in windows for p in w]

@@ -31,7 +31,7 @@ def test_compose_services_match_the_container_specs():
         assert svc["devices"] == [f"{d}:{d}" for d in spec.device_files]
         assert svc["ports"] == [f"{spec.api_port}:{spec.api_port}"]
         assert svc["healthcheck"]["start_period"] == "1800s"
-        assert svc["privileged"] is False and svc["ipc"] == "host"
+        assert svc["privileged"] is False and svc["ipc"] == "private"
     assert doc["services"]["qwen-long"]["environment"]["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3"
     assert "/dev/davinci4:/dev/davinci4" in doc["services"]["qwen-long"]["devices"]
     assert "/dev/davinci0:/dev/davinci0" not in doc["services"]["qwen-long"]["devices"]
