@@ -1,0 +1,278 @@
+"""`pin` is careful with the stack file: it changes only the pin keys, keeps the file's bytes, links,
+mode and owner, and refuses (a ConfigError, the file untouched, no temporary file left) what it cannot do."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+import cli.pin
+from allocation.errors import ConfigError
+from allocation.planner import plan_fleet
+from cli.pin import pin_stack_file
+from cli.stackfile import load_fleet
+
+SEED = """\
+# A comment the operator wrote, which pin must keep.
+config:
+  ascend-fleet:hosts:
+    - name: npu-a
+      address: 192.0.2.10   # the rack's first host
+  ascend-fleet:services:
+    - name: qwen
+      model: /m/qwen        # weights
+      tensorParallelSize: 4
+      memoryFraction: 0.85
+    - name: bge
+      model: /m/bge
+      memoryFraction: 0.1
+"""
+
+QWEN_PINS = """\
+      host: npu-a
+      devices: [0, 1, 2, 3]
+      apiPort: 8001
+      hcclNpuSocketPortRange: [16682, 16697]
+      hcclHostSocketPortRange: [60048, 60063]
+      hcclIfBasePort: 61032
+      vllmPort: 62016
+"""
+BGE_PINS = """\
+      host: npu-a
+      devices: [0]
+      apiPort: 8000
+      hcclNpuSocketPortRange: [16666, 16681]
+      hcclHostSocketPortRange: [60032, 60047]
+      hcclIfBasePort: 61000
+      vllmPort: 62000
+"""
+PINNED = SEED.replace("0.85\n", "0.85\n" + QWEN_PINS) + BGE_PINS
+
+
+def plan_of(path: Path):
+    fleet, _ = load_fleet(config=str(path))
+    return plan_fleet(fleet)
+
+
+def pin(path: Path) -> list[str]:
+    return pin_stack_file(path, plan_of(path))
+
+
+def write(tmp_path: Path, text: str, name: str = "Pulumi.t.yaml", newline: str = "\n") -> Path:
+    path = tmp_path / name
+    path.write_bytes(text.replace("\n", newline).encode("utf-8"))
+    return path
+
+
+def services(path: Path) -> list[dict]:
+    return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))["config"]["ascend-fleet:services"]
+
+
+def test_the_seed_gets_every_pin_as_new_lines_after_each_service_in_the_order_of_pins_of(tmp_path):
+    path = write(tmp_path, SEED)
+    assert pin(path) == ["qwen", "bge"]
+    assert path.read_text() == PINNED
+
+
+def test_a_symlinked_stack_file_stays_a_link_and_its_target_gets_pinned(tmp_path):
+    (tmp_path / "real").mkdir()
+    target = write(tmp_path / "real", SEED)
+    link = tmp_path / "Pulumi.t.yaml"
+    link.symlink_to(target)
+    assert pin(link) == ["qwen", "bge"]
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text() == PINNED
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["Pulumi.t.yaml", "Pulumi.t.yaml", "real"]
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o664])
+def test_the_file_mode_is_kept(tmp_path, mode):
+    path = write(tmp_path, SEED)
+    path.chmod(mode)
+    pin(path)
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+    assert path.read_text() == PINNED
+
+
+def test_the_file_owner_and_group_are_kept(tmp_path):
+    path = write(tmp_path, SEED)
+    # Only root may give a file away; anyone may give it to another of their groups.
+    owner = (4321, 8765) if os.geteuid() == 0 else (os.geteuid(), (os.getgroups() or [os.getegid()])[-1])
+    os.chown(path, *owner)
+    pin(path)
+    assert (path.stat().st_uid, path.stat().st_gid) == owner
+    assert path.read_text() == PINNED
+
+
+def test_a_read_only_file_is_refused_with_an_error_naming_it_and_stays_unchanged(tmp_path):
+    path = write(tmp_path, SEED)
+    path.chmod(0o444)
+    with pytest.raises(ConfigError, match="read-only") as err:
+        pin(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+    assert path.read_text() == SEED and stat.S_IMODE(path.stat().st_mode) == 0o444
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Pulumi.t.yaml"]
+
+
+def test_a_directory_the_user_may_not_write_to_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    path = write(tmp_path, SEED)
+    plan = plan_of(path)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, **kw: Path(p) != tmp_path and real_access(p, m, **kw))
+    with pytest.raises(ConfigError, match="directory .* is not writable") as err:
+        pin_stack_file(path, plan)
+    assert str(path) in str(err.value)
+    assert path.read_text() == SEED
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Pulumi.t.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("where", "error", "reason"),
+    [
+        ("mkstemp", PermissionError(errno.EACCES, os.strerror(errno.EACCES)), "Permission denied"),
+        ("mkstemp", OSError(errno.EROFS, os.strerror(errno.EROFS)), "Read-only file system"),
+        ("replace", OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "No space left on device"),
+        ("replace", PermissionError(errno.EACCES, os.strerror(errno.EACCES)), "Permission denied"),
+    ],
+)
+def test_a_failing_write_is_a_config_error_that_leaves_the_file_and_no_temporary_file(
+    tmp_path, monkeypatch, where, error, reason
+):
+    path = write(tmp_path, SEED)
+    plan = plan_of(path)
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(cli.pin.tempfile if where == "mkstemp" else cli.pin.os, where, fail)
+    with pytest.raises(ConfigError) as err:
+        pin_stack_file(path, plan)
+    assert str(path) in str(err.value) and reason in str(err.value) and "\n" not in str(err.value)
+    assert path.read_text() == SEED
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Pulumi.t.yaml"]
+
+
+@pytest.mark.parametrize("config", ["config:\n", "config: null\n", "config: ~   # nothing yet\n"])
+def test_an_empty_config_is_a_config_error_and_the_file_stays_untouched(tmp_path, config):
+    plan = plan_of(write(tmp_path, SEED, "Pulumi.seed.yaml"))
+    path = write(tmp_path, "# a stack without services\n" + config)
+    with pytest.raises(ConfigError, match="no 'ascend-fleet:services' list to pin") as err:
+        pin_stack_file(path, plan)
+    assert str(path) in str(err.value)
+    assert path.read_text() == "# a stack without services\n" + config
+
+
+def test_crlf_line_endings_are_kept_on_every_line_old_and_new(tmp_path):
+    path = write(tmp_path, SEED, newline="\r\n")
+    pin(path)
+    data = path.read_bytes()
+    assert data == PINNED.replace("\n", "\r\n").encode()
+    assert data.count(b"\n") == data.count(b"\r\n")
+
+
+def test_a_utf8_byte_order_mark_is_kept(tmp_path):
+    path = tmp_path / "Pulumi.t.yaml"
+    path.write_bytes(b"\xef\xbb\xbf" + SEED.encode())
+    assert pin(path) == ["qwen", "bge"]
+    assert path.read_bytes() == b"\xef\xbb\xbf" + PINNED.encode()
+
+
+def test_number_spellings_elsewhere_in_the_file_are_kept_verbatim(tmp_path):
+    numbers = "  other:hex: 0x1F\n  other:big: 1_000\n  other:signed: +12\n  other:octal: 0o17\n  other:exp: 1e3\n"
+    path = write(tmp_path, SEED.replace("config:\n", "config:\n" + numbers))
+    pin(path)
+    assert path.read_text() == PINNED.replace("config:\n", "config:\n" + numbers)
+
+
+FOUR_SPACES = """\
+config:
+    ascend-fleet:hosts:
+        -   name: npu-a
+            address: 192.0.2.10
+    ascend-fleet:services:
+        -   name: qwen
+            model: /m/qwen
+            tensorParallelSize: 4
+            memoryFraction: 0.85
+        -   name: bge
+            model: /m/bge
+            memoryFraction: 0.1
+"""
+
+
+def test_four_space_indentation_is_kept_and_new_keys_take_the_services_indentation(tmp_path):
+    path = write(tmp_path, FOUR_SPACES)
+    pin(path)
+    pins = QWEN_PINS.replace("      ", "            ")
+    assert path.read_text() == FOUR_SPACES.replace("0.85\n", "0.85\n" + pins) + BGE_PINS.replace("      ", "            ")
+
+
+def test_a_long_flow_list_stays_on_one_line_verbatim(tmp_path):
+    args = "      args: [--enable-prefix-caching, --trust-remote-code, --enforce-eager, --disable-log-requests, --tool-call-parser, hermes]\n"
+    assert len(args) > 100
+    path = write(tmp_path, SEED.replace("      tensorParallelSize: 4\n", args + "      tensorParallelSize: 4\n"))
+    pin(path)
+    assert path.read_text() == PINNED.replace("      tensorParallelSize: 4\n", args + "      tensorParallelSize: 4\n")
+
+
+def test_a_comment_between_two_services_stays_between_them_and_pins_go_above_it(tmp_path):
+    between = "\n    # bge: the embedding model, small enough to share a card\n"
+    path = write(tmp_path, SEED.replace("    - name: bge\n", between + "    - name: bge\n"))
+    pin(path)
+    text = path.read_text()
+    assert text == PINNED.replace("    - name: bge\n", between + "    - name: bge\n")
+    assert text.index("vllmPort: 62016") < text.index("# bge: the embedding") < text.index("- name: bge")
+
+
+def test_repinning_a_pinned_file_changes_no_byte_does_not_rewrite_it_and_returns_nothing(tmp_path):
+    # Hand-written pins in a style pin would not choose: it must still leave them alone.
+    styled = PINNED.replace("[0, 1, 2, 3]", "[0,1,2,3]    # the first quad").replace("host: npu-a", "host: 'npu-a'")
+    path = write(tmp_path, styled)
+    inode = path.stat().st_ino
+    assert pin(path) == []
+    assert path.read_text() == styled and path.stat().st_ino == inode
+
+
+def test_stale_pins_are_replaced_in_place_keeping_their_comments_and_the_other_keys(tmp_path):
+    plan = plan_of(write(tmp_path, SEED, "Pulumi.seed.yaml"))
+    stale = PINNED.replace("      apiPort: 8000\n", "      apiPort: 0x1F41   # stale, but the comment stays\n")
+    stale = stale.replace("      devices: [0]\n", "      devices:\n        - 7\n        - 6\n")
+    stale = stale.replace("      vllmPort: 62000\n", "")
+    path = write(tmp_path, stale)
+    assert pin_stack_file(path, plan) == ["bge"]
+    assert path.read_text() == PINNED.replace(
+        "      apiPort: 8000\n", "      apiPort: 8000   # stale, but the comment stays\n"
+    )
+
+
+def test_flow_style_service_entries_get_their_pins_inside_the_braces(tmp_path):
+    flow = SEED.replace(
+        "    - name: bge\n      model: /m/bge\n      memoryFraction: 0.1\n",
+        "    - {name: bge, model: /m/bge, memoryFraction: 0.1}   # on one line\n",
+    )
+    path = write(tmp_path, flow)
+    assert pin(path) == ["qwen", "bge"]
+    text = path.read_text()
+    assert text.endswith(
+        "    - {name: bge, model: /m/bge, memoryFraction: 0.1, host: npu-a, devices: [0], apiPort: 8000, "
+        "hcclNpuSocketPortRange: [16666, 16681], hcclHostSocketPortRange: [60032, 60047], "
+        "hcclIfBasePort: 61000, vllmPort: 62000}   # on one line\n"
+    )
+    assert services(path) == services(write(tmp_path, PINNED, "Pulumi.expected.yaml"))
+
+
+def test_pin_refuses_to_write_text_that_would_change_anything_but_the_pins(tmp_path, monkeypatch):
+    path = write(tmp_path, SEED)
+    plan = plan_of(path)
+    real_apply = cli.pin._apply
+    monkeypatch.setattr(cli.pin, "_apply", lambda text, edits: real_apply(text, edits).replace("/m/bge", "/m/b"))
+    with pytest.raises(ConfigError, match="without changing other content") as err:
+        pin_stack_file(path, plan)
+    assert str(path) in str(err.value)
+    assert path.read_text() == SEED
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Pulumi.t.yaml"]
