@@ -93,6 +93,9 @@ class ModelService(pulumi.ComponentResource):
                 delete_before_replace=True,
                 # The provider's default create timeout (20 minutes) would cut the health
                 # wait of a large model short; update and delete stay bounded too.
+                # The provider's update never applies a changed health check to a running
+                # container (terraform-provider-docker v4.5.0 resourceDockerContainerUpdate).
+                replace_on_changes=["healthcheck"],
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=go_duration(spec.create_timeout_seconds),
                     update=go_duration(spec.create_timeout_seconds),

@@ -87,6 +87,9 @@ class Registration:
     custom: bool
     dependencies: tuple[str, ...]
     delete_before_replace: bool
+    custom_timeouts: dict[str, str]
+    """create/update/delete as the engine receives them; empty strings when unset."""
+    replace_on_changes: tuple[str, ...]
     inputs: dict
     """Deserialized with secrets kept as `{sig: secret, value: ...}` wrappers."""
 
@@ -141,6 +144,12 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             custom=request.custom,
             dependencies=tuple(request.dependencies),
             delete_before_replace=request.deleteBeforeReplace,
+            custom_timeouts={
+                "create": request.customTimeouts.create,
+                "update": request.customTimeouts.update,
+                "delete": request.customTimeouts.delete,
+            },
+            replace_on_changes=tuple(request.replaceOnChanges),
             inputs=rpc.deserialize_properties(request.object, keep_unknowns=True),
         )
         with self._lock:

@@ -1,0 +1,103 @@
+"""What the real docker provider stores for a container after create and refresh: a small model.
+
+Pulumi's mocks hand back exactly the inputs they were given, so they cannot show
+a perpetual diff. The real provider (pulumi-docker 5.2.0 wraps
+kreuzwerker/terraform-provider-docker v4.5.0, commit 5074970c) reads every
+container back from Docker in `resourceDockerContainerRead`
+(internal/provider/resource_docker_container_funcs.go) and stores what Docker
+reports. `stored(inputs, daemon)` applies those read rules to the inputs the
+program registered; when the stored value of every argument the program sets
+equals the input, a second `pulumi preview` has nothing to change. Each rule
+names the line it comes from (v4.5.0).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+GO_UNITS = {"h": 3600, "m": 60, "s": 1}
+
+
+def go_seconds(text: str) -> int:
+    """`1h0m0s`, `30m0s`, `1800s` -> seconds (the subset of Go durations in whole seconds)."""
+    parts = re.findall(r"(\d+)([hms])", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a whole-second Go duration: {text!r}")
+    return sum(int(n) * GO_UNITS[u] for n, u in parts)
+
+
+def go_string(seconds: int) -> str:
+    """Go's time.Duration.String() for whole seconds, written here independently of the program."""
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m}m{s}s" if h else f"{m}m{s}s" if m else f"{s}s"
+
+
+def _healthcheck(hc: Mapping[str, Any]) -> dict[str, Any]:
+    # funcs.go:960-968: "interval": container.Config.Healthcheck.Interval.String(), and the same
+    # for timeout and start_period: Docker keeps nanoseconds, Go prints them back.
+    out = dict(hc)
+    for key in ("interval", "timeout", "startPeriod"):
+        if key in hc:
+            out[key] = go_string(go_seconds(hc[key]))
+    return out
+
+
+def _ports(ports: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    # structures.go:35-59 flattenContainerPorts: one entry per binding, "ip" = HostIP and
+    # "protocol" from the port key. With no HostIP, a dual-stack daemon binds 0.0.0.0 and ::,
+    # so two entries come back and the list differs on every refresh (kreuzwerker issue 909).
+    out = []
+    for p in ports:
+        base = {"internal": int(p["internal"]), "external": int(p["external"]), "protocol": p.get("protocol") or "tcp"}
+        ips = [p["ip"]] if p.get("ip") else ["0.0.0.0", "::"]
+        out += [{**base, "ip": ip} for ip in ips]
+    return out
+
+
+def _log_opts(opts: Mapping[str, str], daemon: Mapping[str, Any]) -> dict[str, str]:
+    # funcs.go:952 containerLogOptsForState returns HostConfig.LogConfig.Config, which dockerd
+    # filled with daemon.json's "log-opts" for keys the container did not set, when the
+    # container's driver is the daemon's default one (moby daemon/logs.go mergeAndVerifyLogConfig).
+    merged = dict(opts)
+    if daemon.get("log-driver", "json-file") == "json-file":
+        for key, value in (daemon.get("log-opts") or {}).items():
+            merged.setdefault(key, value)
+    return merged
+
+
+def stored(inputs: Mapping[str, Any], daemon: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The provider's state for a container created from `inputs` on a daemon with `daemon` as daemon.json."""
+    state = dict(inputs)
+    if "healthcheck" in inputs:
+        state["healthcheck"] = _healthcheck(inputs["healthcheck"])
+    if "ports" in inputs:
+        state["ports"] = _ports(inputs["ports"])
+    if "logOpts" in inputs:
+        state["logOpts"] = _log_opts(inputs["logOpts"], daemon or {})
+    # funcs.go:945 shm_size = HostConfig.ShmSize/1024/1024: the MiB the input gave.
+    # funcs.go:857 restart = RestartPolicy.Name; :900 privileged; :972 sysctls; :973 ipc_mode;
+    # :977-978 stop_signal, stop_timeout; :849 command = Config.Cmd: all as given.
+    # structures.go:467-495 flattenDevices: host_path, permissions, and container_path when
+    # configured: as given, with permissions as given ("rwm").
+    # structures.go:388-403 getDockerContainerMounts: target, source, type, read_only as given.
+    # env and labels are written at create (funcs.go:79, :135) and never read back.
+    # funcs.go:836-844: an image given as a sha256 id is read back from .Image, the same id.
+    for key in ("shmSize", "stopTimeout"):
+        if key in state:
+            state[key] = int(state[key])
+    return state
+
+
+def differences(inputs: Mapping[str, Any], state: Mapping[str, Any]) -> list[str]:
+    """Keys where the next run's input (the same as this one) differs from the stored value."""
+    planned = dict(inputs)
+    for key in ("shmSize", "stopTimeout"):
+        if key in planned:
+            planned[key] = int(planned[key])
+    if "ports" in planned:
+        planned["ports"] = [
+            {k: int(v) if k in ("internal", "external") else v for k, v in p.items()} for p in planned["ports"]
+        ]
+    return sorted(k for k in planned.keys() | state.keys() if planned.get(k) != state.get(k))
