@@ -16,22 +16,9 @@ from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
 from cli.pin import pin_stack_file
 from cli.stackfile import load_fleet
+from tests.test_cli import SEED_UNPINNED
 
-SEED = """\
-# A comment the operator wrote, which pin must keep.
-config:
-  ascend-fleet:hosts:
-    - name: npu-a
-      address: 192.0.2.10   # the rack's first host
-  ascend-fleet:services:
-    - name: qwen
-      model: /m/qwen        # weights
-      tensorParallelSize: 4
-      memoryFraction: 0.85
-    - name: bge
-      model: /m/bge
-      memoryFraction: 0.1
-"""
+SEED = SEED_UNPINNED
 
 QWEN_PINS = """\
       host: npu-a
