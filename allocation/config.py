@@ -164,6 +164,11 @@ class ContainerSettings(Model):
     Off by default, so a container can only touch its own cards."""
     restart: Literal["unless-stopped", "always"] | None = None
     """Docker restart policy. Default `unless-stopped`."""
+    log_opts: dict[Annotated[str, Field(pattern=r"^[a-z0-9-]{1,64}$")], Text] | None = None
+    """Options of the `json-file` log driver. Default `{max-size: 100m, max-file: "5"}`. dockerd adds
+    `/etc/docker/daemon.json`'s `log-opts` to every container that leaves a key unset, and the provider
+    would then replace the container on every `pulumi up`: set here every key daemon.json sets (the
+    host check refuses a host where they differ)."""
     ipc_mode: Literal["private", "host"] | None = None
     """`private` (default): the container's own IPC namespace and `/dev/shm` of `shmSizeMiB`, as the
     official vllm-ascend `docker run`. `host` shares the host's: `shmSizeMiB` is then ignored and each

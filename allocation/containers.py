@@ -7,7 +7,7 @@ drift apart. Pure: no Pulumi, no Docker, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
@@ -74,8 +74,8 @@ class ContainerSpec:
     stop_grace_seconds: int
     sysctls: Mapping[str, str]
     """Namespaced kernel settings: the service's windows kept out of its ephemeral ports."""
+    log_opts: Mapping[str, str]
     log_driver: str = "json-file"
-    log_opts: Mapping[str, str] = field(default_factory=lambda: LOG_OPTS)
 
     @property
     def create_timeout_seconds(self) -> int:
@@ -174,4 +174,5 @@ def container_spec(fleet: FleetConfig, planned: PlannedService) -> ContainerSpec
         restart=s.restart or d.restart or "unless-stopped",
         shm_size_mib=s.shm_size_mib or d.shm_size_mib or DEFAULT_SHM_SIZE_MIB,
         start_timeout_seconds=start_timeout,
+        log_opts=MappingProxyType(dict(s.log_opts or d.log_opts or LOG_OPTS)),
     )

@@ -23,8 +23,15 @@ from typing import Sequence
 from allocation.config import Host
 from allocation.containers import DRIVER_DIR, DRIVER_MOUNTS, ContainerSpec
 from allocation.plan import PlannedService
+from allocation.windows import KINDS
 
 NPU_SMI = "/usr/local/bin/npu-smi"
+DAEMON_JSON = "/etc/docker/daemon.json"
+RANGE_ENV = tuple(k.env for k in KINDS if k.hccl_range and k.env)
+DMI_PRODUCT = "/sys/class/dmi/id/product_name"
+# CANN's env-var reference (envref_07_0143/0144): on Atlas A2 the socket-range variables are
+# supported only on these products; the part of each name a DMI product name is matched on.
+SOCKET_RANGE_BOARDS = {"Atlas 800T A2": "800T A2", "Atlas 900 A2 PoD": "900 A2", "Atlas 200T A2 Box16": "200T A2"}
 
 
 def _natural(path: str) -> tuple[str, int]:
@@ -52,45 +59,78 @@ def _needs(containers: Containers) -> tuple[dict, dict, dict]:
     return devices, models, mounts
 
 
+def _q(text: str) -> str:
+    return shlex.quote(text)
+
+
+def _path_checks(containers: Containers, root: str) -> list[str]:
+    devices, models, mounts = _needs(containers)
+    lines = []
+    for path in sorted(devices, key=_natural):
+        users = ", ".join(devices[path])
+        lines.append(f"[ -e {_q(root + path)} ] || missing {_q(f'missing device {root + path} (used by {users})')}")
+    for path in DRIVER_MOUNTS:
+        what = "driver folder" if path == DRIVER_DIR else "driver path"
+        test = "-d" if path == DRIVER_DIR else "-e"
+        text = f"missing Ascend {what} {root + path} (mounted read-only into every container)"
+        lines.append(f"[ {test} {_q(root + path)} ] || missing {_q(text)}")
+    npu_smi = root + NPU_SMI
+    lines.append(f"[ ! -e {_q(npu_smi)} ] || [ -x {_q(npu_smi)} ] || missing {_q(f'{npu_smi} is not executable')}")
+    for path in sorted(models):
+        text = f"missing model directory {root + path} (used by {', '.join(models[path])})"
+        lines.append(f"[ -d {_q(root + path)} ] || missing {_q(text)}")
+    for path in sorted(mounts):
+        text = f"missing mount source {root + path} (used by {', '.join(mounts[path])})"
+        lines.append(f"[ -e {_q(root + path)} ] || missing {_q(text)}")
+    # npu-smi only answers when the driver and the cards are healthy; its error
+    # codes (e.g. -8005: a card held by another container) are worth showing.
+    return lines + [
+        f"if [ -x {_q(npu_smi)} ] && ! out=$({_q(npu_smi)} info 2>&1); then",
+        f'  missing "{npu_smi} info failed: $(printf \'%s\\n\' "$out" | tail -n 3 | tr \'\\n\' \' \')"',
+        "fi",
+    ]
+
+
+def _daemon_log_check(containers: Containers, root: str) -> list[str]:
+    """dockerd merges daemon.json's log-opts into a container whose log driver is the daemon's
+    default; the provider reads the merged map back and, log_opts forcing replacement, would
+    replace every container on every `pulumi up`. So extra keys there stop the deployment."""
+    own = sorted({key for _, spec in containers for key in spec.log_opts})
+    daemon = _q(root + DAEMON_JSON)
+    flat = f"tr -d '\\n' < {daemon}"
+    return [
+        f"if [ -r {daemon} ]; then",
+        f"  driver=$({flat} | sed -n 's/.*\"log-driver\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p')",
+        f"  opts=$({flat} | sed -n 's/.*\"log-opts\"[[:space:]]*:[[:space:]]*{{\\([^}}]*\\)}}.*/\\1/p')",
+        "  extra=$(printf '%s' \"$opts\" | grep -o '\"[^\"]*\"[[:space:]]*:' | tr -d '\":[:blank:]' | "
+        + "grep -vx " + " ".join(f"-e {_q(k)}" for k in own) + " | tr '\\n' ' ')",
+        '  if [ "${driver:-json-file}" = json-file ] && [ -n "$extra" ]; then',
+        f'    missing "{DAEMON_JSON} sets log-opts $extra for every json-file container; the docker provider '
+        + "reads them back as a change and would replace every container on every pulumi up: remove them there, "
+        + 'or set the same keys in ascend-fleet:defaults.logOpts"',
+        "  fi",
+        "fi",
+    ]
+
+
+def _board_warning(root: str) -> list[str]:
+    """CANN documents HCCL_*_SOCKET_PORT_RANGE on A2 only for three products; elsewhere HCCL may
+    ignore them. How each board names itself in DMI is not documented, so this only warns."""
+    product = _q(root + DMI_PRODUCT)
+    known = "|".join(f"*{_q(b)}*" for b in SOCKET_RANGE_BOARDS.values())
+    return [
+        f"product=$(cat {product} 2>/dev/null)",
+        f'case "$product" in {known}) ;; *) echo "ascend-fleet: warning: the board is \'${{product:-unknown}}\', '
+        + f"not one of {', '.join(SOCKET_RANGE_BOARDS)} for which CANN documents {' and '.join(RANGE_ENV)}; "
+        + 'check that HCCL honours them here" >&2 ;; esac',
+    ]
+
+
 def host_check_script(host: Host, containers: Containers, *, root: str = "") -> str:
     """A POSIX sh script: exit 0 when the host has everything its containers use, else
     exit 1 with one readable paragraph on stderr listing every missing piece."""
     devices, models, mounts = _needs(containers)
     count = len(containers)
-
-    def q(text: str) -> str:
-        return shlex.quote(text)
-
-    lines = [
-        f"# ascend-fleet host check for {host.name}: generated from the plan, do not edit.",
-        "problems=''",
-        'missing() { problems="$problems\n  - $1"; }',
-    ]
-    for path in sorted(devices, key=_natural):
-        users = ", ".join(devices[path])
-        lines.append(f"[ -e {q(root + path)} ] || missing {q(f'missing device {root + path} (used by {users})')}")
-    for path in DRIVER_MOUNTS:
-        what = "driver folder" if path == DRIVER_DIR else "driver path"
-        test = "-d" if path == DRIVER_DIR else "-e"
-        lines.append(
-            f"[ {test} {q(root + path)} ] || missing "
-            f"{q(f'missing Ascend {what} {root + path} (mounted read-only into every container)')}"
-        )
-    npu_smi = root + NPU_SMI
-    lines.append(f"[ ! -e {q(npu_smi)} ] || [ -x {q(npu_smi)} ] || missing {q(f'{npu_smi} is not executable')}")
-    for path in sorted(models):
-        users = ", ".join(models[path])
-        lines.append(f"[ -d {q(root + path)} ] || missing {q(f'missing model directory {root + path} (used by {users})')}")
-    for path in sorted(mounts):
-        users = ", ".join(mounts[path])
-        lines.append(f"[ -e {q(root + path)} ] || missing {q(f'missing mount source {root + path} (used by {users})')}")
-    # npu-smi only answers when the driver and the cards are healthy; its error
-    # codes (e.g. -8005: a card held by another container) are worth showing.
-    lines += [
-        f"if [ -x {q(npu_smi)} ] && ! out=$({q(npu_smi)} info 2>&1); then",
-        f'  missing "{npu_smi} info failed: $(printf \'%s\\n\' "$out" | tail -n 3 | tr \'\\n\' \' \')"',
-        "fi",
-    ]
     header = f"ascend-fleet: host {host.name} ({host.address}) cannot run its {count} planned service(s):"
     advice = (
         "Install or repair the Ascend driver and npu-smi, copy the model weights to the listed "
@@ -100,11 +140,16 @@ def host_check_script(host: Host, containers: Containers, *, root: str = "") -> 
         f"ascend-fleet: host {host.name} ready for {count} service(s): devices {len(devices)}, "
         f"driver and npu-smi present, model directories {len(models)}, other mounts {len(mounts)}"
     )
-    lines += [
+    return "\n".join([
+        f"# ascend-fleet host check for {host.name}: generated from the plan, do not edit.",
+        "problems=''",
+        'missing() { problems="$problems\n  - $1"; }',
+        *_path_checks(containers, root),
+        *_daemon_log_check(containers, root),
+        *_board_warning(root),
         'if [ -n "$problems" ]; then',
-        f'  printf \'%s%s\\n%s\\n\' {q(header)} "$problems" {q(advice)} >&2',
+        f'  printf \'%s%s\\n%s\\n\' {_q(header)} "$problems" {_q(advice)} >&2',
         "  exit 1",
         "fi",
-        f"echo {q(summary)}",
-    ]
-    return "\n".join(lines) + "\n"
+        f"echo {_q(summary)}",
+    ]) + "\n"  # fmt: skip

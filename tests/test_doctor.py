@@ -52,7 +52,7 @@ def plan():
 def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str | None = "healthy",
                env: dict[str, str] | None = None, image: str | None = None, devices=None,
                ports: dict | None = None, labels: dict | None = None, name: str | None = None,
-               privileged: bool | None = None) -> dict[str, Any]:  # fmt: skip
+               privileged: bool | None = None, log_opts: dict | None = None) -> dict[str, Any]:  # fmt: skip
     """A `docker inspect` object of the container a spec describes, with overrides."""
     full_env = {"PATH": "/usr/local/sbin:/usr/bin", "LANG": "C.UTF-8", **spec.env, **(env or {})}
     return {
@@ -76,6 +76,9 @@ def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str
                 for d in (spec.device_files if devices is None else devices)
             ],
             "Privileged": spec.privileged if privileged is None else privileged,
+            "IpcMode": spec.ipc_mode,
+            "Sysctls": dict(spec.sysctls),
+            "LogConfig": {"Type": spec.log_driver, "Config": {**spec.log_opts, **(log_opts or {})}},
             "PortBindings": (
                 {f"{spec.api_port}/tcp": [{"HostIp": "", "HostPort": str(spec.api_port)}]} if ports is None else ports
             ),
@@ -484,3 +487,19 @@ def test_docker_inspect_json_of_an_unexpected_shape_is_a_host_finding_not_a_cras
     facts = parse_facts(f"{MARK} docker-inspect\n{inspect}\n{MARK} npu-smi-rc\n0\n{MARK} end\n")
     assert facts.containers == () and "unexpected shape" in facts.docker_error
     assert [f.kind for f in findings(plan, facts) if "docker does not answer" in f.message] == ["host"]
+
+
+def test_log_options_dockerd_merged_in_from_daemon_json_are_drift(plan):
+    spec = spec_of(plan, "alpha")
+    facts = with_container(clean_facts(plan), inspect_of(spec, cid="alpha-id", pid=1000, log_opts={"compress": "true"}))
+    [found] = findings(plan, facts)
+    assert (found.kind, found.key) == ("drift", "log options")
+    assert "compress=true" in found.message
+
+
+def test_a_container_without_its_reserved_ports_sysctl_or_in_host_ipc_is_drift(plan):
+    spec = spec_of(plan, "beta")
+    inspect = inspect_of(spec, cid="beta-id", pid=2000)
+    inspect["HostConfig"].update(Sysctls={}, IpcMode="host")
+    keys = {f.key for f in findings(plan, with_container(clean_facts(plan), inspect))}
+    assert keys == {"ipc mode", "sysctl net.ipv4.ip_local_reserved_ports"}

@@ -24,7 +24,7 @@ from allocation.deployment import deploy
 from allocation.report import plan_json
 from cli.stackfile import StackFile, stack_values
 from allocation.durations import go_duration
-from allocation.host_check import NPU_SMI, host_check_script
+from allocation.host_check import DAEMON_JSON, DMI_PRODUCT, NPU_SMI, host_check_script
 from allocation.windows import KINDS
 from cli.pin import pins_of
 from tests.pulumi_harness import (
@@ -484,6 +484,9 @@ def _complete_host(root: Path, fleet, hp, npu_smi_body: str = "echo '| 910B3 | O
     smi.parent.mkdir(parents=True, exist_ok=True)
     smi.write_text(f"#!/bin/sh\n{npu_smi_body}\n")
     smi.chmod(0o755)
+    dmi = root / DMI_PRODUCT.lstrip("/")
+    dmi.parent.mkdir(parents=True, exist_ok=True)
+    dmi.write_text("Atlas 800T A2\n")
 
 
 def check_script(fleet, hp, root: str = "") -> str:
@@ -577,3 +580,46 @@ def test_config_handed_over_in_the_language_hosts_environment_is_read_in_full(mo
     assert values == {"hosts": [{"name": "npu-a", "address": "192.0.2.10"}], "memoryBudgt": 0.9}
     with pytest.raises(FleetError, match="did you mean 'memoryBudget'"):
         parse_fleet("prod", values)
+
+
+@pytest.mark.parametrize(
+    ("daemon", "refused"),
+    [
+        ('{"log-driver": "json-file", "log-opts": {"max-size": "10m", "max-file": "3"}}', False),
+        ('{\n  "log-opts": {\n    "max-size": "10m",\n    "compress": "true"\n  }\n}', True),
+        ('{"log-driver": "local", "log-opts": {"compress": "true"}}', False),
+        ('{"data-root": "/data/docker"}', False),
+    ],
+)
+def test_the_host_check_refuses_daemon_log_options_that_would_replace_every_container(tmp_path, daemon, refused):
+    fleet, plan = planned("prod", values_of("prod"))
+    [hp] = plan.hosts
+    _complete_host(tmp_path, fleet, hp)
+    path = tmp_path / DAEMON_JSON.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(daemon)
+    result = _run_script("sh", check_script(fleet, hp, root=str(tmp_path)))
+    assert (result.returncode == 1) == refused, result.stderr
+    if refused:
+        assert "sets log-opts compress" in result.stderr and "ascend-fleet:defaults.logOpts" in result.stderr
+
+
+def test_setting_the_daemons_log_keys_in_log_opts_satisfies_the_host_check(tmp_path):
+    values = values_of("prod")
+    values["defaults"] = {**values.get("defaults", {}), "logOpts": {"max-size": "100m", "max-file": "5", "compress": "true"}}
+    fleet, plan = planned("prod", values)
+    [hp] = plan.hosts
+    _complete_host(tmp_path, fleet, hp)
+    (tmp_path / "etc/docker").mkdir(parents=True)
+    (tmp_path / DAEMON_JSON.lstrip("/")).write_text('{"log-opts": {"compress": "true"}}')
+    assert _run_script("sh", check_script(fleet, hp, root=str(tmp_path))).returncode == 0
+
+
+def test_the_host_check_warns_on_a_board_without_documented_socket_ranges(tmp_path):
+    fleet, plan = planned("prod", values_of("prod"))
+    [hp] = plan.hosts
+    _complete_host(tmp_path, fleet, hp)
+    (tmp_path / DMI_PRODUCT.lstrip("/")).write_text("Atlas 800I A2\n")
+    result = _run_script("sh", check_script(fleet, hp, root=str(tmp_path)))
+    assert result.returncode == 0
+    assert "warning: the board is 'Atlas 800I A2', not one of Atlas 800T A2" in result.stderr

@@ -49,6 +49,10 @@ class LiveContainer:
     device_files: frozenset[str]
     """Host paths of the devices passed in."""
     privileged: bool
+    ipc_mode: str
+    sysctls: Mapping[str, str]
+    log_opts: Mapping[str, str]
+    """After dockerd merged daemon.json's log-opts in: what the provider reads back too."""
     published: frozenset[tuple[int, int]]
     """(host port, container port) of every TCP port binding."""
 
@@ -87,6 +91,9 @@ class LiveContainer:
             labels=dict(config.get("Labels") or {}),
             device_files=frozenset(d.get("PathOnHost", "") for d in host_config.get("Devices") or ()),
             privileged=bool(host_config.get("Privileged")),
+            ipc_mode=str(host_config.get("IpcMode") or ""),
+            sysctls=dict(host_config.get("Sysctls") or {}),
+            log_opts=dict((host_config.get("LogConfig") or {}).get("Config") or {}),
             published=frozenset(published),
         )
 

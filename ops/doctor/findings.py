@@ -210,6 +210,15 @@ def _differences(spec: ContainerSpec, live: LiveContainer) -> list[tuple[str, st
         out.append(("devices", ",".join(sorted(planned)), f"{','.join(sorted(actual)) or '(none)'} ({what})"))
     if spec.privileged != live.privileged:
         out.append(("privileged", str(spec.privileged).lower(), str(live.privileged).lower()))
+    if spec.ipc_mode != live.ipc_mode:
+        out.append(("ipc mode", spec.ipc_mode, live.ipc_mode or "(unset)"))
+    for key, value in spec.sysctls.items():
+        if live.sysctls.get(key) != value:
+            out.append((f"sysctl {key}", value, live.sysctls.get(key, "(unset)")))
+    if dict(spec.log_opts) != dict(live.log_opts):
+        # Keys dockerd added from daemon.json make the provider replace the container on every up.
+        show: Callable[[Mapping[str, str]], str] = lambda opts: ",".join(f"{k}={v}" for k, v in sorted(opts.items()))  # noqa: E731
+        out.append(("log options", show(spec.log_opts), show(live.log_opts) or "(none)"))
     ports = {(spec.api_port, spec.api_port)}
     if ports != set(live.published):
         show: Callable[[Iterable[tuple[int, int]]], str] = lambda ps: ", ".join(f"{h}->{c}" for h, c in sorted(ps)) or "(none)"  # noqa: E731
