@@ -7,19 +7,11 @@ ModelService per service, each fed its own record. See components/.
 
 import pulumi
 
-from allocation.config import parse_fleet
-from allocation.deployment import deploy
-from allocation.errors import FleetError
-from allocation.planner import plan_fleet
 from allocation.report import plan_json
-from components import AscendHost, ModelService, fleet_values, ssh_private_key
+from components import AscendHost, ModelService, fleet_deployment, ssh_private_key
 
-try:
-    deployment = deploy(plan_fleet(parse_fleet(pulumi.get_stack(), fleet_values())))
-except FleetError as err:
-    raise pulumi.RunError(str(err)) from None  # the message is complete; no traceback
-
-key = ssh_private_key()
+deployment = fleet_deployment()
+key = ssh_private_key(deployment.ssh)
 services: dict[str, ModelService] = {}
 for hd in (hd for hd in deployment.hosts if hd.services):
     host = AscendHost(hd.name, hd, deployment.ssh, private_key=key)

@@ -28,7 +28,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from allocation.errors import ConfigError, listing
-from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, Image, StackName, Text, UserName, Word
+from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word
 from allocation.windows import KINDS, MAX_PORT, WINDOW_ENV, PortSpan, WindowKind
 
 NAMESPACE = "ascend-fleet"
@@ -221,6 +221,10 @@ class Host(Model):
     """Per-card ceiling on the sum of memory fractions; overrides `ascend-fleet:memoryBudget`."""
     reserved_ports: list[PortRange] = []
     """Ports on this host the allocator must never hand out (in addition to `ascend-fleet:ports.reserved`)."""
+    host_key: HostKey | None = None
+    """The host's SSH public key (`ssh-ed25519 AAAA...`, as `ssh-keyscan` prints it). The docker provider,
+    `doctor` and the host check then trust this key and no other. Without it, the key is looked up in
+    `ssh.knownHostsFile` (default `~/.ssh/known_hosts`)."""
     docker_host: Text | None = None
     """Docker daemon URL; default `ssh://user@address:sshPort`. Set `unix:///var/run/docker.sock`
     for a daemon on the machine running Pulumi (the dev stack). An `ssh://` or `tcp://` URL must
@@ -347,14 +351,19 @@ class Ssh(Model):
     connect_timeout_seconds: int = Field(default=10, ge=1, le=300)
     """`ConnectTimeout`: an unreachable host costs this long, not minutes."""
 
-    def options(self) -> list[str]:
-        """The `ssh -o` style options shared by every SSH client the project runs."""
+    def options(self, host_key: str | None = None) -> list[str]:
+        """The `ssh -o` style options shared by every SSH client the project runs; with a
+        host key, that key is the only one trusted (OpenSSH 8.5+ `KnownHostsCommand`)."""
         opts = [
             "-o", f"StrictHostKeyChecking={self.strict_host_key_checking}",
             "-o", f"ConnectTimeout={self.connect_timeout_seconds}",
             "-o", "BatchMode=yes",
         ]  # fmt: skip
-        if self.known_hosts_file:
+        if host_key:
+            key = " ".join(host_key.split()[:2])  # without the comment: type and base64 only
+            opts += ["-o", "UserKnownHostsFile=/dev/null", "-o", "GlobalKnownHostsFile=/dev/null"]
+            opts += ["-o", f"KnownHostsCommand=/bin/echo %H {key}"]
+        elif self.known_hosts_file:
             opts += ["-o", f"UserKnownHostsFile={self.known_hosts_file}"]
         if self.identity_file:
             opts += ["-i", self.identity_file]

@@ -16,6 +16,7 @@ from typing import Iterator
 from allocation.config import Host, Ssh
 from allocation.containers import ContainerSpec, container_spec
 from allocation.host_check import host_check_script
+from allocation.known_hosts import find_host_key
 from allocation.plan import HostPlan, Plan, PlannedService
 from allocation.start_order import start_after
 from allocation.windows import KINDS
@@ -49,8 +50,10 @@ class HostDeployment:
 
     plan: HostPlan
     docker_url: str
+    host_key: str | None
+    """The SSH host key every client trusts: the host's `hostKey`, else the known_hosts entry."""
     ssh_options: tuple[str, ...] | None
-    """Options of the system `ssh` the docker provider runs; None for a `unix://` daemon."""
+    """Options of the system `ssh` the docker provider and `doctor` run; None for a local daemon."""
     check_script: str
     """The host check (`allocation.host_check`), run before any image or container."""
     images: tuple[str, ...]
@@ -82,7 +85,7 @@ class Deployment:
         return (s for h in self.hosts for s in h.services)
 
 
-def _host_deployment(plan: Plan, hp: HostPlan) -> HostDeployment:
+def _host_deployment(plan: Plan, hp: HostPlan, known_hosts: str) -> HostDeployment:
     host = hp.host
     after = start_after(hp)
     services = tuple(
@@ -98,9 +101,10 @@ def _host_deployment(plan: Plan, hp: HostPlan) -> HostDeployment:
     return HostDeployment(
         plan=hp,
         docker_url=url,
-        # Only the ssh transport reads them; BatchMode and ConnectTimeout make an
-        # unreachable host fail in seconds instead of waiting for a password.
-        ssh_options=tuple(plan.fleet.ssh.options()) if url.startswith("ssh://") else None,
+        host_key=host.host_key or find_host_key(known_hosts, host.address, host.ssh_port),
+        # BatchMode and ConnectTimeout make an unreachable host fail in seconds instead of
+        # waiting for a password; a configured hostKey is the only key trusted.
+        ssh_options=None if host.is_local() else tuple(plan.fleet.ssh.options(host.host_key)),
         check_script=host_check_script(host, [(s.planned, s.spec) for s in services]),
         images=tuple(sorted({s.spec.image for s in services})),
         pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,
@@ -108,6 +112,16 @@ def _host_deployment(plan: Plan, hp: HostPlan) -> HostDeployment:
     )
 
 
-def deploy(plan: Plan) -> Deployment:
-    """Every host's and service's deployment record, computed once."""
-    return Deployment(plan=plan, ssh=plan.fleet.ssh, hosts=tuple(_host_deployment(plan, hp) for hp in plan.hosts))
+def deploy(plan: Plan, known_hosts: str = "") -> Deployment:
+    """Every host's and service's deployment record, computed once. `known_hosts` is the text of
+    the known_hosts file the system ssh reads, for host keys the config does not give."""
+    hosts = tuple(_host_deployment(plan, hp, known_hosts) for hp in plan.hosts)
+    return Deployment(plan=plan, ssh=plan.fleet.ssh, hosts=hosts)
+
+
+def untrusted_hosts(deployment: Deployment) -> list[str]:
+    """Hosts reached over SSH with no known key while `strictHostKeyChecking` is `yes`: the host
+    check's Go client would trust any key there, so deploying to them must stop."""
+    if deployment.ssh.strict_host_key_checking != "yes":
+        return []
+    return [hd.name for hd in deployment.hosts if hd.services and not hd.host.is_local() and hd.host_key is None]

@@ -88,6 +88,11 @@ def _arg(value: str) -> str:
     return value
 
 
+# A public key as sshd prints it (`ssh-keyscan`, `/etc/ssh/ssh_host_*_key.pub`), comment optional.
+HostKey = Annotated[
+    str,
+    Field(pattern=r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) [A-Za-z0-9+/]+={0,3}( [\x20-\x7e]*)?$"),
+]
 Text = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_plain)]
 Word = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_word)]
 AbsPath = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_path)]

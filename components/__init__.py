@@ -2,6 +2,6 @@
 
 from components.ascend_host import AscendHost
 from components.model_service import ModelService
-from components.stack_config import fleet_values, ssh_private_key
+from components.stack_config import fleet_deployment, ssh_private_key
 
-__all__ = ["AscendHost", "ModelService", "fleet_values", "ssh_private_key"]
+__all__ = ["AscendHost", "ModelService", "fleet_deployment", "ssh_private_key"]

@@ -54,6 +54,9 @@ class AscendHost(pulumi.ComponentResource):
                     user=host.user,
                     # Secret from config; the provider also marks the whole connection secret.
                     private_key=private_key,
+                    # The key the docker provider's ssh and `doctor` trust; None only when
+                    # strictHostKeyChecking is not `yes` (then any key is accepted here).
+                    host_key=deployment.host_key,
                     per_dial_timeout=ssh.connect_timeout_seconds,
                     dial_error_limit=3,
                 ),

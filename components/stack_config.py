@@ -5,17 +5,24 @@ set with `pulumi config set`) to the program; the program never opens YAML.
 Every key of the namespace is passed on, so a misspelt top-level key reaches
 `parse_fleet` and is reported instead of silently ignored. Program-only keys
 (the SSH private key) are never decoded, logged or handed to the planner.
+`fleet_deployment` then plans and deploys the fleet once, with the host keys
+the system ssh would trust, and refuses hosts no key is known for.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
 
-from allocation.config import NAMESPACE, PROGRAM_ONLY_KEYS
+from allocation.config import NAMESPACE, PROGRAM_ONLY_KEYS, Ssh, parse_fleet
+from allocation.deployment import Deployment, deploy, untrusted_hosts
+from allocation.errors import FleetError
+from allocation.planner import plan_fleet
+from ops.ssh import known_hosts_text
 
 SSH_PRIVATE_KEY = "sshPrivateKey"
 
@@ -52,6 +59,34 @@ def fleet_values(namespace: str = NAMESPACE) -> dict[str, Any]:
     }
 
 
-def ssh_private_key(namespace: str = NAMESPACE) -> pulumi.Output[str] | None:
-    """`ascend-fleet:sshPrivateKey` as a secret Output (None when unset: ssh-agent is used)."""
-    return pulumi.Config(namespace).get_secret(SSH_PRIVATE_KEY)
+def ssh_private_key(ssh: Ssh, namespace: str = NAMESPACE) -> pulumi.Output[str] | None:
+    """The host check's key, the one the system ssh of the docker provider uses too: the secret
+    `ascend-fleet:sshPrivateKey`, else the file `ssh.identityFile` (read here, kept secret);
+    None leaves pulumi-command to the ssh-agent at SSH_AUTH_SOCK, as the system ssh does."""
+    secret = pulumi.Config(namespace).get_secret(SSH_PRIVATE_KEY)
+    if secret is not None or not ssh.identity_file:
+        return secret
+    try:
+        text = Path(ssh.identity_file).expanduser().read_text(encoding="utf-8")
+    except OSError as exc:
+        raise pulumi.RunError(f"ascend-fleet:ssh.identityFile {ssh.identity_file}: cannot read: {exc.strerror}") from None
+    return pulumi.Output.secret(text)
+
+
+def fleet_deployment() -> Deployment:
+    """The stack's deployment from the engine's config, or one RunError paragraph. With
+    `strictHostKeyChecking: yes`, a host whose key is neither configured nor in known_hosts
+    stops the program: the host check's Go client would otherwise trust any key."""
+    try:
+        fleet = parse_fleet(pulumi.get_stack(), fleet_values())
+        deployment = deploy(plan_fleet(fleet), known_hosts_text(fleet.ssh))
+    except FleetError as err:
+        raise pulumi.RunError(str(err)) from None  # the message is complete; no traceback
+    untrusted = untrusted_hosts(deployment)
+    if untrusted:
+        raise pulumi.RunError(
+            f"stack {deployment.stack}: no SSH host key known for host(s) {', '.join(untrusted)} while "
+            "ascend-fleet:ssh.strictHostKeyChecking is yes: set the host's hostKey (`ssh-keyscan -p PORT "
+            "ADDRESS`), or add it to the known_hosts file (ssh.knownHostsFile, default ~/.ssh/known_hosts)."
+        )
+    return deployment

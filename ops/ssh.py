@@ -15,8 +15,11 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
 
 from allocation.config import Host, Ssh
+from allocation.deployment import HostDeployment
 
 # ssh exits 255 when it could not connect or authenticate (or the connection broke).
 SSH_FAILED = 255
@@ -35,11 +38,20 @@ class RemoteResult:
     """Why the host could not be reached (or the script was cut off)."""
 
 
-def ssh_command(ssh: Ssh, host: Host, remote: str) -> list[str]:
-    """The ssh argv that runs `remote` on `host` with the stack's ssh settings; `--` ends
+def known_hosts_text(ssh: Ssh) -> str:
+    """The known_hosts file the system ssh reads (`ssh.knownHostsFile`, else ~/.ssh/known_hosts); "" if absent."""
+    path = Path(ssh.known_hosts_file or "~/.ssh/known_hosts").expanduser()
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def ssh_command(options: Sequence[str], host: Host, remote: str) -> list[str]:
+    """The ssh argv that runs `remote` on `host` with the host's ssh options; `--` ends
     the options, so the destination is never read as one."""
     return [
-        "ssh", *ssh.options(),
+        "ssh", *options,
         "-o", "LogLevel=ERROR",
         "-p", str(host.ssh_port),
         "--", f"{host.user}@{host.address}",
@@ -47,8 +59,9 @@ def ssh_command(ssh: Ssh, host: Host, remote: str) -> list[str]:
     ]  # fmt: skip
 
 
-def run_script(ssh: Ssh, host: Host, script: str, *, timeout: float | None = None) -> RemoteResult:
-    """Run a POSIX shell script on `host` (locally when its Docker daemon is `unix://`)."""
+def run_script(ssh: Ssh, hd: HostDeployment, script: str, *, timeout: float | None = None) -> RemoteResult:
+    """Run a POSIX shell script on a deployment's host (locally when its Docker daemon is `unix://`)."""
+    host = hd.host
     connect = ssh.connect_timeout_seconds
     timeout = timeout if timeout is not None else max(DEFAULT_TIMEOUT_SECONDS, connect + 30.0)
     if host.is_local():
@@ -57,7 +70,7 @@ def run_script(ssh: Ssh, host: Host, script: str, *, timeout: float | None = Non
     else:
         if shutil.which("ssh") is None:
             return RemoteResult(False, None, "", "", 0.0, "no ssh client on this machine (apt package openssh-client)")
-        argv = ssh_command(ssh, host, "sh -s")
+        argv = ssh_command(hd.ssh_options or (), host, "sh -s")
         env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "DOCKER_CONTEXT")}
     start = time.monotonic()
     try:

@@ -17,8 +17,10 @@ import contextvars
 import hashlib
 import json
 import logging
+import os
 import runpy
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,8 @@ FAKE_PRIVATE_KEY = (
     "-----END OPENSSH PRIVATE KEY-----\n"
 )
 
+# The sshd(8) man page's example ed25519 key shape; any valid public key line would do.
+TEST_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 CONTAINER = "docker:index/container:Container"
 PROVIDER = "pulumi:providers:docker"
 REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
@@ -206,12 +210,36 @@ def _run_in_context(stack: str, config: dict, secret_keys: list, run: Run) -> No
     _sync_await(run_in_stack(lambda: runpy.run_path(str(MAIN), run_name="__main__")))
 
 
-def run_program(stack: str, values: dict[str, Any], private_key: Optional[str] = FAKE_PRIVATE_KEY) -> Run:
+def known_hosts_of(values: dict[str, Any]) -> str:
+    """A known_hosts file naming every host of the values with TEST_HOST_KEY, as a CI runner's would."""
+    lines = []
+    for h in values.get("hosts", ()):
+        port = h.get("sshPort", 22)
+        name = h["address"] if port == 22 else f"[{h['address']}]:{port}"
+        lines.append(f"{name} {TEST_HOST_KEY}")
+    return "\n".join(lines) + "\n"
+
+
+def run_program(
+    stack: str,
+    values: dict[str, Any],
+    private_key: Optional[str] = FAKE_PRIVATE_KEY,
+    known_hosts: Optional[str] = None,
+) -> Run:
     """Run `__main__.py` for one stack whose `ascend-fleet:` values (namespace stripped)
-    are given; raise what the program raises (e.g. pulumi.RunError)."""
+    are given; raise what the program raises (e.g. pulumi.RunError). The program runs
+    with a HOME whose ~/.ssh/known_hosts is `known_hosts` (default: every host of the values)."""
     config, secret_keys = config_from_values(values, private_key)
     run = Run()
-    contextvars.Context().run(_run_in_context, stack, config, secret_keys, run)
+    with tempfile.TemporaryDirectory(prefix="ascend-fleet-home-") as home:
+        (Path(home) / ".ssh").mkdir()
+        (Path(home) / ".ssh/known_hosts").write_text(known_hosts_of(values) if known_hosts is None else known_hosts)
+        saved = os.environ.get("HOME")
+        os.environ["HOME"] = home
+        try:
+            contextvars.Context().run(_run_in_context, stack, config, secret_keys, run)
+        finally:
+            os.environ["HOME"] = saved if saved is not None else ""
     return run
 
 

@@ -469,7 +469,7 @@ def test_a_script_for_a_unix_docker_host_runs_locally_with_docker_host_set_to_th
     """No ssh: a real local `sh` runs the script, pointed at the host's daemon, not the caller's."""
     monkeypatch.setenv("DOCKER_HOST", "tcp://elsewhere.example:2375")
     config = fleet([host("dev", dockerHost="unix:///tmp/x.sock")], [])
-    result = run_script(config.ssh, config.hosts[0], 'echo "$DOCKER_HOST"\n')
+    result = run_script(config.ssh, deployed(config).hosts[0], 'echo "$DOCKER_HOST"\n')
     assert (result.reachable, result.returncode, result.stderr) == (True, 0, "")
     assert result.stdout == "unix:///tmp/x.sock\n"
 

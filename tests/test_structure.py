@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("allocation", "cli", "components", "ops", "sim")
 # What the planner may import: the standard library's pure parts, pydantic, itself.
 PURE_IMPORTS = {
-    "__future__", "allocation", "bisect", "collections", "dataclasses", "decimal", "difflib", "ipaddress", "json",
+    "__future__", "allocation", "base64", "binascii", "bisect", "collections", "dataclasses", "decimal", "difflib",
+    "hashlib", "hmac", "ipaddress", "json",
     "pydantic", "re", "shlex", "types", "typing",
 }  # fmt: skip
 MAX_FUNCTION_LINES = 60

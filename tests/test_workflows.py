@@ -425,3 +425,25 @@ def test_a_pin_without_its_version_comment_is_rejected():
     assert pinning_problems(text) == [
         "line 2: actions/checkout@de0fac2e4500dabe0009e67214ff5f5447ce83dd has no `# vX.Y.Z` comment naming the pinned version"
     ]
+
+
+@pytest.mark.parametrize("name", ["deploy.yml", "drift.yml"])
+def test_every_pulumi_job_runs_doctor_after_pulumi_so_a_failed_start_fails_the_job(name: str):
+    for job_name, job in jobs(load(WORKFLOW_DIR / name)).items():
+        runs = [str(s.get("run", "")) for s in job["steps"]]
+        uses = [str(s.get("uses", "")) for s in job["steps"]]
+        pulumi_at = max(i for i, u in enumerate(uses) if u.startswith("pulumi/actions@"))
+        doctor_at = [i for i, r in enumerate(runs) if "-m allocation doctor --stack" in r]
+        assert doctor_at and doctor_at[-1] > pulumi_at, job_name
+        assert "continue-on-error" not in job["steps"][doctor_at[-1]], job_name
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
+def test_every_job_that_reaches_hosts_gives_all_ssh_clients_one_agent(path: Path):
+    for job_name, job in jobs(load(path)).items():
+        runs = " ".join(str(s.get("run", "")) for s in job["steps"])
+        if "ASCEND_FLEET_SSH_PRIVATE_KEY" not in str(job):
+            continue
+        assert job["env"]["SSH_AUTH_SOCK"].startswith("/"), job_name
+        assert 'ssh-agent -a "$SSH_AUTH_SOCK"' in runs and "ssh-add" in runs, job_name
+        assert "IdentityFile" not in runs, "a key file would reach the system ssh only"

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.simhost
 # Names no other simulated-host test uses, so leftovers are easy to tell apart.
 EMBED, VL, LONG, INTRUDER = "doc-embed", "doc-vl", "doc-long", "doc-intruder"
 UNREACHABLE = "192.0.2.1"  # TEST-NET-1: nothing there (refused or timed out, depending on the network)
+SILENT = "127.0.0.2"  # another loopback address: one address is one machine to the planner
 
 
 def write_stack(tmp_path: Path, sim: SimHost, models: dict[str, Path], *, silent_port: int | None = None) -> Path:
@@ -35,7 +36,7 @@ def write_stack(tmp_path: Path, sim: SimHost, models: dict[str, Path], *, silent
     hosts: list[dict[str, Any]] = [{"name": "sim", "address": sim.address, "sshPort": sim.ssh_port}]
     if silent_port is not None:
         hosts.append({"name": "gone", "address": UNREACHABLE})
-        hosts.append({"name": "silent", "address": "127.0.0.1", "sshPort": silent_port})
+        hosts.append({"name": "silent", "address": SILENT, "sshPort": silent_port})
     api = {name: free_port() for name in (EMBED, VL, LONG)}
     values = {
         "ascend-fleet:hosts": hosts,
@@ -74,10 +75,10 @@ def run_args(sim: SimHost, spec, *, env: dict[str, str] | None = None) -> list[s
     args = docker_run_args(spec)
     for key, value in (env or {}).items():
         args = [f"--env={key}={value}" if a.startswith(f"--env={key}=") else a for a in args]
-    at_image = len(args) - len(spec.command) - 1
-    assert args[at_image] == spec.image
+    end = args.index("--")  # options end there; the image follows
+    assert args[end + 1] == spec.image
     test_labels = [f"--label={k}={v}" for k, v in sim.labels().items()]
-    return ["run", *args[:at_image], *test_labels, "--health-interval=1s", *args[at_image:]]
+    return ["run", *args[:end], *test_labels, "--health-interval=1s", *args[end:]]
 
 
 def doctor_json(config: Path) -> tuple[dict[str, Any], int, float]:
@@ -140,7 +141,7 @@ def test_doctor_reports_each_hand_made_problem_by_kind_and_name(sim_host: SimHos
     sim_host.wait_healthy(VL)
     # 4. two more hosts that never answer: one refuses or drops, one accepts and stays silent
     silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
+    silent.bind((SILENT, 0))
     silent.listen(8)  # the kernel completes the handshake; nobody ever sends an SSH banner
     config = write_stack(tmp_path, sim_host, models, silent_port=silent.getsockname()[1])
     # keep the API ports of the deployed containers: rewrite them into the new config
@@ -173,7 +174,7 @@ def test_doctor_reports_each_hand_made_problem_by_kind_and_name(sim_host: SimHos
     assert intruder_range in by_kind["foreign-port"]["message"] and embed_range in by_kind["foreign-port"]["message"]
     assert "exited" in by_kind["stopped"]["message"]
 
-    for name, where in (("gone", UNREACHABLE), ("silent", "127.0.0.1")):
+    for name, where in (("gone", UNREACHABLE), ("silent", SILENT)):
         host = next(h for h in report["hosts"] if h["name"] == name)
         assert host["reachable"] is False
         assert [f["kind"] for f in host["findings"]] == ["unreachable"]
