@@ -50,3 +50,19 @@ def test_a_service_with_only_its_own_cards_numbers_them_from_zero_unprivileged()
     assert got.env[VISIBLE_DEVICES_ENV] == "0,1,2,3"
     assert not got.privileged
     assert got.device_files == ("/dev/davinci4", "/dev/davinci5", "/dev/davinci6", "/dev/davinci7", *CONTROL_DEVICES)
+
+
+def test_containers_have_their_own_ipc_namespace_and_shm_unless_host_ipc_is_chosen():
+    got = specs([service("a"), service("b", ipcMode="host"), service("c", stopGraceSeconds=0)], defaults={"shmSizeMiB": 2048})
+    assert (got["a"].ipc_mode, got["a"].shm_size_mib, got["a"].stop_grace_seconds) == ("private", 2048, 60)
+    assert "ATB_SHARE_MEMORY_NAME_SUFFIX" not in got["a"].env
+    # One /dev/shm for every service in host IPC: each gets its own ATB shared-memory suffix.
+    assert (got["b"].ipc_mode, got["b"].env["ATB_SHARE_MEMORY_NAME_SUFFIX"]) == ("host", "_b")
+    assert got["c"].stop_grace_seconds == 0, "0 is a setting, not an absence"
+
+
+def test_each_container_keeps_its_own_network_namespace_windows_out_of_its_ephemeral_ports():
+    [spec] = specs([service("a", apiPort=7007, vllmPort=62100, hcclIfBasePort=61064)]).values()
+    reserved = spec.sysctls["net.ipv4.ip_local_reserved_ports"]
+    assert reserved == f"7007,{spec.env['HCCL_HOST_SOCKET_PORT_RANGE']},61064-61095,62100-62115"
+    assert spec.env["HCCL_NPU_SOCKET_PORT_RANGE"] not in reserved, "NPU-side sockets are not in Linux's netns"
