@@ -14,6 +14,7 @@ as the engine receives them, not a reimplementation of them.
 from __future__ import annotations
 
 import contextvars
+import gc
 import hashlib
 import json
 import logging
@@ -236,9 +237,13 @@ def run_program(
         (Path(home) / ".ssh/known_hosts").write_text(known_hosts_of(values) if known_hosts is None else known_hosts)
         saved = os.environ.get("HOME")
         os.environ["HOME"] = home
+        # The program may tune the collector for its process (__main__.py does); the language
+        # host's process ends with the program, so here each run gets the test process's back.
+        thresholds = gc.get_threshold()
         try:
             contextvars.Context().run(_run_in_context, stack, config, secret_keys, run)
         finally:
+            gc.set_threshold(*thresholds)
             os.environ["HOME"] = saved if saved is not None else ""
     return run
 
