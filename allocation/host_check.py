@@ -63,8 +63,8 @@ def _q(text: str) -> str:
     return shlex.quote(text)
 
 
-def _path_checks(containers: Containers, root: str) -> list[str]:
-    devices, models, mounts = _needs(containers)
+def _path_checks(needs: tuple[dict, dict, dict], root: str) -> list[str]:
+    devices, models, mounts = needs
     lines = []
     for path in sorted(devices, key=_natural):
         users = ", ".join(devices[path])
@@ -129,7 +129,8 @@ def _board_warning(root: str) -> list[str]:
 def host_check_script(host: Host, containers: Containers, *, root: str = "") -> str:
     """A POSIX sh script: exit 0 when the host has everything its containers use, else
     exit 1 with one readable paragraph on stderr listing every missing piece."""
-    devices, models, mounts = _needs(containers)
+    needs = _needs(containers)
+    devices, models, mounts = needs
     count = len(containers)
     header = f"ascend-fleet: host {host.name} ({host.address}) cannot run its {count} planned service(s):"
     advice = (
@@ -144,7 +145,7 @@ def host_check_script(host: Host, containers: Containers, *, root: str = "") -> 
         f"# ascend-fleet host check for {host.name}: generated from the plan, do not edit.",
         "problems=''",
         'missing() { problems="$problems\n  - $1"; }',
-        *_path_checks(containers, root),
+        *_path_checks(needs, root),
         *_daemon_log_check(containers, root),
         *_board_warning(root),
         'if [ -n "$problems" ]; then',

@@ -91,7 +91,7 @@ class HostView:
         return self.deployment.name
 
     def pids_of(self, c: LiveContainer) -> frozenset[int]:
-        return self.facts.pids.get(c.id, frozenset()) | ({c.pid} if c.pid else frozenset())
+        return _pids(self.facts, c)
 
     def describe(self, c: LiveContainer) -> str:
         service = self.service_of.get(c.id)
@@ -99,6 +99,11 @@ class HostView:
 
     def windows_at(self, port: int) -> list[tuple[str, str, PortSpan]]:
         return [(s, key, span) for s, key, span in self.windows if span[0] <= port <= span[1]]
+
+
+def _pids(facts: HostFacts, c: LiveContainer) -> frozenset[int]:
+    """Host PIDs of a container: its main process and every process `docker top` listed."""
+    return facts.pids.get(c.id, frozenset()) | ({c.pid} if c.pid else frozenset())
 
 
 def view_of(deployment: HostDeployment, facts: HostFacts) -> HostView:
@@ -110,7 +115,7 @@ def view_of(deployment: HostDeployment, facts: HostFacts) -> HostView:
     for sd in deployment.services:
         for card in sd.planned.assignment.cards:
             card_services[card] = (*card_services.get(card, ()), sd.name)
-    pids = {c.id: facts.pids.get(c.id, frozenset()) | ({c.pid} if c.pid else frozenset()) for c in active}
+    pids = {c.id: _pids(facts, c) for c in active}
     return HostView(
         deployment=deployment,
         facts=facts,
