@@ -219,6 +219,13 @@ class Host(Model):
     """HBM per NPU in GiB; shown in the plan next to each memory fraction."""
     memory_budget: Fraction | None = None
     """Per-card ceiling on the sum of memory fractions; overrides `ascend-fleet:memoryBudget`."""
+    card_sharing: Literal["deviceShare", "privileged", "refuse"] = "deviceShare"
+    """What the program does when services share a card on this host. A card opened by one
+    non-privileged container cannot be opened by a second one unless the card is in Huawei's
+    container-sharing mode. `deviceShare` (default): put exactly the shared cards into that mode
+    before their containers start, and again at every boot. `privileged`: run only the services on
+    shared cards privileged with every card visible, as the seed deployment did. `refuse`: a plan
+    that shares a card here is an error."""
     reserved_ports: list[PortRange] = []
     """Ports on this host the allocator must never hand out (in addition to `ascend-fleet:ports.reserved`)."""
     host_key: HostKey | None = None

@@ -7,9 +7,9 @@ drift apart. Pure: no Pulumi, no Docker, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from allocation.config import DEFAULT_IMAGE, VISIBLE_DEVICES_ENV, Defaults, FleetConfig, Mount
 from allocation.plan import PlannedService
@@ -39,6 +39,37 @@ DEFAULT_STOP_GRACE_SECONDS = 60
 # Beyond the health wait: creating and starting the container, and the provider's own calls.
 CREATE_MARGIN_SECONDS = 300
 RESERVED_PORTS_SYSCTL = "net.ipv4.ip_local_reserved_ports"
+# The host as a bridge-networked container reaches it: dockerd maps "host-gateway" to the bridge's
+# gateway address. The provider stores extra hosts as "name:ip" and reads them back split on ":"
+# (terraform-provider-docker v4.5.0 resource_docker_container_structures.go flattenExtraHosts).
+HOST_ALIAS = "host.docker.internal"
+START_AFTER_ENV = "ASCEND_FLEET_START_AFTER"
+START_WAIT_ENV = "ASCEND_FLEET_START_WAIT_SECONDS"
+START_GATE_NAME = "ascend-fleet-start-gate"
+# The start gate of a service that shares a card: before `vllm serve`, wait until each service
+# before it on its cards answers /health. `depends_on` orders containers only during `pulumi up`;
+# after a reboot, a dockerd restart or `docker restart` of them all, Docker starts every container
+# at once, and two instances loading on one card fail (vllm-ascend issues 5917, 5707). The gate is
+# in the container, so the order holds whoever starts it. POSIX sh; wget or python3 probes, as
+# in the health check. $1.. is the vllm command, run with exec so it stays PID 1.
+START_GATE = (
+    "trap 'exit 143' TERM INT; waited=0; "
+    "for entry in $ASCEND_FLEET_START_AFTER; do "
+    'name=${entry%%=*}; url=${entry#*=}; '
+    'echo "ascend-fleet: start gate: waiting for $name ($url) before vllm serve: it shares a card with this '
+    'service (gives up after ${ASCEND_FLEET_START_WAIT_SECONDS}s)"; '
+    'until wget -q -O /dev/null "$url" 2>/dev/null || python3 -c '
+    "'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' \"$url\" 2>/dev/null; do "
+    'if [ "$waited" -ge "$ASCEND_FLEET_START_WAIT_SECONDS" ]; then '
+    'echo "ascend-fleet: start gate: gave up after ${waited}s: $name ($url) never answered. It shares a card '
+    'with this service and must be healthy first (two instances loading on one card fail). '
+    'Check it: docker logs $name" >&2; exit 1; fi; '
+    "sleep 5 & wait $!; waited=$((waited + 5)); "
+    '[ $((waited % 60)) -ne 0 ] || echo "ascend-fleet: start gate: still waiting for $name after ${waited}s"; '
+    "done; "
+    'echo "ascend-fleet: start gate: $name answers after ${waited}s"; '
+    'done; exec "$@"'
+)
 
 
 @dataclass(frozen=True)
@@ -75,6 +106,8 @@ class ContainerSpec:
     sysctls: Mapping[str, str]
     """Namespaced kernel settings: the service's windows kept out of its ephemeral ports."""
     log_opts: Mapping[str, str]
+    extra_hosts: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Name -> address lines of the container's /etc/hosts."""
     log_driver: str = "json-file"
 
     @property
@@ -103,6 +136,15 @@ def _command(planned: PlannedService, defaults: Defaults) -> tuple[str, ...]:
     if s.max_num_seqs is not None:
         command += ["--max-num-seqs", str(s.max_num_seqs)]
     return (*command, *(defaults.args or ()), *(s.args or ()))
+
+
+def _gated(command: tuple[str, ...], env: dict[str, str], after: Sequence[PlannedService], wait: int) -> tuple[str, ...]:
+    """The command behind the start gate, and the gate's settings in `env`, when `after` is not empty."""
+    if not after:
+        return command
+    env[START_AFTER_ENV] = " ".join(f"{p.name}=http://{HOST_ALIAS}:{p.assignment.api_port}/health" for p in after)
+    env[START_WAIT_ENV] = str(wait)
+    return ("sh", "-c", START_GATE, START_GATE_NAME, *command)
 
 
 def _env_and_labels(stack: str, planned: PlannedService, defaults: Defaults, all_devices: bool) -> tuple[dict, dict]:
@@ -134,16 +176,23 @@ def _env_and_labels(stack: str, planned: PlannedService, defaults: Defaults, all
     return dict(sorted(env.items())), labels
 
 
-def container_spec(fleet: FleetConfig, planned: PlannedService) -> ContainerSpec:
+def container_spec(
+    fleet: FleetConfig, planned: PlannedService, *, shared: bool = False, after: Sequence[PlannedService] = ()
+) -> ContainerSpec:
+    """The container of `planned`. `shared`: one of its cards is used by another service too;
+    `after`: the services before it on its cards, which its start gate waits for."""
     s, a, d = planned.service, planned.assignment, fleet.defaults
+    host = fleet.host(a.host_name)
     all_devices = bool(s.all_devices if s.all_devices is not None else d.all_devices)
+    all_devices = all_devices or (shared and host.card_sharing == "privileged")
     env, labels = _env_and_labels(fleet.stack, planned, d, all_devices)
-    cards = range(fleet.host(a.host_name).npus) if all_devices else a.cards
+    cards = range(host.npus) if all_devices else a.cards
     device_files = tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES
     mounts = tuple(Mount(source=p, target=p) for p in DRIVER_MOUNTS)
     mounts += (Mount(source=s.model, target=s.model),)
     mounts += tuple(d.mounts or ()) + tuple(s.mounts or ())
     start_timeout = s.start_timeout_seconds or d.start_timeout_seconds or DEFAULT_START_TIMEOUT_SECONDS
+    command = _gated(_command(planned, d), env, after, start_timeout)
     url = f"http://127.0.0.1:{a.api_port}/health"
     # vllm-ascend images carry python3; minimal images (the simulator) busybox wget.
     probe = (
@@ -154,8 +203,9 @@ def container_spec(fleet: FleetConfig, planned: PlannedService) -> ContainerSpec
     return ContainerSpec(
         name=s.name,
         image=s.image or d.image or DEFAULT_IMAGE,
-        command=_command(planned, d),
-        env=MappingProxyType(env),
+        command=command,
+        env=MappingProxyType(dict(sorted(env.items()))),
+        extra_hosts=MappingProxyType({HOST_ALIAS: "host-gateway"} if after else {}),
         device_files=device_files,
         mounts=mounts,
         api_port=a.api_port,

@@ -15,6 +15,7 @@ from typing import Iterator
 
 from allocation.config import Host, Ssh
 from allocation.containers import ContainerSpec, container_spec
+from allocation.device_share import device_share_script
 from allocation.host_check import host_check_script
 from allocation.known_hosts import find_host_key
 from allocation.plan import HostPlan, Plan, PlannedService
@@ -32,6 +33,8 @@ class ServiceDeployment:
     """The OpenAI-compatible base URL, `http://address:apiPort/v1`."""
     after: tuple[str, ...]
     """Services on the same host it must start after (they share a card)."""
+    shared: bool = False
+    """One of its cards is used by another service too."""
 
     @property
     def name(self) -> str:
@@ -56,6 +59,9 @@ class HostDeployment:
     """Options of the system `ssh` the docker provider and `doctor` run; None for a local daemon."""
     check_script: str
     """The host check (`allocation.host_check`), run before any image or container."""
+    device_share_script: str | None
+    """Puts the shared cards into device-share mode (`allocation.device_share`), after the check and
+    before any container on them; None unless the host shares cards with `cardSharing: deviceShare`."""
     images: tuple[str, ...]
     pull_timeout_seconds: int
     services: tuple[ServiceDeployment, ...]
@@ -64,6 +70,10 @@ class HostDeployment:
     @property
     def host(self) -> Host:
         return self.plan.host
+
+    @property
+    def shared_cards(self) -> tuple[int, ...]:
+        return self.plan.shared_cards()
 
     @property
     def name(self) -> str:
@@ -85,18 +95,24 @@ class Deployment:
         return (s for h in self.hosts for s in h.services)
 
 
+def _service_deployment(plan: Plan, hp: HostPlan, ps: PlannedService, after: tuple[str, ...]) -> ServiceDeployment:
+    shared = bool(set(hp.shared_cards()) & set(ps.assignment.cards))
+    before = [p for p in hp.services if p.name in after]
+    return ServiceDeployment(
+        planned=ps,
+        spec=container_spec(plan.fleet, ps, shared=shared, after=before),
+        endpoint=f"http://{hp.host.url_address()}:{ps.assignment.api_port}/v1",
+        after=after,
+        shared=shared,
+    )
+
+
 def _host_deployment(plan: Plan, hp: HostPlan, known_hosts: str) -> HostDeployment:
     host = hp.host
     after = start_after(hp)
-    services = tuple(
-        ServiceDeployment(
-            planned=ps,
-            spec=container_spec(plan.fleet, ps),
-            endpoint=f"http://{host.url_address()}:{ps.assignment.api_port}/v1",
-            after=after[ps.name],
-        )
-        for ps in hp.services
-    )
+    services = tuple(_service_deployment(plan, hp, ps, after[ps.name]) for ps in hp.services)
+    shared_cards = hp.shared_cards()
+    sharing = shared_cards and host.card_sharing == "deviceShare"
     url = host.docker_url()
     return HostDeployment(
         plan=hp,
@@ -106,6 +122,7 @@ def _host_deployment(plan: Plan, hp: HostPlan, known_hosts: str) -> HostDeployme
         # waiting for a password; a configured hostKey is the only key trusted.
         ssh_options=None if host.is_local() else tuple(plan.fleet.ssh.options(host.host_key)),
         check_script=host_check_script(host, [(s.planned, s.spec) for s in services]),
+        device_share_script=device_share_script(host, shared_cards) if sharing else None,
         images=tuple(sorted({s.spec.image for s in services})),
         pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,
         services=services,

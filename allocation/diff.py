@@ -18,6 +18,7 @@ from typing import Any, Iterable, Literal, Mapping
 
 from allocation import markdown
 from allocation.config import VISIBLE_DEVICES_ENV
+from allocation.containers import START_GATE_NAME
 from allocation.windows import API, BY_KEY, KINDS, span_text
 
 Format = Literal["table", "json", "markdown"]
@@ -37,7 +38,7 @@ DERIVED_ENV = {k.env: (k.key,) for k in KINDS if k.env} | {
 # Container keys that widen what a container may touch; a change to them stands out.
 SECURITY_KEYS = ("privileged", "deviceFiles", "mounts", "ipcMode")
 SECURITY = "security"
-HOST_FIELDS = ("address", "npus", "hbmGiB", "memoryBudget")
+HOST_FIELDS = ("address", "npus", "hbmGiB", "memoryBudget", "sharedCards", "cardSharing")
 
 
 @dataclass(frozen=True)
@@ -295,12 +296,25 @@ def _parse_command(argv: list[str]) -> tuple[list[str], dict[str, list[str | Non
     return positional, options
 
 
+def _gate(argv: list[str]) -> tuple[str | None, list[str]]:
+    """The start gate's script (None without one) and the command it runs."""
+    if len(argv) >= 4 and argv[:2] == ["sh", "-c"] and argv[3] == START_GATE_NAME:
+        return argv[2], argv[4:]
+    return None, argv
+
+
 def _command_changes(old: list[str], new: list[str], explained: set[str]) -> list[str]:
     if old == new:
         return []
+    (old_gate, old), (new_gate, new) = _gate(old), _gate(new)
+    out = []
+    if old_gate != new_gate:
+        change = "added" if old_gate is None else "removed" if new_gate is None else "changed"
+        out.append(f"start gate {change}")
+    if old == new:
+        return out
     old_pos, old_opts = _parse_command(old)
     new_pos, new_opts = _parse_command(new)
-    out = []
     if old_pos != new_pos:
         out.append(f"command {' '.join(old_pos)} -> {' '.join(new_pos)}")
     for key in sorted(old_opts.keys() | new_opts.keys()):
@@ -354,7 +368,8 @@ def _host_diffs(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[HostDif
             fields = tuple(
                 FieldChange(k, before[name].get(k), after[name].get(k))
                 for k in HOST_FIELDS
-                if before[name].get(k) != after[name].get(k)
+                # A key the old plan predates is new output, not a change.
+                if k in before[name] and before[name].get(k) != after[name].get(k)
             )
             if fields:
                 out.append(HostDiff(name, fields=fields))

@@ -37,7 +37,10 @@ class Cards:
         self.users = [[] for _ in range(self.host.npus)]
 
     def alone(self, card: int) -> bool:
-        """The card holds a service with `hcclPortRanges: false`, which shares it with no one."""
+        """The card holds a service that shares it with no one: one with `hcclPortRanges: false`,
+        or any service on a host with `cardSharing: refuse`."""
+        if self.host.card_sharing == "refuse" and self.users[card]:
+            return True
         return any(not s.hccl_port_ranges for s in self.users[card])
 
     def aligned_blocks(self, tp: int) -> list[Block]:
@@ -73,7 +76,10 @@ class Cards:
         """Free memory per card, for error messages: `0:0.05 1:0.05 ...`."""
         parts = []
         for c in range(self.host.npus):
-            note = " (held by a service with hcclPortRanges: false)" if self.alone(c) else ""
+            note = ""
+            if self.alone(c):
+                refused = self.host.card_sharing == "refuse"
+                note = " (in use; cardSharing refuse)" if refused else " (held by a service with hcclPortRanges: false)"
             parts.append(f"{c}:{fmt_units(max(self.free[c], 0))}{note}")
         return " ".join(parts)
 
@@ -193,7 +199,14 @@ class Placer:
             for c in block:
                 if c >= host.npus:
                     continue
-                if cards.alone(c) or (not s.hccl_port_ranges and cards.users[c]):
+                if host.card_sharing == "refuse" and cards.users[c]:
+                    others = ", ".join(u.name for u in cards.users[c])
+                    details.append(
+                        f"{host.name} card {c} is used by {others} and the host has cardSharing refuse, "
+                        f"so {s.name} cannot share it (give it other devices, or set cardSharing to "
+                        "deviceShare or privileged)"
+                    )
+                elif cards.alone(c) or (not s.hccl_port_ranges and cards.users[c]):
                     others = ", ".join(u.name for u in cards.users[c])
                     details.append(
                         f"{host.name} card {c} is held by {others}; a service without HCCL port "

@@ -66,6 +66,10 @@ class HostPlan:
                 load[card].append(ps)
         return load
 
+    def shared_cards(self) -> tuple[int, ...]:
+        """Cards used by more than one service, ascending."""
+        return tuple(card for card, services in self.card_load().items() if len(services) > 1)
+
 
 @dataclass(frozen=True)
 class Plan:

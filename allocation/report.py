@@ -31,6 +31,8 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
                 "npus": hd.host.npus,
                 "hbmGiB": hd.host.hbm_gi_b,
                 "memoryBudget": float(hd.plan.budget),
+                "sharedCards": list(hd.shared_cards),
+                "cardSharing": hd.host.card_sharing,
                 "services": services,
             }
         )
@@ -50,6 +52,7 @@ def container_json(spec: ContainerSpec) -> dict[str, Any]:
         "shmSizeMiB": spec.shm_size_mib,
         "ports": [spec.api_port],
         "labels": dict(spec.labels),
+        "extraHosts": dict(spec.extra_hosts),
         "restart": spec.restart,
     }
 
@@ -92,9 +95,11 @@ def _port_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
 
 def _host_title(hp: HostPlan) -> str:
     count = len(hp.services)
+    shared = hp.shared_cards()
+    sharing = f", shared cards {','.join(map(str, shared))} ({hp.host.card_sharing})" if shared else ""
     return (
         f"{hp.host.name} ({hp.host.address}): {hp.host.npus} NPUs x {hp.host.hbm_gi_b} GiB, "
-        f"{count} service{'s' if count != 1 else ''}"
+        f"{count} service{'s' if count != 1 else ''}{sharing}"
     )
 
 

@@ -23,6 +23,7 @@ from allocation.durations import go_duration
 class AscendHost(pulumi.ComponentResource):
     provider: docker.Provider
     check: pulumi.CustomResource
+    device_share: pulumi.CustomResource | None
     images: dict[str, docker.RemoteImage]
 
     def __init__(
@@ -42,27 +43,26 @@ class AscendHost(pulumi.ComponentResource):
             ssh_opts=list(deployment.ssh_options) if deployment.ssh_options is not None else None,
             opts=child,
         )
-        script = deployment.check_script
-        if host.is_local():  # the dev stack: the daemon runs where Pulumi runs
-            self.check = command.local.Command(f"{name}-check", create=script, opts=child)
-        else:
-            self.check = command.remote.Command(
-                f"{name}-check",
-                connection=command.remote.ConnectionArgs(
-                    host=host.address,
-                    port=host.ssh_port,
-                    user=host.user,
-                    # Secret from config; the provider also marks the whole connection secret.
-                    private_key=private_key,
-                    # The key the docker provider's ssh and `doctor` trust; None only when
-                    # strictHostKeyChecking is not `yes` (then any key is accepted here).
-                    host_key=deployment.host_key,
-                    per_dial_timeout=ssh.connect_timeout_seconds,
-                    dial_error_limit=3,
-                ),
-                create=script,
-                opts=child,
+        connection = None
+        if not host.is_local():
+            connection = command.remote.ConnectionArgs(
+                host=host.address,
+                port=host.ssh_port,
+                user=host.user,
+                # Secret from config; the provider also marks the whole connection secret.
+                private_key=private_key,
+                # The key the docker provider's ssh and `doctor` trust; None only when
+                # strictHostKeyChecking is not `yes` (then any key is accepted here).
+                host_key=deployment.host_key,
+                per_dial_timeout=ssh.connect_timeout_seconds,
+                dial_error_limit=3,
             )
+        self.check = _script(f"{name}-check", deployment.check_script, connection, child)
+        # Shared cards go into device-share mode after the check and before any container on them.
+        self.device_share = None
+        if deployment.device_share_script is not None:
+            after_check = pulumi.ResourceOptions(parent=self, depends_on=[self.check])
+            self.device_share = _script(f"{name}-device-share", deployment.device_share_script, connection, after_check)
 
         # Pulled once per host and image, after the check: a 20 GB pull onto a host
         # without its cards or weights is time lost. keep_locally: destroying the
@@ -79,3 +79,12 @@ class AscendHost(pulumi.ComponentResource):
             for image in deployment.images
         }
         self.register_outputs({"dockerHost": deployment.docker_url, "images": list(deployment.images)})
+
+
+def _script(
+    name: str, script: str, connection: command.remote.ConnectionArgs | None, opts: pulumi.ResourceOptions
+) -> pulumi.CustomResource:
+    """A script run on the host: over SSH, or here for the dev stack's local daemon."""
+    if connection is None:
+        return command.local.Command(name, create=script, opts=opts)
+    return command.remote.Command(name, connection=connection, create=script, opts=opts)

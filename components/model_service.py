@@ -35,6 +35,7 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
             for m in spec.mounts
         ],
         # ip and protocol as the provider stores them after a read, so a refresh finds no change.
+        hosts=[docker.ContainerHostArgs(host=name, ip=ip) for name, ip in spec.extra_hosts.items()] or None,
         ports=[docker.ContainerPortArgs(internal=spec.api_port, external=spec.api_port, ip="0.0.0.0", protocol="tcp")],
         ipc_mode=spec.ipc_mode,
         shm_size=spec.shm_size_mib,
@@ -87,7 +88,7 @@ class ModelService(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=host.provider,
-                depends_on=[host.check, *(s.container for s in after)],
+                depends_on=[host.check, *_sharing(deployment, host), *(s.container for s in after)],
                 # The replacement needs the same cards and host ports as the old container,
                 # so the old one must go first (else "port is already allocated").
                 delete_before_replace=True,
@@ -107,3 +108,8 @@ class ModelService(pulumi.ComponentResource):
         # Derived from the container so that it exists once the container does.
         self.summary = {"endpoint": self.container.name.apply(lambda _: endpoint), **deployment.summary()}
         self.register_outputs(self.summary)
+
+
+def _sharing(deployment: ServiceDeployment, host: AscendHost) -> list[pulumi.Resource]:
+    """The host's device-share command, for a service on a shared card."""
+    return [host.device_share] if deployment.shared and host.device_share is not None else []

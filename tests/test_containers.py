@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from allocation.config import VISIBLE_DEVICES_ENV
-from allocation.containers import CONTROL_DEVICES, ContainerSpec, container_spec
+from allocation.containers import CONTROL_DEVICES, ContainerSpec
+from allocation.deployment import deploy
 from allocation.planner import plan_fleet
 from tests.fleets import fleet, host, service
 
@@ -13,7 +14,7 @@ from tests.fleets import fleet, host, service
 def specs(services: list[dict], **extra: Any) -> dict[str, ContainerSpec]:
     """The container spec of every service of a one-host fleet, by service name."""
     config = fleet([host("npu-a")], services, **extra)
-    return {ps.name: container_spec(config, ps) for _, ps in plan_fleet(config).services()}
+    return {sd.name: sd.spec for sd in deploy(plan_fleet(config)).services()}
 
 
 def option(command: tuple[str, ...], name: str) -> str:

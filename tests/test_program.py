@@ -18,7 +18,7 @@ import pytest
 
 from allocation.config import parse_fleet
 from allocation.errors import FleetError
-from allocation.containers import CONTROL_DEVICES, DRIVER_MOUNTS, container_spec
+from allocation.containers import CONTROL_DEVICES, DRIVER_MOUNTS, START_GATE, START_GATE_NAME, container_spec
 from allocation.planner import plan_fleet
 from allocation.deployment import deploy
 from allocation.report import plan_json
@@ -101,8 +101,9 @@ def test_every_service_becomes_one_container_built_from_its_container_spec(stack
     fleet, plan = planned(stack, values_of(stack))
     containers = run.by_name(CONTAINER)
     assert sorted(containers) == sorted(f"{ps.name}-container" for _, ps in plan.services())
+    specs = {sd.name: sd.spec for sd in deploy(plan).services()}
     for hp, ps in plan.services():
-        spec = container_spec(fleet, ps)
+        spec = specs[ps.name]
         inputs = containers[f"{ps.name}-container"].inputs
         assert inputs["name"] == spec.name
         assert inputs["image"] == fake_image_id(spec.image), "the image is the RemoteImage's image id"
@@ -126,6 +127,7 @@ def test_every_service_becomes_one_container_built_from_its_container_spec(stack
         )  # fmt: skip
         assert (inputs["logDriver"], inputs["logOpts"]) == (spec.log_driver, dict(spec.log_opts))
         assert inputs["sysctls"] == dict(spec.sysctls)
+        assert inputs.get("hosts", []) == [{"host": h, "ip": ip} for h, ip in spec.extra_hosts.items()]
         assert inputs["stopTimeout"] == inputs["destroyGraceSeconds"] == spec.stop_grace_seconds
         assert (inputs["wait"], inputs["waitTimeout"], inputs["mustRun"]) == (True, spec.start_timeout_seconds, True)
 
@@ -159,11 +161,16 @@ def test_the_prod_seed_containers_get_exactly_their_cards_ports_and_command():
         assert inputs["devices"] == devices
         assert inputs["mounts"] == mounts(model)
         assert inputs["ports"] == [{"internal": port, "external": port, "ip": "0.0.0.0", "protocol": "tcp"}]
+        # qwen-vl shares card 0 after bge-m3: its command runs behind the start gate.
+        gate = ["sh", "-c", START_GATE, START_GATE_NAME] if name == "qwen-vl" else []
         assert inputs["command"] == [
-            "vllm", "serve", model, "--served-model-name", name, "--host", "0.0.0.0", "--port", str(port),
+            *gate, "vllm", "serve", model, "--served-model-name", name, "--host", "0.0.0.0", "--port", str(port),
             "--tensor-parallel-size", tp, "--gpu-memory-utilization", fraction, *extra,
         ]  # fmt: skip
         env = dict(e.split("=", 1) for e in inputs["envs"])
+        if gate:
+            assert env["ASCEND_FLEET_START_AFTER"] == "bge-m3=http://host.docker.internal:7007/health"
+            assert inputs["hosts"] == [{"host": "host.docker.internal", "ip": "host-gateway"}]
         npu, host_range = a.windows["hcclNpuSocketPortRange"], a.windows["hcclHostSocketPortRange"]
         assert env["ASCEND_RT_VISIBLE_DEVICES"] == visible
         assert env["HCCL_NPU_SOCKET_PORT_RANGE"] == f"{npu[0]}-{npu[1]}"
@@ -233,7 +240,7 @@ def test_images_are_pulled_once_per_host_and_image_after_the_check_and_kept_loca
     fleet, plan = planned(stack, values_of(stack))
     images = run.of_type(REMOTE_IMAGE)
     expected = {
-        (hp.host.name, container_spec(fleet, ps).image) for hp in plan.hosts for ps in hp.services
+        (hd.name, sd.spec.image) for hd in deploy(plan).hosts for sd in hd.services
     }
     providers = {r.urn: r.name for r in run.of_type(PROVIDER)}
     checks = {r.urn: r.name for r in run.of_type(REMOTE_COMMAND) + run.of_type(LOCAL_COMMAND)}
@@ -274,7 +281,7 @@ def test_a_unix_docker_host_gets_a_local_check_and_no_ssh_options():
     run = run_program("dev", values)
     assert run.by_name(PROVIDER)["npu-a-docker"].inputs["host"] == "unix:///var/run/docker.sock"
     assert "sshOpts" not in run.by_name(PROVIDER)["npu-a-docker"].inputs
-    assert list(run.by_name(LOCAL_COMMAND)) == ["npu-a-check"]
+    assert list(run.by_name(LOCAL_COMMAND)) == ["npu-a-check", "npu-a-device-share"]
     assert list(run.by_name(REMOTE_COMMAND)) == ["npu-b-check"]
     assert run.by_name(PROVIDER)["npu-b-docker"].inputs["host"] == "ssh://deploy@192.0.2.11:2222"
 
@@ -298,7 +305,7 @@ def test_the_ssh_private_key_is_secret_wherever_it_appears(stack):
 
 def test_without_a_private_key_the_check_falls_back_to_the_ssh_agent():
     run = run_program("prod", values_of("prod"), private_key=None)
-    (check,) = run.of_type(REMOTE_COMMAND)
+    check = run.by_name(REMOTE_COMMAND)["npu-a-check"]
     assert "privateKey" not in unwrap(check.inputs["connection"])
 
 

@@ -7,7 +7,6 @@ import subprocess
 
 from ruamel.yaml import YAML
 
-from allocation.containers import container_spec
 from allocation.deployment import deploy
 from allocation.planner import plan_fleet
 from cli.stackfile import load_fleet
@@ -22,12 +21,13 @@ def prod():
 def test_compose_services_match_the_container_specs():
     fleet, plan = prod()
     [doc] = list(YAML(typ="safe").load_all(render(deploy(plan), "compose")))
+    specs = {sd.name: sd.spec for sd in deploy(plan).services()}
     assert doc["name"] == "ascend-fleet-prod"
     for _, ps in plan.services():
-        spec = container_spec(fleet, ps)
+        spec = specs[ps.name]
         svc = doc["services"][ps.name]
         assert svc["environment"] == dict(spec.env)
-        assert svc["command"] == list(spec.command)
+        assert [w.replace("$$", "$") for w in svc["command"]] == list(spec.command), "compose reads $$ as $"
         assert svc["devices"] == [f"{d}:{d}" for d in spec.device_files]
         assert svc["ports"] == [f"{spec.api_port}:{spec.api_port}"]
         assert svc["healthcheck"]["start_period"] == "1800s"
@@ -47,11 +47,12 @@ def test_a_multi_host_stack_gives_one_compose_document_per_host():
 def test_the_docker_run_script_is_valid_shell_and_deletes_before_it_creates():
     fleet, plan = prod()
     script = render(deploy(plan), "docker-run")
+    specs = {sd.name: sd.spec for sd in deploy(plan).services()}
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
     runs = [shlex.split(line) for line in script.splitlines() if line.startswith("docker run")]
     assert len(runs) == 3
     for _, ps in plan.services():
-        spec = container_spec(fleet, ps)
+        spec = specs[ps.name]
         assert ["docker", "run", *docker_run_args(spec)] in runs
         assert script.index(f"docker rm -f -- {ps.name} ") < script.index(f"--name {ps.name} ")
     assert "export DOCKER_HOST=ssh://root@192.0.2.10:22" in script

@@ -22,7 +22,7 @@ def prod_with(**host: object) -> dict:
 
 def test_a_configured_host_key_is_the_one_the_host_check_and_the_docker_provider_trust():
     run = run_program("prod", prod_with(hostKey=PINNED), known_hosts="")
-    [check] = run.of_type(REMOTE_COMMAND)
+    check = run.by_name(REMOTE_COMMAND)["npu-a-check"]
     assert unwrap(check.inputs["connection"])["hostKey"] == PINNED
     [provider] = run.of_type(PROVIDER)
     opts = json.loads(provider.inputs["sshOpts"])  # provider config travels as JSON text
@@ -33,7 +33,7 @@ def test_a_configured_host_key_is_the_one_the_host_check_and_the_docker_provider
 
 def test_without_a_configured_key_the_host_check_trusts_the_known_hosts_entry_the_system_ssh_reads():
     run = run_program("prod", values_of("prod"))  # the harness's ~/.ssh/known_hosts names every host
-    [check] = run.of_type(REMOTE_COMMAND)
+    check = run.by_name(REMOTE_COMMAND)["npu-a-check"]
     assert unwrap(check.inputs["connection"])["hostKey"] == TEST_HOST_KEY
     [provider] = run.of_type(PROVIDER)
     assert not any("KnownHostsCommand" in o for o in json.loads(provider.inputs["sshOpts"])), "ssh reads that file"
@@ -47,7 +47,7 @@ def test_strict_checking_with_no_known_key_stops_the_program_naming_the_host():
 def test_accept_new_lets_the_program_run_and_the_host_check_then_trusts_any_key():
     values = values_of("prod")
     values["ssh"] = {**values["ssh"], "strictHostKeyChecking": "accept-new"}
-    [check] = run_program("prod", values, known_hosts="").of_type(REMOTE_COMMAND)
+    check = run_program("prod", values, known_hosts="").by_name(REMOTE_COMMAND)["npu-a-check"]
     assert "hostKey" not in unwrap(check.inputs["connection"])
 
 
@@ -57,7 +57,7 @@ def test_an_identity_file_is_the_host_checks_key_too_when_no_secret_is_set(tmp_p
     values = values_of("prod")
     values["ssh"] = {**values["ssh"], "identityFile": str(key)}
     run = run_program("prod", values, private_key=None)
-    [check] = run.of_type(REMOTE_COMMAND)
+    check = run.by_name(REMOTE_COMMAND)["npu-a-check"]
     connection = check.inputs["connection"]
     assert unwrap(connection)["privateKey"] == key.read_text()
     [provider] = run.of_type(PROVIDER)
