@@ -28,10 +28,11 @@ TUNING_ENV = {
 }
 CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 DRIVER_DIR = "/usr/local/Ascend/driver"
+NPU_SMI = "/usr/local/bin/npu-smi"
 DRIVER_MOUNTS = (
     DRIVER_DIR,
     "/usr/local/dcmi",
-    "/usr/local/bin/npu-smi",
+    NPU_SMI,
     "/etc/ascend_install.info",
 )
 LOG_OPTS = MappingProxyType({"max-size": "100m", "max-file": "5"})

@@ -121,7 +121,9 @@ def _host_deployment(plan: Plan, hp: HostPlan, known_hosts: str) -> HostDeployme
         # BatchMode and ConnectTimeout make an unreachable host fail in seconds instead of
         # waiting for a password; a configured hostKey is the only key trusted.
         ssh_options=None if host.is_local() else tuple(plan.fleet.ssh.options(host.host_key)),
-        check_script=host_check_script(host, [(s.planned, s.spec) for s in services]),
+        check_script=host_check_script(
+            host, [(s.planned, s.spec) for s in services], shared_cards=shared_cards if sharing else ()
+        ),
         device_share_script=device_share_script(host, shared_cards) if sharing else None,
         images=tuple(sorted({s.spec.image for s in services})),
         pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,

@@ -21,11 +21,11 @@ import shlex
 from typing import Sequence
 
 from allocation.config import Host
-from allocation.containers import DRIVER_DIR, DRIVER_MOUNTS, ContainerSpec
+from allocation.containers import DRIVER_DIR, DRIVER_MOUNTS, NPU_SMI, ContainerSpec
+from allocation.device_share import CHIP, STATUS_KEY, UNSUPPORTED
 from allocation.plan import PlannedService
 from allocation.windows import KINDS
 
-NPU_SMI = "/usr/local/bin/npu-smi"
 DAEMON_JSON = "/etc/docker/daemon.json"
 RANGE_ENV = tuple(k.env for k in KINDS if k.hccl_range and k.env)
 DMI_PRODUCT = "/sys/class/dmi/id/product_name"
@@ -126,9 +126,29 @@ def _board_warning(root: str) -> list[str]:
     ]
 
 
-def host_check_script(host: Host, containers: Containers, *, root: str = "") -> str:
+def _sharing_checks(host: Host, shared_cards: Sequence[int], root: str) -> list[str]:
+    """Shared cards need the container-sharing mode; a board without it is refused here, before
+    any pull (the mode itself is set by the device-share command that runs next)."""
+    npu_smi = _q(root + NPU_SMI)
+    lines = []
+    for card in shared_cards:
+        text = (
+            f"card {card} is shared but does not support container sharing (device-share): "
+            f"set host {host.name}'s cardSharing to privileged, or give its services cards of their own"
+        )
+        lines += [
+            f"state=$({npu_smi} info -t device-share -i {int(card)} -c {CHIP} 2>&1 </dev/null)",
+            f'case $state in *{_q(UNSUPPORTED)}*) missing {_q(text)} ;; esac',
+            f'sharing="$sharing card {int(card)} $(printf \'%s\' "$state" | '
+            f"sed -n 's/.*{STATUS_KEY}[[:space:]]*:[[:space:]]*//p')\"",
+        ]
+    return lines
+
+
+def host_check_script(host: Host, containers: Containers, *, shared_cards: Sequence[int] = (), root: str = "") -> str:
     """A POSIX sh script: exit 0 when the host has everything its containers use, else
-    exit 1 with one readable paragraph on stderr listing every missing piece."""
+    exit 1 with one readable paragraph on stderr listing every missing piece. `shared_cards`:
+    cards to be put into device-share mode, whose support is checked."""
     needs = _needs(containers)
     devices, models, mounts = needs
     count = len(containers)
@@ -144,13 +164,15 @@ def host_check_script(host: Host, containers: Containers, *, root: str = "") -> 
     return "\n".join([
         f"# ascend-fleet host check for {host.name}: generated from the plan, do not edit.",
         "problems=''",
+        "sharing=''",
         'missing() { problems="$problems\n  - $1"; }',
         *_path_checks(needs, root),
         *_daemon_log_check(containers, root),
         *_board_warning(root),
+        *_sharing_checks(host, shared_cards, root),
         'if [ -n "$problems" ]; then',
         f'  printf \'%s%s\\n%s\\n\' {_q(header)} "$problems" {_q(advice)} >&2',
         "  exit 1",
         "fi",
-        f"echo {_q(summary)}",
+        f'echo {_q(summary)}"${{sharing:+, device-share:$sharing}}"',
     ]) + "\n"  # fmt: skip

@@ -26,6 +26,8 @@ from ops.ssh import RemoteResult, run_script
 from tests.fleets import fleet, host, service
 
 PIDS = {"alpha": 1000, "beta": 2000, "gamma": 3000}
+# `npu-smi info -t device-share` as gathered (one line); layout of the npu-smi reference.
+DEVICE_SHARE_ON = "NPU ID : 0 Chip Count : 1 Device-share Status : True Chip ID : 0"
 
 
 def make_fleet(**extra: Any):
@@ -115,6 +117,7 @@ def clean_facts(plan) -> HostFacts:
         npu=npu_info(procs),
         device_files=frozenset([*(f"/dev/davinci{c}" for c in range(8)), *CONTROL_DEVICES]),
         driver=True,
+        device_share={c: DEVICE_SHARE_ON for c in plan.hosts[0].shared_cards},
     )
 
 
@@ -503,3 +506,40 @@ def test_a_container_without_its_reserved_ports_sysctl_or_in_host_ipc_is_drift(p
     inspect["HostConfig"].update(Sysctls={}, IpcMode="host")
     keys = {f.key for f in findings(plan, with_container(clean_facts(plan), inspect))}
     assert keys == {"ipc mode", "sysctl net.ipv4.ip_local_reserved_ports"}
+
+
+# ---- shared cards -------------------------------------------------------------
+
+
+def test_a_shared_card_out_of_device_share_mode_is_a_sharing_finding_naming_card_and_services(plan):
+    assert plan.hosts[0].shared_cards == (0,)
+    off = "NPU ID : 0 Chip Count : 1 Device-share Status : False Chip ID : 0"
+    found = findings(plan, dataclasses.replace(clean_facts(plan), device_share={0: off}))
+    assert kinds(found) == [("sharing", None)]
+    assert found[0].card == 0 and "alpha and beta" in found[0].message and "False" in found[0].message
+
+
+def test_a_shared_card_npu_smi_said_nothing_of_is_a_sharing_finding(plan):
+    found = findings(plan, dataclasses.replace(clean_facts(plan), device_share={}))
+    assert kinds(found) == [("sharing", None)] and "no answer" in found[0].message
+
+
+@pytest.mark.parametrize("sharing", ["privileged", "refuse"])
+def test_hosts_that_do_not_use_device_share_mode_get_no_sharing_finding(sharing):
+    services = [service("alpha", 1, 0.4, devices=[0]), service("beta", 1, 0.4, devices=[0 if sharing != "refuse" else 1])]
+    deployment = deployed(fleet([host("npu-a", cardSharing=sharing)], services))
+    found = host_findings(deployment.hosts[0], dataclasses.replace(HostFacts(), device_share={}))
+    assert "sharing" not in [f.kind for f in found]
+
+
+def test_the_gather_script_reads_the_device_share_mode_of_exactly_the_shared_cards(plan):
+    from ops.doctor.gather import gather_script
+
+    script = gather_script((0, 5))
+    assert "npu-smi info -t device-share -i 0 -c 0" in script and "-i 5 -c 0" in script
+    assert "device-share" not in gather_script(())
+    text = (
+        f"{MARK} device-share 0\n\tNPU ID                         : 0\n\tChip Count                     : 1\n\n"
+        f"\tDevice-share Status            : True\n\tChip ID                        : 0\n{MARK} end\n"
+    )
+    assert parse_facts(text).device_share == {0: DEVICE_SHARE_ON}

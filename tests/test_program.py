@@ -497,7 +497,9 @@ def _complete_host(root: Path, fleet, hp, npu_smi_body: str = "echo '| 910B3 | O
 
 
 def check_script(fleet, hp, root: str = "") -> str:
-    return host_check_script(hp.host, [(ps, container_spec(fleet, ps)) for ps in hp.services], root=root)
+    shared = hp.shared_cards() if hp.host.card_sharing == "deviceShare" else ()
+    containers = [(ps, container_spec(fleet, ps)) for ps in hp.services]
+    return host_check_script(hp.host, containers, shared_cards=shared, root=root)
 
 
 def _run_script(shell: str, script: str) -> subprocess.CompletedProcess:

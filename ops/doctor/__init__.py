@@ -33,7 +33,7 @@ class HostReport:
 def audit_host(ssh: Ssh, hd: HostDeployment, *, timeout: float | None = None) -> HostReport:
     """Gather one host's facts in one round trip and judge them."""
     host = hd.host
-    result = run_script(ssh, hd, gather_script(), timeout=timeout)
+    result = run_script(ssh, hd, gather_script(hd.shared_cards), timeout=timeout)
     if not result.reachable:
         text = f"host {host.name} ({hd.docker_url}) is unreachable: {result.error}"
         return HostReport(host.name, False, (Finding("unreachable", text),))

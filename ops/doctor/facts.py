@@ -112,6 +112,8 @@ class HostFacts:
     npu_error: str | None = None
     device_files: frozenset[str] = frozenset()
     driver: bool = True
+    device_share: Mapping[int, str] = field(default_factory=dict)
+    """Card -> what `npu-smi info -t device-share` said of it, on one line (gathered for shared cards)."""
 
 
 _SS_USER = re.compile(r'\("(?P<name>[^"]*)",pid=(?P<pid>\d+)')
@@ -186,6 +188,11 @@ def parse_facts(text: str) -> HostFacts:
         npu_error=npu_error,
         device_files=frozenset(line.strip() for line in sec.get("devices", "").splitlines() if line.strip()),
         driver=sec.get("driver", "").strip() == "present",
+        device_share={
+            int(name.split()[1]): " ".join(body.split())
+            for name, body in sec.items()
+            if name.startswith("device-share ") and name.split()[1].isdigit()
+        },
     )
 
 

@@ -37,11 +37,13 @@ from typing import Any, Callable, Iterable, Literal, Mapping
 
 from allocation.containers import CONTROL_DEVICES, DRIVER_DIR, ContainerSpec
 from allocation.deployment import HostDeployment
+from allocation.device_share import STATUS_KEY, UNIT
 from allocation.windows import NPU_SOCKETS as NPU_RANGE, PortSpan, span_text
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
 
 Kind = Literal[
-    "unreachable", "host", "missing", "stopped", "restarting", "unhealthy", "drift", "foreign-card", "foreign-port"
+    "unreachable", "host", "missing", "stopped", "restarting", "unhealthy", "drift", "foreign-card", "foreign-port",
+    "sharing",
 ]  # fmt: skip
 
 
@@ -337,10 +339,35 @@ def _judge_hccl(view: HostView) -> list[Finding]:
     return out
 
 
+def _judge_sharing(view: HostView) -> list[Finding]:
+    """A shared card of a `deviceShare` host must be in device-share mode, or its second container
+    cannot open it (after a reboot without the boot unit, say)."""
+    hd = view.deployment
+    if hd.device_share_script is None:
+        return []
+    out = []
+    for card in hd.shared_cards:
+        said = view.facts.device_share.get(card, "no answer")
+        if re.search(rf"{STATUS_KEY}\s*:\s*True", said):
+            continue
+        users = " and ".join(view.card_services.get(card, ()))
+        out.append(
+            Finding(
+                "sharing",
+                f"host {view.name}: card {card} is shared by {users} but is not in device-share mode "
+                f"(npu-smi: {said[:200]}), so only one container can open it. Stop its containers, run "
+                f"`pulumi up` (the mode can only change on a free card), and check that {UNIT} is enabled",
+                card=card,
+            )
+        )
+    return out
+
+
 # Without Docker every process would look foreign, so only the host is judged then.
-JUDGES_WITHOUT_DOCKER = (_judge_host,)
+JUDGES_WITHOUT_DOCKER = (_judge_host, _judge_sharing)
 JUDGES = (
     _judge_host, _judge_state, _judge_drift, _judge_foreign_cards, _judge_listeners, _judge_publishers, _judge_hccl,
+    _judge_sharing,
 )  # fmt: skip
 
 

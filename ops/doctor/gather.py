@@ -2,7 +2,8 @@
 
 It prints the host's facts in sections: `docker inspect` of every container,
 the PIDs of every running container (`docker top`), the listening TCP sockets
-(`ss -ltnpH`), `npu-smi info`, the Ascend device files and the driver folder.
+(`ss -ltnpH`), `npu-smi info`, the device-share mode of the shared cards, the
+Ascend device files and the driver folder.
 Paths come from `allocation.containers`, the constants the containers use.
 """
 
@@ -10,16 +11,23 @@ from __future__ import annotations
 
 import shlex
 
+from typing import Sequence
+
 from allocation.containers import CONTROL_DEVICES, DRIVER_DIR
+from allocation.device_share import CHIP
 
 MARK = "@@ascend-fleet-doctor@@"
 
 
-def gather_script() -> str:
+def gather_script(shared_cards: Sequence[int] = ()) -> str:
     """POSIX sh, run with `sh -s`. The whole script is one { } group, so the shell has
     read all of it before the first command runs; stdin then goes to /dev/null and no
-    command can swallow the rest of the script."""
+    command can swallow the rest of the script. `shared_cards`: cards whose device-share
+    mode is read too."""
     controls = " ".join(shlex.quote(d) for d in CONTROL_DEVICES)
+    sharing = "".join(
+        f"m device-share {int(c)}; npu-smi info -t device-share -i {int(c)} -c {CHIP} 2>&1\n" for c in shared_cards
+    )
     return f"""{{
 exec </dev/null
 m() {{ printf '\\n%s %s\\n' {shlex.quote(MARK)} "$*"; }}
@@ -44,7 +52,7 @@ else
     m ss-error; echo "no ss command on the host (iproute2)"
 fi
 m npu-smi; npu-smi info 2>&1; rc=$?; m npu-smi-rc; echo $rc
-m devices; ls -1d /dev/davinci[0-9]* {controls} 2>/dev/null
+{sharing}m devices; ls -1d /dev/davinci[0-9]* {controls} 2>/dev/null
 m driver; [ -d {shlex.quote(DRIVER_DIR)} ] && echo present
 m end
 exit 0
