@@ -632,3 +632,20 @@ def test_the_host_check_warns_on_a_board_without_documented_socket_ranges(tmp_pa
     result = _run_script("sh", check_script(fleet, hp, root=str(tmp_path)))
     assert result.returncode == 0
     assert "warning: the board is 'Atlas 800I A2', not one of Atlas 800T A2" in result.stderr
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_host_check_refuses_a_shared_card_without_container_sharing_and_reports_the_mode(tmp_path, shell):
+    fleet, plan = planned("prod", values_of("prod"))
+    (hp,) = plan.hosts
+    # The sentence npu-smi prints on hardware without the mode (npu-smi FAQ, as quoted by operators).
+    unsupported = 'case "$*" in *device-share*) echo "This device does not support querying device-share." ;; *) echo ok ;; esac'
+    _complete_host(tmp_path, fleet, hp, npu_smi_body=unsupported)
+    result = _run_script(shell, check_script(fleet, hp, root=str(tmp_path)))
+    assert result.returncode == 1
+    assert "card 0 is shared but does not support container sharing" in result.stderr
+    on = 'case "$*" in *device-share*) printf "\\tDevice-share Status            : True\\n" ;; *) echo ok ;; esac'
+    _complete_host(tmp_path, fleet, hp, npu_smi_body=on)
+    result = _run_script(shell, check_script(fleet, hp, root=str(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip().endswith("device-share: card 0 True")
