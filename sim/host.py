@@ -11,9 +11,16 @@ The project deploys to a docker daemon reached over SSH (``ssh://user@host:port`
   ``/dev/devmm_svm``, ``/dev/hisi_hdc`` (harmless copies of /dev/null, 1:3),
   ``/usr/local/Ascend/driver`` (version.info, lib64/), ``/usr/local/dcmi``,
   ``/etc/ascend_install.info``, the fake ``/usr/local/bin/npu-smi`` (sim/npu-smi)
-  and the NPU state folder ``/var/lib/npu-sim`` that the npu-sim containers share;
+  and the NPU state folder ``/var/lib/npu-sim`` that the npu-sim containers share
+  (HCCL port claims per card, and ``device-share/cardN`` for the cards that npu-smi
+  put into device-share mode);
 - the image ``ascend-fleet/npu-sim:latest`` (sim/npu-sim), a stand-in for
-  ``quay.io/ascend/vllm-ascend`` that reproduces HCCL's NPU-side port clash.
+  ``quay.io/ascend/vllm-ascend`` that reproduces what a shared card does to it: a
+  card held by another container (-8005), HBM taken by others or by an instance
+  still loading, HCCL's NPU-side port clash.
+
+`reboot` does to the NPU state what a host reboot does (device-share off, no claims);
+`kill_containers`, `start_containers` and `restart_containers` do the containers' part.
 
 It creates only what is missing and removes at `stop` only what it created. One
 `SimHost` runs at a time on a machine (a lock file serialises test sessions), since
@@ -70,7 +77,9 @@ DCMI_DIR = Path("/usr/local/dcmi")
 INSTALL_INFO = Path("/etc/ascend_install.info")
 NPU_SMI = Path("/usr/local/bin/npu-smi")
 CLAIMS_DIR = Path("/var/lib/npu-sim")
+DEVICE_SHARE_DIR = CLAIMS_DIR / "device-share"
 UNHEALTHY_FILE = DRIVER_DIR / "sim" / "unhealthy"
+NO_DEVICE_SHARE_FILE = DRIVER_DIR / "sim" / "no-device-share"
 MODELS_DIR = Path("/srv/models")
 LOCK_FILE = Path("/run/ascend-fleet-simhost.lock")
 DOCKER_SOCKET = Path("/var/run/docker.sock")
@@ -237,6 +246,7 @@ class SimHost:
         self._sshd: subprocess.Popen[bytes] | None = None
         self._dockerd: subprocess.Popen[bytes] | None = None
         self._lock_fd: int | None = None
+        self._privileged_ok: bool | None = None
 
     # ---- lifecycle ------------------------------------------------------
 
@@ -292,13 +302,16 @@ class SimHost:
             self._lock_fd = None
 
     def reset(self) -> None:
-        """Return to an idle host between tests: no test containers, claims, models or faults."""
+        """Return to an idle host between tests: no test containers, claims, models, faults
+        or cards in device-share mode."""
         self.cleanup_containers()
+        self._clear_npu_state()
         for model in self._models:
             shutil.rmtree(model, ignore_errors=True)
         self._models.clear()
-        with contextlib.suppress(FileNotFoundError):
-            UNHEALTHY_FILE.unlink()
+        for path in (UNHEALTHY_FILE, NO_DEVICE_SHARE_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
     # ---- client side ----------------------------------------------------
 
@@ -376,9 +389,39 @@ class SimHost:
         with UNHEALTHY_FILE.open("a") as f:
             f.write(f"{card} {status}\n")
 
+    def mark_no_device_share(self, card: int) -> None:
+        """Make the card a board without device-share support (npu-smi says so when asked)."""
+        NO_DEVICE_SHARE_FILE.parent.mkdir(parents=True, exist_ok=True)
+        with NO_DEVICE_SHARE_FILE.open("a") as f:
+            f.write(f"{card}\n")
+
     def npu_smi(self, *args: str) -> str:
         """Output of ``npu-smi ARGS`` run on the host over SSH."""
         return self.run(" ".join(["npu-smi", *args])).stdout
+
+    def set_device_share(self, card: int, enabled: bool = True) -> None:
+        """``npu-smi set -t device-share -i CARD -c 0 -d 1|0`` on the host, answering its Y/N."""
+        self.run(f"printf 'Y\\n' | npu-smi set -t device-share -i {int(card)} -c 0 -d {int(enabled)}")
+
+    def device_shared_cards(self) -> list[int]:
+        """Cards in device-share mode."""
+        cards = []
+        for path in DEVICE_SHARE_DIR.glob("card*"):
+            if path.name[4:].isdigit() and path.read_text().strip() == "1":
+                cards.append(int(path.name[4:]))
+        return sorted(cards)
+
+    def reboot(self) -> None:
+        """Do to the NPU state what a host reboot does: every card back out of device-share
+        mode (the mode is off after a reboot unless set again) and no claims left.
+
+        Containers are not touched: a reboot stops them all first (`kill_containers`) and
+        dockerd starts the ones with a restart policy again afterwards (`start_containers`),
+        or do both with `restart_containers(..., reboot=True)`. Called while containers still
+        run, their live claims stay.
+        """
+        _device_share_off()
+        self.sweep_claims()
 
     def sweep_claims(self) -> None:
         """Delete NPU port claims whose container is gone (killed without a chance to release)."""
@@ -488,6 +531,15 @@ class SimHost:
         self.docker(*args)
         return SimService(name=name, port=port, host_port=host_port)
 
+    def privileged_containers_run(self) -> bool:
+        """Whether this docker daemon can start a ``--privileged`` container. Not everywhere: a
+        daemon that itself lacks a capability (e.g. inside a sandbox) cannot grant them all."""
+        if self._privileged_ok is None:
+            labels = [f"--label={k}={v}" for k, v in self.labels().items()]
+            proc = self.docker("run", "--rm", "--privileged", *labels, "--entrypoint", "/bin/true", IMAGE, check=False)
+            self._privileged_ok = proc.returncode == 0
+        return self._privileged_ok
+
     def state(self, container: str) -> dict[str, object]:
         """``docker inspect`` .State of a container."""
         return json.loads(self.docker("inspect", "-f", "{{json .State}}", container).stdout)
@@ -527,6 +579,81 @@ class SimHost:
         except urllib.error.HTTPError as err:
             return err.code, err.read()
 
+    def running_containers(self, *, label: str | None = None, prefix: str | None = None) -> list[str]:
+        """Names of the running containers with this label (``KEY`` or ``KEY=VALUE``) and name prefix, sorted."""
+        args = ["ps", "--format", "{{.Names}}"]
+        if label is not None:
+            args += ["--filter", f"label={label}"]
+        names = self.docker(*args).stdout.split()
+        return sorted(n for n in names if prefix is None or n.startswith(prefix))
+
+    def kill_containers(self, *, label: str | None = None, prefix: str | None = None) -> list[str]:
+        """SIGKILL every running container with this label and/or name prefix in one ``docker kill``,
+        as a power cut does, and wait until they are down; their names, sorted. None running
+        is an error.
+
+        Their NPU claims stay behind (the ranks had no chance to release them): the next
+        claimant reaps them, or `reboot` / `sweep_claims` does.
+        """
+        if label is None and prefix is None:
+            raise SimHostError("kill_containers needs a label or a name prefix")
+        names = self.running_containers(label=label, prefix=prefix)
+        if not names:
+            # Almost always a wrong selector (a label value that is not the stack's, say).
+            raise SimHostError(f"kill_containers: no running container with label {label!r} and prefix {prefix!r}")
+        self.docker("kill", *names)
+        self.docker("wait", *names)
+        return names
+
+    def start_containers(self, order: Sequence[str], *, wait_healthy: bool = False, timeout: float = 60) -> None:
+        """``docker start`` the containers one after another in this order; with `wait_healthy`,
+        each one must be healthy before the next starts (otherwise they load at the same time,
+        as when dockerd starts them at boot)."""
+        for name in order:
+            self.docker("start", name)
+            if wait_healthy:
+                self.wait_healthy(name, timeout=timeout)
+
+    def restart_containers(
+        self,
+        order: Sequence[str] | None = None,
+        *,
+        label: str | None = None,
+        prefix: str | None = None,
+        reboot: bool = False,
+        wait_healthy: bool = False,
+    ) -> list[str]:
+        """Kill every running container with this label and/or name prefix at once, then start
+        them again in `order` (the ones it leaves out follow by name); with `reboot`, the NPU
+        state is reset in between as a host reboot resets it (`reboot`). The names in start order.
+
+        The same with the docker CLI, e.g. from a test that drives the host like an operator::
+
+            env = sim_host.docker_env()
+            ps = ["docker", "ps", "--filter", "label=KEY", "--format", "{{.Names}}"]
+            names = subprocess.run(ps, env=env, capture_output=True, text=True).stdout.split()
+            subprocess.run(["docker", "kill", *names], env=env)  # all at once
+            sim_host.reboot()  # the NPU state of a rebooted host
+            for name in order:
+                subprocess.run(["docker", "start", name], env=env)
+        """
+        if label is None and prefix is None:
+            raise SimHostError("restart_containers needs a label or a name prefix")
+        names = self.running_containers(label=label, prefix=prefix)
+        order = list(order or [])
+        unknown = [n for n in order if n not in names]
+        if unknown:
+            raise SimHostError(
+                f"restart_containers: {', '.join(unknown)} not among the running containers with label "
+                f"{label!r} and prefix {prefix!r}: {', '.join(names) or 'none'}"
+            )
+        order += [n for n in names if n not in order]
+        self.kill_containers(label=label, prefix=prefix)
+        if reboot:
+            self.reboot()
+        self.start_containers(order, wait_healthy=wait_healthy)
+        return order
+
     def cleanup_containers(self) -> None:
         """Remove every test container, then stale NPU claims.
 
@@ -554,6 +681,12 @@ class SimHost:
                     raise SimHostError(f"another simulated host holds {LOCK_FILE} for more than {self.lock_timeout:.0f}s")
                 time.sleep(1)
         self._lock_fd = fd
+
+    def _clear_npu_state(self) -> None:
+        """With no sim container left: no card in device-share mode and no card lock."""
+        _device_share_off()
+        for path in CLAIMS_DIR.glob("card*/.lock"):
+            shutil.rmtree(path, ignore_errors=True)
 
     def _docker_reachable(self) -> bool:
         return _docker_daemon_up()
@@ -608,6 +741,7 @@ class SimHost:
         self._ensure_file(INSTALL_INFO, ASCEND_INSTALL_INFO)
         self._ensure_file(NPU_SMI, NPU_SMI_SOURCE.read_text(), 0o755, replace_if=NPU_SMI_MARKER)
         self._ensure_dir(CLAIMS_DIR)
+        self._ensure_dir(DEVICE_SHARE_DIR)
         self._ensure_dir(MODELS_DIR)
 
     def _start_sshd(self) -> None:
@@ -688,6 +822,12 @@ class SimHost:
                 f"ssh to {self.docker_host} works but docker does not answer there: {probe.stderr.strip()}\n"
                 f"sshd log:\n{(self.workdir / 'sshd.log').read_text()[-3000:]}"
             )
+
+
+def _device_share_off() -> None:
+    for path in DEVICE_SHARE_DIR.glob("card*"):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def _terminate(proc: subprocess.Popen[bytes], timeout: float = 10) -> None:

@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from allocation.device_share import BOOT_SCRIPT, UNIT_PATH  # noqa: E402
 from sim.host import SimHost, SimHostUnavailable, unavailable_reason  # noqa: E402
 
 REQUIRE_ENV = "ASCEND_FLEET_REQUIRE_SIMHOST"
@@ -55,3 +56,13 @@ def sim_host(sim_host_session: SimHost) -> Iterator[SimHost]:
         yield sim_host_session
     finally:
         sim_host_session.reset()
+
+
+@pytest.fixture
+def boot_files():
+    """`render`'s device-share step installs a boot unit on this machine (the simulated host):
+    remove what it created."""
+    made = [Path(p) for p in (BOOT_SCRIPT, UNIT_PATH) if not Path(p).exists()]
+    yield
+    for path in made:
+        path.unlink(missing_ok=True)

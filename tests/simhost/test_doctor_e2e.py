@@ -98,8 +98,12 @@ def deployed(sim_host: SimHost, tmp_path: Path):
     models = {EMBED: sim_host.make_model("doc-bge-m3"), VL: sim_host.make_model("doc-qwen")}
     config = write_stack(tmp_path, sim_host, models)
     fleet, _ = load_fleet(config=str(config))
-    specs = {sd.name: sd.spec for sd in deploy(plan_fleet(fleet)).services()}
-    for name in (LONG, VL, EMBED):  # one after another: services sharing a card start in turn
+    deployment = deploy(plan_fleet(fleet))
+    assert deployment.hosts[0].shared_cards == (0,)
+    sim_host.set_device_share(0)  # what the deployment's device-share command does first
+    specs = {sd.name: sd.spec for sd in deployment.services()}
+    # One after another, in plan order on the shared card: doc-vl's start gate waits for doc-embed.
+    for name in (LONG, EMBED, VL):
         sim_host.docker(*run_args(sim_host, specs[name]))
         sim_host.wait_healthy(name, timeout=60)
     return config, specs, models

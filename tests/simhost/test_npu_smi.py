@@ -1,4 +1,4 @@
-"""The fake npu-smi prints the real tool's screen and shows the sim containers' processes."""
+"""The fake npu-smi prints the real tool's screen, shows the sim containers' processes and sets device-share."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sim.host import SimHost
+from sim.host import CLAIMS_DIR, SimHost
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "npu-smi"
 
@@ -63,22 +63,24 @@ def test_npu_smi_info_on_an_idle_host_prints_the_fixture_screen_exactly(sim_host
 def test_npu_smi_shows_the_processes_of_running_sim_containers_on_their_cards(sim_host: SimHost) -> None:
     bge = sim_host.make_model("bge-m3")
     qwen = sim_host.make_model("Qwen3.6-27B-W8A8")
+    sim_host.set_device_share(4)  # two non-privileged containers on card 4
     sim_host.start_service(
         "bge-m3", model=bge, cards=[4], port=7007, gpu_memory_utilization=0.1, env={"HCCL_NPU_SOCKET_PORT_RANGE": "16666-16676"}
     )
+    sim_host.wait_healthy("bge-m3")  # one after another: a card shared while loading has no memory to spare
     sim_host.start_service(
         "qwen-long", model=qwen, cards=[4, 5], port=6006, gpu_memory_utilization=0.8,
         env={"HCCL_NPU_SOCKET_PORT_RANGE": "16677-16687"},
     )  # fmt: skip
-    sim_host.wait_healthy("bge-m3")
     sim_host.wait_healthy("qwen-long")
 
     cards = parse_npu_smi_info(sim_host.npu_smi("info"))
 
     assert [len(cards[i].processes) for i in range(8)] == [0, 0, 0, 0, 2, 1, 0, 0]
     assert all(name == "python3" for c in cards.values() for _, name, _ in c.processes)
-    assert sorted(mem for _, _, mem in cards[4].processes) == [6554, 52429]
-    assert cards[4].hbm_used == 3380 + 6554 + 52429
+    # The fraction of the runtime's 65452113920 bytes (62420 MiB), not of npu-smi's 65536 MB.
+    assert sorted(mem for _, _, mem in cards[4].processes) == [6242, 49936]
+    assert cards[4].hbm_used == 3380 + 6242 + 49936
     bge_pids = set(sim_host.docker("top", "bge-m3", "-o", "pid").stdout.split()[1:])
     qwen_pids = set(sim_host.docker("top", "qwen-long", "-o", "pid").stdout.split()[1:])
     card4_pids = {str(pid) for pid, _, _ in cards[4].processes}
@@ -105,3 +107,112 @@ def test_a_card_marked_unhealthy_reports_its_health(sim_host: SimHost) -> None:
 
     assert {i: c.health for i, c in cards.items() if c.health != "OK"} == {3: "Critical", 5: "Warning"}
     assert all(c.name == "910B3" for c in cards.values())
+
+
+# ---- device-share (npu-smi command reference "set container sharing mode"; texts and exit
+# codes from npu-smi's open sources, HAMi ascend-device-plugin device_share.go and issue 131)
+
+PROMPT = (
+    "There are security risks when opening device sharing,\n"
+    "Please ensure that only a single user uses the chip.\n"
+    "Are you sure you want to continue setting?(Y/N)\n"
+)
+
+
+def card_block(card: int, status: str) -> str:
+    return (
+        f"\tNPU ID                         : {card}\n"
+        "\tChip Count                     : 1\n"
+        "\n"
+        f"\tDevice-share Status            : {status}\n"
+        "\tChip ID                        : 0\n"
+        "\n"
+    )
+
+
+def npu_smi_set(sim_host: SimHost, card: int, value: int, answer: str | None = "Y", chip: bool = True):
+    """`npu-smi set -t device-share` on the host; `answer` is its stdin (None: closed)."""
+    stdin = "< /dev/null" if answer is None else f"<<'EOF'\n{answer}\nEOF"
+    chip_arg = "-c 0 " if chip else ""
+    return sim_host.run(f"npu-smi set -t device-share -i {card} {chip_arg}-d {value} {stdin}", check=False)
+
+
+def test_device_share_is_reported_per_card_and_per_chip_in_the_real_layout(sim_host: SimHost) -> None:
+    assert sim_host.npu_smi("info -t device-share -i 4") == card_block(4, "False")
+    assert sim_host.npu_smi("info -t device-share -i 4 -c 0") == "\tDevice-share Status            : False\n"
+
+    sim_host.set_device_share(4)
+
+    assert sim_host.npu_smi("info -t device-share -i 4") == card_block(4, "True")
+    assert sim_host.npu_smi("info -t device-share -i 4 -c 0") == "\tDevice-share Status            : True\n"
+    assert sim_host.npu_smi("info -t device-share") == "".join(card_block(c, "True" if c == 4 else "False") for c in range(8))
+    assert sim_host.device_shared_cards() == [4]
+
+
+def test_enabling_device_share_asks_first_and_anything_but_yes_aborts_with_200(sim_host: SimHost) -> None:
+    for answer in (None, "n", "yes", ""):
+        aborted = npu_smi_set(sim_host, 2, 1, answer)
+        assert (aborted.returncode, aborted.stdout) == (200, PROMPT), answer
+    assert sim_host.device_shared_cards() == []
+
+    enabled = npu_smi_set(sim_host, 2, 1, "Y")
+    again = npu_smi_set(sim_host, 2, 1, "y")  # a redundant set succeeds too
+
+    ok = PROMPT + "\tStatus                         : OK\n\tMessage                        : Set chip device-share successfully\n"
+    assert (enabled.returncode, enabled.stdout) == (0, ok)
+    assert (again.returncode, again.stdout) == (0, ok)
+    assert sim_host.device_shared_cards() == [2]
+    disabled = npu_smi_set(sim_host, 2, 0, answer=None, chip=False)  # -d 0 asks nothing
+    assert disabled.returncode == 0
+    assert disabled.stdout == (
+        "\tStatus                         : OK\n\tMessage                        : The device-share is set successfully.\n"
+    )
+    assert sim_host.device_shared_cards() == []
+
+
+def test_device_share_cannot_change_while_a_container_uses_the_card(sim_host: SimHost) -> None:
+    model = sim_host.make_model("bge-m3")
+    sim_host.start_service("bge-m3", model=model, cards=[3], port=7007, gpu_memory_utilization=0.1)
+    sim_host.wait_healthy("bge-m3")
+
+    refused = npu_smi_set(sim_host, 3, 1, "Y")
+
+    assert refused.returncode == 203
+    assert refused.stdout.startswith(PROMPT)
+    assert "\tStatus                         : Fail\n" in refused.stdout
+    assert "\tMessage                        : " in refused.stdout
+    assert sim_host.device_shared_cards() == []
+    sim_host.docker("stop", "bge-m3")
+    assert npu_smi_set(sim_host, 3, 1, "Y").returncode == 0
+
+
+def test_only_root_on_the_host_or_in_a_privileged_container_may_set_device_share(sim_host: SimHost) -> None:
+    model = sim_host.make_model("bge-m3")
+    sim_host.start_service("bge-m3", model=model, cards=[6], port=7007, gpu_memory_utilization=0.1)
+    sim_host.wait_healthy("bge-m3")
+
+    as_nobody = sim_host.run(
+        "echo Y | setpriv --reuid=65534 --regid=65534 --clear-groups npu-smi set -t device-share -i 7 -c 0 -d 1",
+        check=False,
+    )
+    in_container = sim_host.docker(
+        "exec", "bge-m3", "sh", "-c", "echo Y | npu-smi set -t device-share -i 7 -c 0 -d 1", check=False
+    )
+
+    assert (as_nobody.returncode, as_nobody.stdout) == (214, "This command can be executed only by the root user.\n")
+    assert in_container.returncode == 214
+    assert "Operation not permitted, only root user on physical machine or on physical privilege container" in in_container.stdout
+    assert sim_host.device_shared_cards() == []
+
+
+def test_an_invalid_card_and_a_board_without_device_share_are_refused(sim_host: SimHost) -> None:
+    invalid = sim_host.run("npu-smi info -t device-share -i 8", check=False)
+    assert (invalid.returncode, invalid.stdout) == (215, "Invalid card id.\n")
+
+    sim_host.mark_no_device_share(5)
+
+    query = sim_host.run("npu-smi info -t device-share -i 5 -c 0", check=False)
+    assert (query.returncode, query.stdout) == (0, "This device does not support querying device-share.\n")
+    setting = npu_smi_set(sim_host, 5, 1, "Y")
+    assert (setting.returncode, setting.stdout) == (217, "This device does not support setting device-share.\n")
+    assert not (CLAIMS_DIR / "device-share" / "card5").exists()

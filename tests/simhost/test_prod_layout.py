@@ -34,7 +34,7 @@ def prod_on_the_simulated_host(sim: SimHost, tmp_path: Path) -> Path:
     return path
 
 
-def test_the_planned_prod_layout_starts_all_three_services_healthy(sim_host: SimHost, tmp_path: Path) -> None:
+def test_the_planned_prod_layout_starts_all_three_services_healthy(sim_host: SimHost, tmp_path: Path, boot_files) -> None:
     config = prod_on_the_simulated_host(sim_host, tmp_path)
     plan = json.loads(
         subprocess.run(
@@ -45,7 +45,8 @@ def test_the_planned_prod_layout_starts_all_three_services_healthy(sim_host: Sim
     services = {s["name"]: s for s in plan["hosts"][0]["services"]}
     assert services["bge-m3"]["devices"] == [0] and services["qwen-vl"]["devices"] == [0, 1, 2, 3]
     for s in services.values():
-        sim_host.make_model(s["container"]["command"][2])
+        command = s["container"]["command"]  # qwen-vl's runs behind its start gate
+        sim_host.make_model(command[command.index("serve") + 1])
 
     script = subprocess.run(
         [sys.executable, "-m", "allocation", "render", "--config", str(config), "--format", "docker-run"],

@@ -1,0 +1,68 @@
+"""A reboot of the simulated host: device-share mode does not survive it, containers come back in turn."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.host import CLAIMS_DIR, DEVICE_SHARE_DIR, SimHost, SimHostError
+
+PREFIX = "reboot-"
+
+
+def two_services_sharing_card_0(sim_host: SimHost, *, load_seconds: float = 1) -> None:
+    """reboot-embed and reboot-vl, non-privileged, on card 0 in device-share mode, started in turn."""
+    model = sim_host.make_model("bge-m3")
+    sim_host.set_device_share(0)
+    sim_host.start_service(
+        "reboot-embed", model=model, cards=[0], port=7007, gpu_memory_utilization=0.1, load_seconds=load_seconds,
+        env={"HCCL_NPU_SOCKET_PORT_RANGE": "16666-16681"},
+    )  # fmt: skip
+    sim_host.wait_healthy("reboot-embed")
+    sim_host.start_service(
+        "reboot-vl", model=model, cards=[0, 1], port=9009, gpu_memory_utilization=0.8, load_seconds=load_seconds,
+        env={"HCCL_NPU_SOCKET_PORT_RANGE": "16682-16697"},
+    )  # fmt: skip
+    sim_host.wait_healthy("reboot-vl")
+
+
+def test_the_simulated_host_has_the_device_share_state_folder(sim_host: SimHost) -> None:
+    assert DEVICE_SHARE_DIR.is_dir()
+    assert sim_host.run(f"test -d {DEVICE_SHARE_DIR}", check=False).returncode == 0
+
+
+def test_after_a_reboot_device_share_is_off_and_the_second_container_on_the_card_fails(sim_host: SimHost) -> None:
+    two_services_sharing_card_0(sim_host)
+
+    order = sim_host.restart_containers(["reboot-embed", "reboot-vl"], prefix=PREFIX, reboot=True, wait_healthy=False)
+
+    assert order == ["reboot-embed", "reboot-vl"]
+    assert sim_host.device_shared_cards() == []
+    assert sim_host.wait_exit("reboot-vl") == 1
+    assert "dcmi module initialize failed. ret is -8005" in sim_host.logs("reboot-vl")
+    sim_host.wait_healthy("reboot-embed")
+
+
+def test_device_share_set_again_before_the_containers_start_brings_both_back(sim_host: SimHost) -> None:
+    two_services_sharing_card_0(sim_host)
+
+    with pytest.raises(SimHostError, match="no running container"):
+        sim_host.kill_containers(label="ascend-fleet.stack=no-such-stack")
+    assert sim_host.kill_containers(prefix=PREFIX) == ["reboot-embed", "reboot-vl"]
+    assert len(list(CLAIMS_DIR.glob("card0/port*"))) == 2  # killed: no chance to release
+    sim_host.reboot()
+    assert list(CLAIMS_DIR.glob("card*/port*")) == []
+    sim_host.set_device_share(0)  # what a boot unit ordered before docker.service does
+    sim_host.start_containers(["reboot-embed", "reboot-vl"], wait_healthy=True)
+
+    assert sim_host.state("reboot-vl")["Status"] == "running"
+
+
+def test_containers_started_together_on_a_shared_card_race_their_model_loading(sim_host: SimHost) -> None:
+    two_services_sharing_card_0(sim_host, load_seconds=6)
+
+    sim_host.restart_containers(["reboot-embed", "reboot-vl"], prefix=PREFIX)  # no reboot: device-share stays on
+
+    assert sim_host.device_shared_cards() == [0]
+    assert sim_host.wait_exit("reboot-vl") == 1
+    assert "No available memory for the cache blocks" in sim_host.logs("reboot-vl")
+    sim_host.wait_healthy("reboot-embed")

@@ -1,0 +1,126 @@
+"""Shared cards for real: the prod layout shares card 0 between bge-m3 and qwen-vl.
+
+On a real 910B host a second non-privileged container cannot open a card the first one holds
+unless the card is in device-share mode (vllm-ascend issues 632, 248, 2698), the mode is off
+after a reboot, and Docker starts every container at once after a reboot, so two instances
+would load on one card together (vllm-ascend issues 5917, 5707). The simulated host behaves
+the same way (sim/README.md). The containers are started by the `render --format docker-run`
+script, which runs the same device-share script the Pulumi program runs over SSH.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from allocation.device_share import BOOT_SCRIPT
+from sim.host import SimHost
+from tests.simhost.test_prod_layout import REPO, prod_on_the_simulated_host
+
+LABEL = "ascend-fleet.stack=prod-on-sim"  # the stack of Pulumi.prod-on-sim.yaml
+DCMI_BUSY = "dcmi module initialize failed. ret is -8005"
+
+
+def allocation(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "allocation", *args], cwd=REPO, capture_output=True, text=True)
+
+
+def logs(sim: SimHost, name: str) -> str:
+    result = sim.docker("logs", name)
+    return result.stdout + result.stderr
+
+
+def wait_for_log(sim: SimHost, name: str, text: str, timeout: float = 90) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = logs(sim, name)
+        if text in out:
+            return out
+        time.sleep(1)
+    raise AssertionError(f"{name} never logged {text!r}; its log:\n{logs(sim, name)[-2000:]}")
+
+
+def without_device_share(script: str) -> str:
+    """The docker-run script as it was before shared cards were prepared: no device-share step."""
+    lines, out, skipping = script.splitlines(), [], False
+    for line in lines:
+        if line.startswith("# shared cards"):
+            skipping = True
+            continue
+        if skipping:
+            skipping = line != "ASCEND_FLEET_DEVICE_SHARE_END"
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_prod_shares_card_0_only_in_device_share_mode_and_restarts_in_order(sim_host: SimHost, tmp_path, boot_files):
+    config = prod_on_the_simulated_host(sim_host, tmp_path)
+    plan = json.loads(allocation("plan", "--config", str(config), "--format", "json").stdout)
+    [npu_a] = plan["hosts"]
+    assert npu_a["sharedCards"] == [0]
+    for s in npu_a["services"]:
+        command = s["container"]["command"]
+        sim_host.make_model(command[command.index("serve") + 1])
+    script = allocation("render", "--config", str(config), "--format", "docker-run").stdout
+
+    # Before: the same containers without the device-share step. qwen-vl waits for bge-m3
+    # (its start gate), then cannot open card 0, which bge-m3 holds.
+    started = subprocess.run(["sh", "-c", without_device_share(script)], env=sim_host.docker_env(), capture_output=True, text=True)
+    assert started.returncode == 0, started.stderr
+    wait_for_log(sim_host, "qwen-vl", DCMI_BUSY)
+    assert sim_host.device_shared_cards() == []
+
+    # The render script as it is: card 0 into device-share mode first, then all three healthy.
+    sim_host.kill_containers(label=LABEL)
+    sim_host.reboot()
+    started = subprocess.run(["sh", "-c", script], env=sim_host.docker_env(), capture_output=True, text=True)
+    assert started.returncode == 0, started.stderr
+    assert "cards 0 in device-share mode" in started.stdout
+    assert sim_host.device_shared_cards() == [0]
+    for name in ("bge-m3", "qwen-vl", "qwen-long"):
+        sim_host.wait_healthy(name, timeout=120)
+    again = subprocess.run(["sh", "-c", script], env=sim_host.docker_env(), capture_output=True, text=True)
+    assert again.returncode == 0 and "card 0: device-share already on" in again.stdout
+
+    # A reboot: the mode is off and every container is killed; the boot unit's script runs
+    # before Docker, then Docker starts all of them at once, qwen-vl first on purpose.
+    sim_host.kill_containers(label=LABEL)
+    sim_host.reboot()
+    assert sim_host.device_shared_cards() == []
+    boot = sim_host.run(BOOT_SCRIPT)
+    assert boot.returncode == 0, boot.stdout + boot.stderr
+    assert sim_host.device_shared_cards() == [0]
+    sim_host.start_containers(["qwen-vl", "qwen-long", "bge-m3"])
+    for name in ("bge-m3", "qwen-vl", "qwen-long"):
+        sim_host.wait_healthy(name, timeout=120)
+    gate = wait_for_log(sim_host, "qwen-vl", "start gate: bge-m3 answers after")
+    waited = int(gate.split("start gate: bge-m3 answers after ")[-1].split("s")[0])
+    assert waited >= 5, "qwen-vl started first and waited for bge-m3"
+    assert "No available memory" not in gate and DCMI_BUSY not in gate
+
+
+def test_after_a_reboot_without_the_boot_unit_doctor_reports_the_shared_card(sim_host: SimHost, tmp_path, boot_files):
+    config = prod_on_the_simulated_host(sim_host, tmp_path)
+    plan = json.loads(allocation("plan", "--config", str(config), "--format", "json").stdout)
+    for s in plan["hosts"][0]["services"]:
+        command = s["container"]["command"]
+        sim_host.make_model(command[command.index("serve") + 1])
+    script = allocation("render", "--config", str(config), "--format", "docker-run").stdout
+    started = subprocess.run(["sh", "-c", script], env=sim_host.docker_env(), capture_output=True, text=True)
+    assert started.returncode == 0, started.stderr
+    sim_host.wait_healthy("bge-m3", timeout=120)
+    assert allocation("doctor", "--config", str(config)).returncode in (0, 1)
+
+    sim_host.kill_containers(label=LABEL)
+    sim_host.reboot()  # and the unit never ran
+    sim_host.start_containers(["bge-m3", "qwen-long", "qwen-vl"])
+    wait_for_log(sim_host, "qwen-vl", DCMI_BUSY)
+    report = allocation("doctor", "--config", str(config), "--format", "json")
+    assert report.returncode == 1
+    [host] = json.loads(report.stdout)["hosts"]
+    sharing = [f for f in host["findings"] if f["kind"] == "sharing"]
+    assert [f["card"] for f in sharing] == [0], host["findings"]
+    assert "bge-m3 and qwen-vl" in sharing[0]["message"] and "False" in sharing[0]["message"]

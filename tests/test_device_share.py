@@ -1,0 +1,111 @@
+"""The device-share script, run for real against the simulated npu-smi (sim/npu-smi).
+
+npu-smi's texts, prompt and exit codes are those of the real tool (see sim/npu-smi). The script runs
+under a temporary root; `docker` is a stand-in that prints what `docker inspect --format` would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from allocation.config import Host
+from allocation.device_share import BOOT_SCRIPT, UNIT_PATH, boot_unit, device_share_script
+from allocation.containers import NPU_SMI
+
+REPO = Path(__file__).resolve().parents[1]
+HOST = Host(name="npu-a", address="192.0.2.10")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A root with the simulated npu-smi (state under claims/) that logs every call, and a docker
+    whose only running container, bge-m3, holds card 0."""
+    claims = tmp_path / "claims"
+    (claims / "device-share").mkdir(parents=True)
+    smi = tmp_path / NPU_SMI.lstrip("/")
+    smi.parent.mkdir(parents=True)
+    smi.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {tmp_path}/calls\n'
+        f"NPU_SIM_CLAIMS={claims} NPU_SIM_NO_DEVICE_SHARE={tmp_path}/no-device-share "
+        f'exec sh {REPO}/sim/npu-smi "$@"\n'
+    )
+    smi.chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in ps) echo c0ffee ;; inspect) echo "/bge-m3 false /dev/davinci0 /dev/davinci_manager " ;; esac\n'
+    )
+    docker.chmod(0o755)
+    return tmp_path
+
+
+def run(root: Path, cards: list[int]) -> subprocess.CompletedProcess:
+    script = device_share_script(HOST, cards, root=str(root))
+    env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
+
+
+def hold(root: Path, card: int) -> subprocess.Popen:
+    """A live claim on the card, as a running npu-sim rank keeps it: a FIFO somebody reads."""
+    claim = root / "claims" / f"card{card}" / "port16666"
+    claim.mkdir(parents=True)
+    os.mkfifo(claim / "alive")
+    (claim / "owner").write_text("service=bge-m3\ncontainer=c0ffee\nmem_mb=6000\n")
+    return subprocess.Popen(["sh", "-c", f'while :; do cat "{claim}/alive" >/dev/null; done'], start_new_session=True)
+
+
+def test_the_shared_cards_go_into_device_share_mode_once_and_the_boot_unit_is_installed(root):
+    first = run(root, [0, 3])
+    assert first.returncode == 0, first.stderr
+    assert [(root / "claims/device-share" / f"card{c}").read_text().strip() for c in (0, 3)] == ["1", "1"]
+    assert "card 0: device-share on" in first.stdout and "card 3: device-share on" in first.stdout
+    assert (root / UNIT_PATH.lstrip("/")).read_text() == boot_unit()
+    assert "Before=docker.service" in boot_unit()
+    boot = root / BOOT_SCRIPT.lstrip("/")
+    assert os.access(boot, os.X_OK) and "for card in 0 3; do" in boot.read_text()
+    sets = [c for c in (root / "calls").read_text().splitlines() if c.startswith("set")]
+    assert sets == ["set -t device-share -i 0 -c 0 -d 1", "set -t device-share -i 3 -c 0 -d 1"]
+
+    second = run(root, [0, 3])
+    assert second.returncode == 0 and "card 0: device-share already on" in second.stdout
+    sets_after = [c for c in (root / "calls").read_text().splitlines() if c.startswith("set")]
+    assert sets_after == sets, "a second run reads the state and sets nothing"
+
+
+def test_the_boot_script_restores_the_mode_after_a_reboot(root):
+    assert run(root, [0]).returncode == 0
+    (root / "claims/device-share/card0").unlink()  # what a reboot does
+    boot = subprocess.run([str(root / BOOT_SCRIPT.lstrip("/"))], capture_output=True, text=True)
+    assert boot.returncode == 0, boot.stdout + boot.stderr
+    assert (root / "claims/device-share/card0").read_text().strip() == "1"
+
+
+def test_a_card_held_by_a_container_stops_the_deployment_naming_host_card_and_holder(root):
+    holder = hold(root, 0)
+    try:
+        result = run(root, [0])
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # the reader loop and its `cat`
+        holder.wait()
+    assert result.returncode == 1 and result.stdout == ""
+    message = result.stderr
+    assert message.startswith("ascend-fleet: host npu-a cannot share cards 0 between containers:")
+    assert "card 0 could not be put into device-share mode" in message
+    assert "containers holding it: bge-m3" in message
+    assert "docker stop" in message and "pulumi up again" in message
+    assert not (root / UNIT_PATH.lstrip("/")).exists(), "nothing is installed when a card cannot be shared"
+
+
+def test_a_board_without_the_mode_is_named_as_such(root):
+    (root / "no-device-share").write_text("0\n")
+    result = run(root, [0])
+    assert result.returncode == 1
+    assert "card 0 does not support container sharing (npu-smi: This device does not support querying device-share.)" in result.stderr
