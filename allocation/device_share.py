@@ -32,9 +32,9 @@ BOOT_SCRIPT = "/usr/local/sbin/ascend-fleet-device-share"
 STATUS_KEY = "Device-share Status"
 UNSUPPORTED = "does not support"
 
-# Shared by the deploy-time run and the boot unit (the script may arrive on stdin: nothing here reads it): `enable CARD` leaves the card in device-share
-# mode or prints why not and returns 1. The holders are the containers with the card's device file
-# or privileged (those see every card).
+# Shared by the deploy-time run and the boot unit. `enable CARD` leaves the card in device-share
+# mode, or prints why not and returns 1. The holders are the containers with the card's device
+# file, or privileged (those see every card). Nothing reads stdin: the script may arrive there.
 _FUNCTIONS = f"""oneline() {{ printf '%s' "$1" | tr '\\n\\t' '  ' | tr -s ' '; }}
 state() {{ "$npu_smi" info -t device-share -i "$1" -c {CHIP} 2>&1 </dev/null; }}
 holders() {{
@@ -142,4 +142,16 @@ def device_share_script(host: Host, cards: Sequence[int], *, root: str = "") -> 
         f"  echo {q(f'ascend-fleet: warning: no systemd here: {UNIT} is installed but not enabled; run {BOOT_SCRIPT} at boot before Docker starts')} >&2",
         "fi",
         f"echo {q(f'ascend-fleet: host {host.name}: cards {words} in device-share mode, restored at boot by {UNIT}')}",
+    ]) + "\n"  # fmt: skip
+
+
+def removal_script() -> str:
+    """Run when a host no longer shares cards: the boot unit goes; the cards keep their mode until
+    the next reboot (it cannot change while containers use them)."""
+    q = shlex.quote
+    return "\n".join([
+        "if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then",
+        f"  systemctl disable {UNIT} </dev/null >/dev/null 2>&1 || true",
+        "fi",
+        f"rm -f {q(UNIT_PATH)} {q(BOOT_SCRIPT)}",
     ]) + "\n"  # fmt: skip

@@ -17,6 +17,7 @@ import pulumi_docker as docker
 
 from allocation.config import Ssh
 from allocation.deployment import HostDeployment
+from allocation.device_share import removal_script
 from allocation.durations import go_duration
 
 
@@ -62,7 +63,9 @@ class AscendHost(pulumi.ComponentResource):
         self.device_share = None
         if deployment.device_share_script is not None:
             after_check = pulumi.ResourceOptions(parent=self, depends_on=[self.check])
-            self.device_share = _script(f"{name}-device-share", deployment.device_share_script, connection, after_check)
+            self.device_share = _script(
+                f"{name}-device-share", deployment.device_share_script, connection, after_check, delete=removal_script()
+            )
 
         # Pulled once per host and image, after the check: a 20 GB pull onto a host
         # without its cards or weights is time lost. keep_locally: destroying the
@@ -82,9 +85,15 @@ class AscendHost(pulumi.ComponentResource):
 
 
 def _script(
-    name: str, script: str, connection: command.remote.ConnectionArgs | None, opts: pulumi.ResourceOptions
+    name: str,
+    script: str,
+    connection: command.remote.ConnectionArgs | None,
+    opts: pulumi.ResourceOptions,
+    delete: str | None = None,
 ) -> pulumi.CustomResource:
-    """A script run on the host: over SSH, or here for the dev stack's local daemon."""
+    """A script run on the host: over SSH, or here for the dev stack's local daemon. A changed
+    script runs again as an update (`update`), never as a replacement, whose create-then-delete
+    would run the new script and then the old one's `delete`; `delete` runs when the resource goes."""
     if connection is None:
-        return command.local.Command(name, create=script, opts=opts)
-    return command.remote.Command(name, connection=connection, create=script, opts=opts)
+        return command.local.Command(name, create=script, update=script, delete=delete, opts=opts)
+    return command.remote.Command(name, connection=connection, create=script, update=script, delete=delete, opts=opts)

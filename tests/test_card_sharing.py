@@ -182,3 +182,10 @@ def test_a_fleet_without_device_share_registers_no_device_share_command(mode):
     privileged = {r.inputs["name"]: r.inputs["privileged"] for r in run.of_type(CONTAINER)}
     if mode == "privileged":
         assert privileged == {"bge-m3": True, "qwen-vl": True, "qwen-long": False}
+
+
+def test_the_device_share_command_updates_in_place_and_removes_the_boot_unit_when_it_goes():
+    run = run_program("prod", values_of("prod"))
+    share = run.by_name(REMOTE_COMMAND)["npu-a-device-share"]
+    assert share.inputs["update"] == share.inputs["create"], "a changed card list is an update, not a replacement"
+    assert "rm -f /etc/systemd/system/ascend-fleet-device-share.service" in share.inputs["delete"]
