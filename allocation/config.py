@@ -34,6 +34,7 @@ from allocation.windows import KINDS, MAX_PORT, WINDOW_ENV, PortSpan, WindowKind
 NAMESPACE = "ascend-fleet"
 DEFAULT_IMAGE = "quay.io/ascend/vllm-ascend:v0.20.2rc1"
 DEFAULT_MEMORY_BUDGET = Decimal("0.95")
+DEFAULT_RUNTIME_OVERHEAD_GIB = Decimal("4")  # see allocation/capacity.py and the README
 # Memory fractions are compared in integer units of 1/10000 so that 0.1 + 0.85
 # fits a 0.95 budget exactly, with no floating-point surprises.
 FRACTION_SCALE = 10_000
@@ -142,6 +143,38 @@ class Mount(Model):
     """Mount read-only (default)."""
 
 
+class ModelProfile(Model):
+    """What sizes a model's memory, read from its checkpoint (`config.json` and the safetensors)."""
+
+    weight_bytes: int = Field(ge=1, le=1 << 50)
+    """Bytes of the weights as stored: `metadata.total_size` of `model.safetensors.index.json`, or the
+    sum of the tensors in the safetensors headers (quantized checkpoints keep some tensors in bf16)."""
+    num_hidden_layers: int = Field(ge=1, le=10_000)
+    """`num_hidden_layers` (under `text_config` for vision-language models)."""
+    attention: Literal["gqa", "mla", "encoder", "hybrid"] = "gqa"
+    """`gqa`: standard or grouped-query attention; `mla`: DeepSeek-style multi-head latent attention;
+    `encoder`: an encoder-only model (embeddings, rerankers), which keeps no KV cache; `hybrid`:
+    sliding-window or linear-attention/mamba layers, which the planner does not size."""
+    num_key_value_heads: int | None = Field(default=None, ge=1, le=10_000)
+    """`num_key_value_heads` (gqa)."""
+    head_dim: int | None = Field(default=None, ge=1, le=100_000)
+    """`head_dim`, else `hidden_size / num_attention_heads` (gqa)."""
+    kv_lora_rank: int | None = Field(default=None, ge=1, le=100_000)
+    """`kv_lora_rank` (mla)."""
+    qk_rope_head_dim: int | None = Field(default=None, ge=1, le=100_000)
+    """`qk_rope_head_dim` (mla)."""
+    kv_cache_dtype: Literal["bfloat16", "float16", "int8", "float8"] = "bfloat16"
+    """Type of the KV cache entries."""
+
+    @model_validator(mode="after")
+    def _attention_fields(self) -> ModelProfile:
+        need = {"gqa": ("num_key_value_heads", "head_dim"), "mla": ("kv_lora_rank", "qk_rope_head_dim")}.get(self.attention, ())
+        missing = [to_camel(n) for n in need if getattr(self, n) is None]
+        if missing:
+            raise ValueError(f"attention {self.attention} needs {' and '.join(missing)}")
+        return self
+
+
 class ContainerSettings(Model):
     """Settings a service inherits from `ascend-fleet:defaults` unless it sets them itself."""
 
@@ -216,7 +249,10 @@ class Host(Model):
     npus: PowerOfTwo = 8
     """Number of NPUs (cards) on the host."""
     hbm_gi_b: int = Field(default=64, ge=1, le=4096, alias="hbmGiB")
-    """HBM per NPU in GiB; shown in the plan next to each memory fraction."""
+    """Nominal HBM per NPU in GiB (64 or 32 for 910B cards)."""
+    hbm_bytes: int | None = Field(default=None, ge=1 << 30, le=1 << 45)
+    """HBM per NPU as the runtime reports it, which memory fractions multiply. Default from `hbmGiB`:
+    64 -> 65452113920, 32 -> 31662800896; other sizes must set it for the capacity check."""
     memory_budget: Fraction | None = None
     """Per-card ceiling on the sum of memory fractions; overrides `ascend-fleet:memoryBudget`."""
     card_sharing: Literal["deviceShare", "privileged", "refuse"] = "deviceShare"
@@ -282,6 +318,10 @@ class Service(ContainerSettings, _WindowPins):
     """`--max-model-len`."""
     max_num_seqs: int | None = Field(default=None, ge=1, le=1_000_000)
     """`--max-num-seqs`."""
+    profile: ModelProfile | None = None
+    """The model's sizes, for the capacity check (`python -m allocation profile` fills it in)."""
+    runtime_overhead_gi_b: Decimal | None = Field(default=None, ge=0, le=1024, alias="runtimeOverheadGiB")
+    """Per-card allowance for the activation peak and non-torch memory; overrides the stack's."""
     hccl_port_ranges: bool = True
     """Set `HCCL_NPU_SOCKET_PORT_RANGE`/`HCCL_HOST_SOCKET_PORT_RANGE`. Set false for models with MC2
     fused operators on Atlas A2, which do not support them: the service then keeps HCCL's default
@@ -395,6 +435,8 @@ class FleetConfig(Model):
     """SSH client settings."""
     pull_timeout_minutes: int = Field(default=60, ge=1, le=1440)
     """How long `pulumi up` may take to pull one image onto a host."""
+    runtime_overhead_gi_b: Decimal = Field(default=DEFAULT_RUNTIME_OVERHEAD_GIB, ge=0, le=1024, alias="runtimeOverheadGiB")
+    """Per-card allowance, in the capacity check, for vLLM's activation peak and non-torch memory."""
 
     @model_validator(mode="after")
     def _references(self) -> FleetConfig:

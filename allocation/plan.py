@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Mapping
 
+from allocation.capacity import GIB, Capacity
 from allocation.config import FleetConfig, Host, Service
 from allocation.windows import API, KINDS, PortSpan
 
@@ -35,6 +36,8 @@ class PlannedService:
 
     service: Service
     assignment: Assignment
+    capacity: Capacity | None = None
+    """Memory per card as vLLM will find it; None without a `profile`."""
 
     @property
     def name(self) -> str:
@@ -48,7 +51,7 @@ class PlannedService:
             "devices": list(a.cards),
             "tensorParallelSize": self.service.tensor_parallel_size,
             "memoryFraction": float(self.service.memory_fraction),
-        } | {k.key: k.value(a.windows.get(k.key)) for k in KINDS}
+        } | {k.key: k.value(a.windows.get(k.key)) for k in KINDS} | {"capacity": _capacity_json(self.capacity)}
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class Plan:
     fleet: FleetConfig
     hosts: tuple[HostPlan, ...]
     """Sorted by host name; every configured host, used or not."""
+    warnings: tuple[str, ...] = ()
+    """What will run, but not as configured (requests that will queue)."""
 
     @property
     def stack(self) -> str:
@@ -83,3 +88,16 @@ class Plan:
 
     def services(self) -> list[tuple[HostPlan, PlannedService]]:
         return [(hp, ps) for hp in self.hosts for ps in hp.services]
+
+
+def _capacity_json(cap: Capacity | None) -> dict[str, Any] | None:
+    if cap is None:
+        return None
+    concurrency = cap.max_concurrency
+    return {
+        "weightsGiBPerCard": round(cap.weight_bytes_per_card / GIB, 2),
+        "kvCacheGiBPerCard": round(cap.kv_bytes_per_card / GIB, 2),
+        "kvCacheTokens": cap.kv_tokens,
+        "maxConcurrency": round(concurrency, 2) if concurrency is not None else None,
+        "fits": cap.fits,
+    }

@@ -8,6 +8,7 @@ network or the disk. Every problem found is reported at once in one
 
 from __future__ import annotations
 
+from allocation.capacity import size_service
 from allocation.config import FleetConfig, Service
 from allocation.errors import AllocationError, listing
 from allocation.placement import Placer
@@ -26,17 +27,17 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
             host, group = placed[service.name]
             per_host[host].append((service, group))
 
-    host_plans = []
+    host_plans, warnings = [], []
     for host in sorted(fleet.hosts, key=lambda h: h.name):
         services = sorted(per_host[host.name], key=lambda p: p[0].name)
         assignments = assign_ports(host, services, fleet.ports, problems)
-        host_plans.append(
-            HostPlan(
-                host=host,
-                budget=fleet.budget(host),
-                services=tuple(PlannedService(s, a) for (s, _), a in zip(services, assignments)),
-            )
-        )
+        planned = []
+        for (s, _), a in zip(services, assignments):
+            verdict = size_service(fleet, host, s)
+            problems += [verdict.problem] if verdict.problem else []
+            warnings += [verdict.warning] if verdict.warning else []
+            planned.append(PlannedService(s, a, verdict.capacity))
+        host_plans.append(HostPlan(host=host, budget=fleet.budget(host), services=tuple(planned)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
-    return Plan(fleet=fleet, hosts=tuple(host_plans))
+    return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings))

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from allocation import markdown
+from allocation.capacity import GIB, Capacity, gib, runtime_total
 from allocation.config import units
 from allocation.containers import ContainerSpec
 from allocation.deployment import Deployment
@@ -30,6 +31,7 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
                 "address": hd.host.address,
                 "npus": hd.host.npus,
                 "hbmGiB": hd.host.hbm_gi_b,
+                "hbmBytes": runtime_total(hd.host),
                 "memoryBudget": float(hd.plan.budget),
                 "sharedCards": list(hd.shared_cards),
                 "cardSharing": hd.host.card_sharing,
@@ -75,19 +77,37 @@ def _card_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+CAPACITY_COLUMNS = ["weights/card", "KV/card", "KV tokens", "seqs at maxModelLen"]
+
+
+def _capacity_cells(cap: Capacity | None) -> list[str]:
+    if cap is None:
+        return ["-"] * len(CAPACITY_COLUMNS)
+    concurrency = cap.max_concurrency
+    return [
+        f"{gib(cap.weight_bytes_per_card)} GiB",
+        f"{gib(cap.kv_bytes_per_card)} GiB",
+        str(cap.kv_tokens),
+        f"{concurrency:.2f}" if concurrency is not None else "-",
+    ]
+
+
 def _port_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
+    sized = any(ps.capacity for ps in hp.services)
     headers = ["service", "cards", "TP", "HBM/card", *(k.column for k in KINDS)]
+    headers += CAPACITY_COLUMNS if sized else []
+    total = runtime_total(hp.host) or hp.host.hbm_gi_b * GIB
     rows = []
     for ps in hp.services:
         a, s = ps.assignment, ps.service
-        gib = float(s.memory_fraction) * hp.host.hbm_gi_b
         rows.append(
             [
                 ps.name,
                 ",".join(map(str, a.cards)),
                 str(s.tensor_parallel_size),
-                f"{s.memory_fraction} ({gib:.1f} GiB)",
+                f"{s.memory_fraction} ({gib(int(s.memory_fraction * total))} GiB)",
                 *(_window_cell(k, a.windows.get(k.key)) for k in KINDS),
+                *(_capacity_cells(ps.capacity) if sized else []),
             ]
         )
     return headers, rows

@@ -63,6 +63,8 @@ def _deployment(args: argparse.Namespace) -> tuple[Deployment, StackFile]:
 
 def _plan(args: argparse.Namespace) -> int:
     deployment, stack_file = _deployment(args)
+    for warning in deployment.plan.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.against is None:
         print(render_plan(deployment, args.format))
         return 0

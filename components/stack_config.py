@@ -82,6 +82,8 @@ def fleet_deployment() -> Deployment:
         deployment = deploy(plan_fleet(fleet), known_hosts_text(fleet.ssh))
     except FleetError as err:
         raise pulumi.RunError(str(err)) from None  # the message is complete; no traceback
+    for warning in deployment.plan.warnings:
+        pulumi.log.warn(warning)
     untrusted = untrusted_hosts(deployment)
     if untrusted:
         raise pulumi.RunError(

@@ -67,6 +67,15 @@ def stack_run(stack: str):
     return _RUNS[stack]
 
 
+def without_nulls(value):
+    """What the SDK makes of a stack output: map entries whose value is None are left out."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value
+
+
 def two_host_values() -> dict:
     """Two hosts, services pinned to each, one service sharing cards with another."""
     return {
@@ -314,7 +323,7 @@ def test_stack_outputs_give_every_service_endpoint_and_the_whole_plan(stack):
     run = stack_run(stack)
     fleet, plan = planned(stack, values_of(stack))
     outputs = run.stack_outputs
-    assert outputs["plan"] == plan_json(deploy(plan))
+    assert outputs["plan"] == without_nulls(plan_json(deploy(plan)))
     assert sorted(outputs["plan"]) == ["hosts", "stack"]
     assert sorted(outputs["services"]) == sorted(ps.name for _, ps in plan.services())
     components = run.by_name(MODEL_SERVICE)

@@ -1,0 +1,155 @@
+"""Capacity: the KV cache vLLM will find for a model on its cards, and the plan's verdict on it."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from allocation.capacity import BLOCK_TOKENS, GIB, RUNTIME_TOTAL_BYTES, Shape, capacity
+from allocation.deployment import deploy
+from allocation.errors import AllocationError
+from allocation.planner import plan_fleet
+from allocation.report import plan_json, render_plan
+from tests.fleets import fleet, host, service
+
+TOTAL_64 = RUNTIME_TOTAL_BYTES[64]
+# A Qwen3-style dense model: 64 layers, 8 KV heads of 128 (config.json of Qwen/Qwen3-32B).
+QWEN3 = {"numHiddenLayers": 64, "numKeyValueHeads": 8, "headDim": 128}
+
+
+def dense(weight_gib: float = 30, layers: int = 64, kv_heads: int = 8, head_dim: int = 128, dtype: int = 2) -> Shape:
+    return Shape(weight_bytes=int(weight_gib * GIB), layers=layers, kv_dtype_bytes=dtype, kv_heads=kv_heads, head_dim=head_dim)
+
+
+def test_the_kv_cache_is_the_budget_less_weights_and_overhead_in_whole_blocks():
+    cap = capacity(dense(), tp=4, fraction=Decimal("0.9"), total_bytes=TOTAL_64, overhead_bytes=4 * GIB,
+                   max_model_len=32768, max_num_seqs=4)  # fmt: skip
+    budget = int(Decimal("0.9") * TOTAL_64)
+    weights = int(30 * GIB) // 4
+    assert cap.kv_bytes_per_card == budget - weights - 4 * GIB
+    per_token = 2 * 64 * (8 // 4) * 128 * 2  # K and V, 2 of the 8 KV heads per rank, bf16
+    assert cap.kv_tokens == cap.kv_bytes_per_card // (per_token * BLOCK_TOKENS) * BLOCK_TOKENS
+    assert cap.kv_tokens % BLOCK_TOKENS == 0
+    assert cap.fits and cap.max_concurrency == pytest.approx(cap.kv_tokens / 32768)
+
+
+def test_kv_heads_are_replicated_not_split_when_there_are_fewer_than_ranks():
+    assert dense(kv_heads=4).token_bytes(tp=8) == dense(kv_heads=4).token_bytes(tp=4) == dense(kv_heads=4).token_bytes(tp=1) // 4
+    assert dense(kv_heads=1).token_bytes(tp=4) == dense(kv_heads=1).token_bytes(tp=1)
+
+
+def test_mla_has_no_factor_two_and_no_split_across_ranks():
+    mla = Shape(weight_bytes=GIB, layers=61, kv_dtype_bytes=2, mla_width=512 + 64)  # DeepSeek-V3's sizes
+    assert mla.token_bytes(tp=1) == mla.token_bytes(tp=8) == 61 * 576 * 2
+
+
+@given(
+    fraction=st.integers(1, 99),
+    more=st.integers(1, 50),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    kv_heads=st.sampled_from([1, 2, 4, 8, 16, 32]),
+)
+def test_more_fraction_never_gives_fewer_tokens(fraction, more, tp, kv_heads):
+    def tokens(f):
+        return capacity(dense(weight_gib=10, kv_heads=kv_heads), tp=tp, fraction=Decimal(f) / 100,
+                        total_bytes=TOTAL_64, overhead_bytes=2 * GIB, max_model_len=None, max_num_seqs=None).kv_tokens  # fmt: skip
+
+    assert tokens(min(fraction + more, 100)) >= tokens(fraction)
+
+
+@given(kv_heads=st.sampled_from([1, 2, 4, 8, 16, 32, 64]), tp=st.sampled_from([1, 2, 4, 8, 16]))
+def test_tp_splits_kv_heads_only_when_there_are_at_least_as_many_heads_as_ranks(kv_heads, tp):
+    per_rank_heads = dense(kv_heads=kv_heads, head_dim=1, layers=1, dtype=1).token_bytes(tp) // 2
+    assert per_rank_heads == (kv_heads // tp if kv_heads >= tp else 1)
+
+
+def profiled(fraction: float, *, tp: int = 4, max_model_len: int = 32768, max_num_seqs: int | None = None, **extra):
+    profile = {"weightBytes": 30 * GIB, **QWEN3}
+    svc = service("chat", tp, fraction, profile=profile, maxModelLen=max_model_len, **extra)
+    if max_num_seqs is not None:
+        svc["maxNumSeqs"] = max_num_seqs
+    return fleet([host("npu-a")], [svc])
+
+
+def test_the_plan_reports_capacity_per_service_and_the_runtime_total_per_host():
+    plan = plan_fleet(profiled(0.9))
+    doc = plan_json(deploy(plan))
+    [npu_a] = doc["hosts"]
+    assert npu_a["hbmBytes"] == 65452113920
+    cap = npu_a["services"][0]["capacity"]
+    assert set(cap) == {"weightsGiBPerCard", "kvCacheGiBPerCard", "kvCacheTokens", "maxConcurrency", "fits"}
+    assert cap["weightsGiBPerCard"] == 7.5 and cap["fits"] is True
+    assert cap["kvCacheTokens"] > 32768
+    table = render_plan(deploy(plan), "table")
+    assert "KV tokens" in table and str(cap["kvCacheTokens"]) in table
+    assert "0.9 (54.86 GiB)" in table, "HBM/card from the runtime total, not 64 GiB"
+    unprofiled = plan_json(deploy(plan_fleet(fleet([host("npu-a")], [service("chat")]))))
+    assert unprofiled["hosts"][0]["services"][0]["capacity"] is None
+
+
+def test_weights_and_overhead_over_the_fraction_stop_the_plan_with_the_arithmetic():
+    with pytest.raises(AllocationError) as error:
+        plan_fleet(profiled(0.1))
+    message = str(error.value)
+    assert "service chat (memoryFraction 0.1 of 60.96 GiB on each of 4 card(s)) does not fit" in message
+    assert "6.10 GiB budget - 7.50 GiB weights per card - 4.00 GiB runtime overhead = -5.40 GiB" in message
+
+
+def test_a_cache_smaller_than_one_sequence_stops_the_plan_as_vllm_would():
+    with pytest.raises(AllocationError, match=r"less than one sequence of maxModelLen 1000000"):
+        plan_fleet(profiled(0.5, max_model_len=1_000_000))
+
+
+def test_more_sequences_than_the_cache_holds_is_a_warning_not_an_error():
+    plan = plan_fleet(profiled(0.5, max_model_len=100_000, max_num_seqs=64))
+    [warning] = plan.warnings
+    assert "maxNumSeqs 64 x maxModelLen 100000 = 6400000 tokens is more than its KV cache" in warning
+    assert plan_fleet(profiled(0.9)).warnings == ()
+
+
+def test_an_unknown_card_size_needs_hbm_bytes():
+    svc = service("chat", 1, 0.5, profile={"weightBytes": GIB, **QWEN3})
+    with pytest.raises(AllocationError, match="hbmGiB 48 is not a card ascend-fleet knows"):
+        plan_fleet(fleet([host("npu-a", hbmGiB=48)], [svc]))
+    plan = plan_fleet(fleet([host("npu-a", hbmGiB=48, hbmBytes=48 * GIB)], [svc]))
+    assert plan.hosts[0].services[0].capacity.budget_bytes == 24 * GIB
+
+
+def test_the_overhead_allowance_is_per_stack_and_per_service():
+    base = plan_fleet(profiled(0.9)).hosts[0].services[0].capacity
+    stack = plan_fleet(profiled(0.9).model_copy(update={"runtime_overhead_gi_b": Decimal(1)}))
+    assert stack.hosts[0].services[0].capacity.kv_bytes_per_card == base.kv_bytes_per_card + 3 * GIB
+    own = plan_fleet(profiled(0.9, runtimeOverheadGiB=0)).hosts[0].services[0].capacity
+    assert own.kv_bytes_per_card == base.kv_bytes_per_card + 4 * GIB
+
+
+@pytest.mark.parametrize(
+    "profile, words",
+    [
+        ({"weightBytes": 1, "numHiddenLayers": 2}, "attention gqa needs numKeyValueHeads and headDim"),
+        ({"weightBytes": 1, "numHiddenLayers": 2, "attention": "mla"}, "attention mla needs kvLoraRank and qkRopeHeadDim"),
+    ],
+)
+def test_a_profile_without_its_attention_fields_is_refused(profile, words):
+    from allocation.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=words):
+        fleet([host("npu-a")], [service("chat", profile=profile)])
+
+
+def test_an_encoder_only_model_needs_weights_and_overhead_only():
+    svc = service("embed", 1, 0.1, maxModelLen=8192, profile={"weightBytes": GIB, "numHiddenLayers": 24, "attention": "encoder"})
+    cap = plan_fleet(fleet([host("npu-a")], [svc])).hosts[0].services[0].capacity
+    assert cap.fits and cap.kv_tokens == 0 and cap.max_concurrency is None
+    assert cap.kv_bytes_per_card == int(Decimal("0.1") * TOTAL_64) - GIB - 4 * GIB
+
+
+def test_a_hybrid_model_is_not_sized_and_the_plan_says_so():
+    svc = service("qwen", 4, 0.9, profile={"weightBytes": GIB, "numHiddenLayers": 64, "attention": "hybrid"})
+    plan = plan_fleet(fleet([host("npu-a")], [svc]))
+    assert plan.hosts[0].services[0].capacity is None
+    [warning] = plan.warnings
+    assert "not sized" in warning and "does not guess" in warning
