@@ -38,6 +38,8 @@ DERIVED_ENV = {k.env: (k.key,) for k in KINDS if k.env} | {
 # Container keys that widen what a container may touch; a change to them stands out.
 SECURITY_KEYS = ("privileged", "deviceFiles", "mounts", "ipcMode")
 SECURITY = "security"
+CAPACITY = "capacity"
+CAPACITY_FIELDS = ("fits", "kvCacheTokens", "maxConcurrency", "kvCacheGiBPerCard", "weightsGiBPerCard")
 HOST_FIELDS = ("address", "npus", "hbmGiB", "memoryBudget", "sharedCards", "cardSharing")
 
 
@@ -78,6 +80,8 @@ class ServiceDiff:
     security: tuple[str, ...] = ()
     """Changes to privilege, device files, mounts or IPC: they also re-create the container."""
     restart_reasons: tuple[str, ...] = ()
+    capacity: tuple[FieldChange, ...] = ()
+    """What the capacity check says differently (KV cache, tokens, concurrency); re-creates nothing."""
     placement: Placement | None = None
     """Where an added service lands, or where a removed one was."""
 
@@ -87,8 +91,9 @@ class ServiceDiff:
 
     @property
     def changed(self) -> bool:
-        """Kept, but placed, wired or started differently: `pulumi up` re-creates its container."""
-        return self.moved or bool(self.ports) or bool(self.security) or bool(self.restart_reasons)
+        """Kept, but placed, wired, started or sized differently; all but a capacity change re-create
+        its container."""
+        return self.moved or bool(self.ports) or bool(self.security) or bool(self.restart_reasons) or bool(self.capacity)
 
     @property
     def unchanged(self) -> bool:
@@ -113,6 +118,8 @@ class ServiceDiff:
             out.append(SECURITY)
         if self.restart_reasons:
             out.append("restarted")
+        if self.capacity:
+            out.append(CAPACITY)
         return out or ["unchanged"]
 
     def lines(self) -> list[tuple[str, str]]:
@@ -127,6 +134,7 @@ class ServiceDiff:
         out += [("ports changed", str(p)) for p in self.ports]
         out += [(SECURITY, r) for r in self.security]
         out += [("restarted", r) for r in self.restart_reasons]
+        out += [(CAPACITY, str(c)) for c in self.capacity]
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -144,6 +152,7 @@ class ServiceDiff:
             "ports": [{"key": p.key, "old": p.old, "new": p.new} for p in self.ports],
             "security": list(self.security),
             "restartReasons": list(self.restart_reasons),
+            "capacity": [{"key": c.key, "old": c.old, "new": c.new} for c in self.capacity],
         }
 
 
@@ -242,6 +251,11 @@ def _service_diff(name: str, before: Mapping[str, Any], after: Mapping[str, Any]
     # A key the old revision's plan did not print is unknown then, not changed.
     security = [_key_change(key, old, new) for key in SECURITY_KEYS if key in old and old.get(key) != new.get(key)]
     reasons = _container_changes(old, new, explained)
+    # A key the old revision's plan did not print is unknown then, not changed.
+    sized = (before.get("capacity") or {}, after.get("capacity") or {}) if "capacity" in before else ({}, {})
+    capacity = tuple(
+        FieldChange(k, sized[0].get(k), sized[1].get(k)) for k in CAPACITY_FIELDS if sized[0].get(k) != sized[1].get(k)
+    )
     return ServiceDiff(
         name,
         now.host,
@@ -250,6 +264,7 @@ def _service_diff(name: str, before: Mapping[str, Any], after: Mapping[str, Any]
         ports=ports,
         security=tuple(security),
         restart_reasons=tuple(reasons),
+        capacity=capacity,
     )
 
 

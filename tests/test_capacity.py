@@ -153,3 +153,19 @@ def test_a_hybrid_model_is_not_sized_and_the_plan_says_so():
     assert plan.hosts[0].services[0].capacity is None
     [warning] = plan.warnings
     assert "not sized" in warning and "does not guess" in warning
+
+
+def test_the_diff_shows_what_a_change_does_to_the_capacity():
+    from allocation.diff import diff_plans, render_diff
+
+    old = plan_json(deploy(plan_fleet(profiled(0.9))))
+    new = plan_json(deploy(plan_fleet(profiled(0.9, runtimeOverheadGiB=2))))
+    diff = diff_plans(old, new)
+    [chat] = diff.changes()
+    assert chat.kinds() == ["capacity"] and not chat.restart_reasons
+    text = render_diff(diff, "markdown")
+    before, after = old["hosts"][0]["services"][0]["capacity"], new["hosts"][0]["services"][0]["capacity"]
+    assert f"kvCacheTokens {before['kvCacheTokens']} -> {after['kvCacheTokens']}" in text
+    unsized = plan_json(deploy(plan_fleet(profiled(0.9))))
+    del unsized["hosts"][0]["services"][0]["capacity"]  # an older revision's plan
+    assert diff_plans(unsized, old).changes() == []
