@@ -192,3 +192,30 @@ def size_service(fleet: FleetConfig, host: Host, service: Service) -> Verdict:
                                     f"= {wanted} tokens is more than its KV cache of {cap.kv_tokens} tokens: "
                                     f"{cap.max_concurrency:.2f} sequences of maxModelLen at once, the rest queue")  # fmt: skip
     return Verdict(cap)
+
+
+def auto_fraction(fleet: FleetConfig, service: Service) -> Decimal | str:
+    """`memoryFraction: auto`: the smallest fraction, in hundredths, at which vLLM starts and the
+    cache holds `maxNumSeqs` (default 1) sequences of `maxModelLen`; else why none does. A service
+    the allocator places is sized for the smallest card of the stack, so it fits wherever it lands."""
+    assert service.profile is not None
+    hosts = [h for h in fleet.hosts if service.host in (None, h.name)]
+    totals = [runtime_total(h) for h in hosts]
+    if None in totals:
+        return f"service {service.name}: memoryFraction auto needs every candidate host's hbmBytes (hbmGiB 64 or 32 are known)"
+    shape, total = shape_of(service.profile), min(t for t in totals if t is not None)
+    overhead = service.runtime_overhead_gi_b
+    overhead = fleet.runtime_overhead_gi_b if overhead is None else overhead
+    wanted = (service.max_num_seqs or 1) * (service.max_model_len or 0)
+    budget = min(fleet.budget(h) for h in hosts)
+    cap = None
+    for hundredths in range(1, int(budget * 100) + 1):
+        fraction = Decimal(hundredths) / 100
+        cap = capacity(shape, tp=service.tensor_parallel_size, fraction=fraction, total_bytes=total,
+                       overhead_bytes=int(overhead * GIB), max_model_len=service.max_model_len,
+                       max_num_seqs=service.max_num_seqs)  # fmt: skip
+        if cap.fits and cap.kv_tokens >= wanted:
+            return fraction
+    at = f"at {Decimal(int(budget * 100)) / 100}, {cap.arithmetic()}" if cap else "the budget is below 0.01"
+    return (f"service {service.name}: no memoryFraction within the per-card budget {budget} holds {wanted} tokens "
+            f"(maxNumSeqs x maxModelLen) on {service.tensor_parallel_size} card(s): {at}")  # fmt: skip

@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    WrapValidator,
     create_model,
     field_validator,
     model_validator,
@@ -67,6 +68,8 @@ Port = Annotated[int, Field(ge=1024, le=MAX_PORT)]
 AnyPort = Annotated[int, Field(ge=1, le=MAX_PORT)]
 Fraction = Annotated[Decimal, Field(gt=0, le=1), AfterValidator(_multiple_of_scale)]
 PowerOfTwo = Annotated[int, Field(ge=1, le=16), AfterValidator(_power_of_two)]
+# `auto` or a Fraction, with a Fraction's own error messages for anything else.
+FractionOrAuto = Annotated[Fraction, WrapValidator(lambda value, fraction: value if value == "auto" else fraction(value))]
 PortCount = Annotated[int, Field(ge=1, le=1024)]
 
 
@@ -312,8 +315,10 @@ class Service(ContainerSettings, _WindowPins):
     """`--served-model-name`; default: the service name."""
     tensor_parallel_size: PowerOfTwo = 1
     """Cards in the tensor-parallel group, all on one host, aligned (pairs, quads, all eight)."""
-    memory_fraction: Fraction = Decimal("0.9")
-    """`--gpu-memory-utilization`: the share of each of its cards' memory the service may take."""
+    memory_fraction: FractionOrAuto = Decimal("0.9")
+    """`--gpu-memory-utilization`: the share of each of its cards' memory the service may take. `auto`:
+    the smallest fraction, in hundredths, whose KV cache holds `maxNumSeqs` sequences of `maxModelLen`
+    (needs `profile`); `pin` writes the number chosen."""
     max_model_len: int | None = Field(default=None, ge=1, le=100_000_000)
     """`--max-model-len`."""
     max_num_seqs: int | None = Field(default=None, ge=1, le=1_000_000)
@@ -347,6 +352,17 @@ class Service(ContainerSettings, _WindowPins):
                 problems.append(f"hcclPortRanges is false but {kind.key} is pinned")
         if problems:
             raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _auto_is_sized(self) -> Service:
+        if self.memory_fraction == "auto":
+            if self.profile is None:
+                raise ValueError("memoryFraction auto needs the model's profile (profile: weightBytes, ...)")
+            if self.profile.attention == "hybrid":
+                raise ValueError("memoryFraction auto cannot size a hybrid model: set the fraction")
+            if self.profile.attention != "encoder" and self.max_model_len is None:
+                raise ValueError("memoryFraction auto needs maxModelLen: the fraction is sized to hold it")
         return self
 
     def pinned(self, kind: WindowKind, size: int) -> PortSpan | None:

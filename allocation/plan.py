@@ -38,6 +38,8 @@ class PlannedService:
     assignment: Assignment
     capacity: Capacity | None = None
     """Memory per card as vLLM will find it; None without a `profile`."""
+    auto_fraction: bool = False
+    """The configured fraction was `auto`; `service.memory_fraction` is the one chosen."""
 
     @property
     def name(self) -> str:

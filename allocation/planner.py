@@ -8,7 +8,9 @@ network or the disk. Every problem found is reported at once in one
 
 from __future__ import annotations
 
-from allocation.capacity import size_service
+from decimal import Decimal
+
+from allocation.capacity import auto_fraction, size_service
 from allocation.config import FleetConfig, Service
 from allocation.errors import AllocationError, listing
 from allocation.placement import Placer
@@ -16,10 +18,27 @@ from allocation.plan import HostPlan, Plan, PlannedService
 from allocation.ports import assign_ports
 
 
+def _resolve_auto(fleet: FleetConfig, problems: list[str]) -> tuple[FleetConfig, frozenset[str]]:
+    """The fleet with every `memoryFraction: auto` replaced by the fraction chosen for it."""
+    services, auto = [], set()
+    for s in fleet.services:
+        if s.memory_fraction == "auto":
+            chosen = auto_fraction(fleet, s)
+            if isinstance(chosen, str):
+                problems.append(chosen)
+                chosen = Decimal("1")  # placed anyway, so every other problem is reported too
+            s = s.model_copy(update={"memory_fraction": chosen})
+            auto.add(s.name)
+        services.append(s)
+    return fleet.model_copy(update={"services": services}), frozenset(auto)
+
+
 def plan_fleet(fleet: FleetConfig) -> Plan:
+    problems: list[str] = []
+    fleet, auto = _resolve_auto(fleet, problems)
     placer = Placer(fleet)
     placed = placer.run(list(fleet.services))
-    problems = list(placer.problems)
+    problems += placer.problems
 
     per_host: dict[str, list[tuple[Service, tuple[int, ...]]]] = {h.name: [] for h in fleet.hosts}
     for service in fleet.services:
@@ -36,7 +55,7 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
             verdict = size_service(fleet, host, s)
             problems += [verdict.problem] if verdict.problem else []
             warnings += [verdict.warning] if verdict.warning else []
-            planned.append(PlannedService(s, a, verdict.capacity))
+            planned.append(PlannedService(s, a, verdict.capacity, auto_fraction=s.name in auto))
         host_plans.append(HostPlan(host=host, budget=fleet.budget(host), services=tuple(planned)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")

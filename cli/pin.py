@@ -66,6 +66,8 @@ def pins_of(ps: PlannedService) -> dict[str, Any]:
     """The config keys that fix a service's current assignment."""
     a = ps.assignment
     pins: dict[str, Any] = {"host": a.host_name, "devices": _flow(list(a.cards))}
+    if ps.auto_fraction:  # `auto` becomes the number the planner chose
+        pins["memoryFraction"] = float(ps.service.memory_fraction)
     for kind in KINDS:
         if kind.key in a.windows:
             value = kind.value(a.windows[kind.key])
@@ -182,10 +184,10 @@ def _document(text: str) -> _Node | None:
 
 
 def _yaml_text(value: Any) -> str:
-    """A pin value in YAML flow style: `7007`, `[0, 1, 2, 3]`, `npu-a`."""
+    """A pin value in YAML flow style: `7007`, `0.46`, `[0, 1, 2, 3]`, `npu-a`."""
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
-    if isinstance(value, int):
+    if isinstance(value, (int, float)):
         return str(value)
     if isinstance(value, list):
         return "[" + ", ".join(_yaml_text(v) for v in value) + "]"

@@ -169,3 +169,65 @@ def test_the_diff_shows_what_a_change_does_to_the_capacity():
     unsized = plan_json(deploy(plan_fleet(profiled(0.9))))
     del unsized["hosts"][0]["services"][0]["capacity"]  # an older revision's plan
     assert diff_plans(unsized, old).changes() == []
+
+
+# ---- memoryFraction: auto ------------------------------------------------------------------
+
+
+def auto_fleet(max_model_len: int = 32768, max_num_seqs: int | None = 8, **host_extra):
+    svc = {**service("chat", 4, 0.5, profile={"weightBytes": 30 * GIB, **QWEN3}, maxModelLen=max_model_len),
+           "memoryFraction": "auto"}  # fmt: skip
+    if max_num_seqs is not None:
+        svc["maxNumSeqs"] = max_num_seqs
+    return fleet([host("npu-a", **host_extra)], [svc])
+
+
+@given(max_model_len=st.integers(1024, 200_000), max_num_seqs=st.integers(1, 64))
+def test_auto_is_the_smallest_hundredth_that_holds_max_num_seqs_sequences(max_model_len, max_num_seqs):
+    config = auto_fleet(max_model_len, max_num_seqs)
+    wanted = max_model_len * max_num_seqs
+    try:
+        plan = plan_fleet(config)
+    except AllocationError as error:
+        assert "no memoryFraction within the per-card budget 0.95 holds" in str(error)
+        at_budget = capacity(dense(), tp=4, fraction=Decimal("0.95"), total_bytes=TOTAL_64, overhead_bytes=4 * GIB,
+                             max_model_len=max_model_len, max_num_seqs=max_num_seqs)  # fmt: skip
+        assert at_budget.kv_tokens < wanted
+        return
+    ps = plan.hosts[0].services[0]
+    chosen = ps.service.memory_fraction
+    assert ps.auto_fraction and chosen * 100 == int(chosen * 100)
+    assert ps.capacity.fits and ps.capacity.kv_tokens >= wanted
+    if chosen > Decimal("0.01"):
+        below = capacity(dense(), tp=4, fraction=chosen - Decimal("0.01"), total_bytes=TOTAL_64, overhead_bytes=4 * GIB,
+                         max_model_len=max_model_len, max_num_seqs=max_num_seqs)  # fmt: skip
+        assert not (below.fits and below.kv_tokens >= wanted), "a hundredth less would do"
+
+
+def test_auto_goes_into_the_command_and_pin_writes_the_number(tmp_path):
+    from cli.pin import pin_stack_file
+
+    plan = plan_fleet(auto_fleet())
+    chosen = plan.hosts[0].services[0].service.memory_fraction
+    [sd] = deploy(plan).services()
+    assert sd.spec.command[sd.spec.command.index("--gpu-memory-utilization") + 1] == str(chosen)
+    path = tmp_path / "Pulumi.auto.yaml"
+    path.write_text(
+        "config:\n  ascend-fleet:hosts:\n    - name: npu-a\n      address: npu-a.example\n"
+        "  ascend-fleet:services:\n    - name: chat  # the chat model\n      model: /models/chat\n"
+        "      tensorParallelSize: 4\n      memoryFraction: auto\n      maxModelLen: 32768\n      maxNumSeqs: 8\n"
+        f"      profile: {{weightBytes: {30 * GIB}, numHiddenLayers: 64, numKeyValueHeads: 8, headDim: 128}}\n"
+    )
+    pin_stack_file(path, plan)
+    text = path.read_text()
+    assert f"memoryFraction: {chosen}\n" in text and "# the chat model" in text
+    assert "auto" not in text
+
+
+def test_auto_without_a_profile_or_max_model_len_is_a_config_error():
+    from allocation.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="memoryFraction auto needs the model's profile"):
+        fleet([host("npu-a")], [{**service("chat"), "memoryFraction": "auto"}])
+    with pytest.raises(ConfigError, match="memoryFraction auto needs maxModelLen"):
+        fleet([host("npu-a")], [{**service("chat", profile={"weightBytes": GIB, **QWEN3}), "memoryFraction": "auto"}])
