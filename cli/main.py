@@ -18,7 +18,8 @@ from allocation.diff import diff_plans, render_diff
 from allocation.errors import FleetError
 from allocation.planner import plan_fleet
 from allocation.report import FORMATS, plan_json, render_plan
-from cli.pin import pin_stack_file
+from cli.pin import pin_stack_file, set_service_keys
+from cli.profile import profiles
 from cli.revision import plan_at_revision
 from cli.stackfile import PROJECT_ROOT, StackFile, load_fleet
 from ops import doctor
@@ -49,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check the live hosts of a stack against the plan (exit 1 on findings)")
     _stack_args(doctor)
     doctor.add_argument("--format", choices=("table", "json"), default="table")
+
+    profile = sub.add_parser("profile", help="read each service's model folder and write its profile into the stack file")
+    _stack_args(profile)
+    profile.add_argument("--models-root", metavar="DIR", type=Path, help="read /path/of/model under DIR instead")
 
     render = sub.add_parser("render", help="the planned containers as a compose file or docker run script")
     _stack_args(render)
@@ -93,7 +98,14 @@ def _doctor(args: argparse.Namespace) -> int:
     return code
 
 
-COMMANDS = {"plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render}
+def _profile(args: argparse.Namespace) -> int:
+    fleet, stack_file = load_fleet(args.stack, args.config)
+    changed = set_service_keys(stack_file.path, profiles(fleet, args.models_root))
+    print(f"profiled {stack_file.path}: {', '.join(changed) if changed else 'nothing new'}")
+    return 0
+
+
+COMMANDS = {"plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render, "profile": _profile}
 
 
 def _paragraph(text: str) -> str:

@@ -191,6 +191,8 @@ def _yaml_text(value: Any) -> str:
         return str(value)
     if isinstance(value, list):
         return "[" + ", ".join(_yaml_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_yaml_text(v)}" for k, v in value.items()) + "}"
     text = str(value)
     plain = PLAIN_WORD.fullmatch(text) and YAML(typ="safe", pure=True).load(text) == text
     return text if plain else json.dumps(text)
@@ -300,34 +302,37 @@ def _services(doc: Any, tree: _Node | None, name: str) -> tuple[list[Any], list[
     return services, nodes.children
 
 
-def _pinned_text(text: str, plan: Plan, name: str) -> tuple[str, list[str]]:
-    """The text with the plan's pins set, and the services whose pins changed."""
+def _set_text(text: str, keys: dict[str, dict[str, Any]], name: str, *, every: bool) -> tuple[str, list[str]]:
+    """The text with each named service's keys set, and the services that changed. With `every`,
+    a service of the file without keys is an error (a plan covers all of them)."""
     doc = _load(text, name)
     try:
         tree = _document(text)
     except YAMLError as exc:
         raise ConfigError(f"{name}: not valid YAML: {' '.join(str(exc).split())}") from None
     services, nodes = _services(doc, tree, name)
-    planned = {ps.name: ps for _, ps in plan.services()}
     edits, changed, expected = [], [], []
     for entry, node in zip(services, nodes):
-        ps = planned.get(entry.get("name"))
-        if ps is None:
-            which = f"service {entry['name']}" if "name" in entry else "a service without a name"
-            raise ConfigError(f"{name}: {which} is not in the plan; nothing was written")
-        pins = {k: list(v) if isinstance(v, list) else v for k, v in pins_of(ps).items()}
-        found = _entry_edits(node, entry, pins, text)
+        values = keys.get(entry.get("name"))
+        if values is None:
+            if every:
+                which = f"service {entry['name']}" if "name" in entry else "a service without a name"
+                raise ConfigError(f"{name}: {which} is not in the plan; nothing was written")
+            expected.append(entry)
+            continue
+        values = {k: list(v) if isinstance(v, list) else v for k, v in values.items()}
+        found = _entry_edits(node, entry, values, text)
         if found:
             edits += found
-            changed.append(ps.name)
-        expected.append({**entry, **pins})
+            changed.append(entry["name"])
+        expected.append({**entry, **values})
     new = _apply(text, edits)
     doc["config"][SERVICES] = expected
-    check = _load(new, name, "pin would write text that does not parse; the file is untouched")
+    check = _load(new, name, "the edit would write text that does not parse; the file is untouched")
     if check != doc:
         raise ConfigError(
-            f"{name}: pin could not set the pins without changing other content (anchors, aliases or "
-            "merge keys in the services?); the file is untouched: write the pins by hand or simplify the entries"
+            f"{name}: could not set the keys without changing other content (anchors, aliases or "
+            "merge keys in the services?); the file is untouched: write them by hand or simplify the entries"
         )
     return new, changed
 
@@ -381,12 +386,17 @@ def _write(name: str, target: Path, data: bytes) -> None:
         raise
 
 
-def pin_stack_file(path: Path, plan: Plan) -> list[str]:
-    """Write the plan's pins into the stack file; return the names of services that changed."""
+def set_service_keys(path: Path, keys: dict[str, dict[str, Any]], *, every: bool = False) -> list[str]:
+    """Set keys of the named services in the stack file, in its own text; the services that changed."""
     target = Path(os.path.realpath(path))
     name = _name(Path(path), target)
     bom, text = _read(target, name)
-    new, changed = _pinned_text(text, plan, name)
+    new, changed = _set_text(text, keys, name, every=every)
     if new != text:
         _write(name, target, (bom + new).encode("utf-8"))
     return changed
+
+
+def pin_stack_file(path: Path, plan: Plan) -> list[str]:
+    """Write the plan's pins into the stack file; return the names of services that changed."""
+    return set_service_keys(path, {ps.name: pins_of(ps) for _, ps in plan.services()}, every=True)

@@ -1,0 +1,113 @@
+"""`profile`: model folders written here (config.json and tiny safetensors files with real headers)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+from cli.profile import ProfileError, read_profile
+
+QWEN3 = {"model_type": "qwen3", "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
+         "hidden_size": 5120, "head_dim": 128, "torch_dtype": "bfloat16", "sliding_window": None,
+         "use_sliding_window": False}  # fmt: skip
+
+
+def safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> int:
+    """A safetensors file as the format defines it: u64 header length, JSON header, data. Its data bytes."""
+    sizes = {"BF16": 2, "I8": 1, "F32": 4}
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, (dtype, shape) in tensors.items():
+        n = sizes[dtype]
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
+    return offset
+
+
+def model(root: Path, name: str, config: dict, index_total: int | None = None) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    if index_total is not None:
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": index_total}}))
+    return folder
+
+
+def test_a_dense_model_without_an_index_sums_its_safetensors_headers_int8_and_bf16_alike(tmp_path):
+    folder = model(tmp_path, "qwen", QWEN3)
+    a = safetensors(folder / "model-00001-of-00002.safetensors", {"w": ("I8", [64, 64]), "scale": ("BF16", [64])})
+    b = safetensors(folder / "model-00002-of-00002.safetensors", {"embed": ("BF16", [100, 64])})
+    assert read_profile(folder) == {"weightBytes": a + b, "numHiddenLayers": 64, "numKeyValueHeads": 8, "headDim": 128}
+
+
+def test_the_index_total_size_wins_head_dim_falls_back_and_text_config_is_read(tmp_path):
+    text = {k: v for k, v in QWEN3.items() if k != "head_dim"} | {"num_key_value_heads": 4, "hidden_size": 4096, "num_attention_heads": 32}
+    folder = model(tmp_path, "vl", {"model_type": "qwen2_5_vl", "text_config": text}, index_total=12345)
+    assert read_profile(folder) == {"weightBytes": 12345, "numHiddenLayers": 64, "numKeyValueHeads": 4, "headDim": 128}
+
+
+def test_mla_encoder_and_hybrid_models_are_told_apart(tmp_path):
+    mla = model(tmp_path, "ds", {"model_type": "deepseek_v3", "num_hidden_layers": 61, "kv_lora_rank": 512,
+                                  "qk_rope_head_dim": 64}, index_total=10)  # fmt: skip
+    assert read_profile(mla) == {"weightBytes": 10, "numHiddenLayers": 61, "attention": "mla", "kvLoraRank": 512, "qkRopeHeadDim": 64}
+    bge = model(tmp_path, "bge", {"model_type": "xlm-roberta", "num_hidden_layers": 24}, index_total=10)
+    assert read_profile(bge)["attention"] == "encoder"
+    gdn = {**QWEN3, "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"]}
+    assert read_profile(model(tmp_path, "next", gdn, index_total=10))["attention"] == "hybrid"
+    mistral = {**QWEN3, "sliding_window": 4096, "use_sliding_window": True}
+    assert read_profile(model(tmp_path, "swa", mistral, index_total=10))["attention"] == "hybrid"
+
+
+def test_an_unreadable_model_says_which_file_and_why(tmp_path):
+    with pytest.raises(ProfileError, match="no .*/gone/config.json"):
+        read_profile(tmp_path / "gone")
+    folder = model(tmp_path, "noweights", QWEN3)
+    with pytest.raises(ProfileError, match="no safetensors weights in"):
+        read_profile(folder)
+    (folder / "model.safetensors").write_bytes(b"\xff" * 8)
+    with pytest.raises(ProfileError, match="is not a safetensors file"):
+        read_profile(folder)
+
+
+def stack(tmp_path: Path, models: list[str]) -> Path:
+    services = "".join(
+        f"    - name: {m}  # keep this comment\n      model: /disk2/{m}\n      tensorParallelSize: 4\n"
+        f"      memoryFraction: 0.9\n      maxModelLen: 32768\n"
+        for m in models
+    )
+    path = tmp_path / "Pulumi.test.yaml"
+    path.write_text(f"config:\n  ascend-fleet:hosts:\n    - name: npu-a\n      address: 192.0.2.1\n  ascend-fleet:services:\n{services}")
+    return path
+
+
+def test_the_command_writes_every_profile_keeping_the_file_and_then_the_plan_shows_capacity(tmp_path, capsys):
+    root = tmp_path / "copy"
+    model(root / "disk2", "qwen", QWEN3, index_total=30 * 2**30)
+    path = stack(tmp_path, ["qwen"])
+    assert main(["profile", "--config", str(path), "--models-root", str(root)]) == 0
+    text = path.read_text()
+    assert "# keep this comment" in text
+    assert f"profile: {{weightBytes: {30 * 2**30}, numHiddenLayers: 64, numKeyValueHeads: 8, headDim: 128}}" in text
+    capsys.readouterr()
+    assert main(["plan", "--config", str(path), "--format", "json"]) == 0
+    [svc] = json.loads(capsys.readouterr().out)["hosts"][0]["services"]
+    assert svc["capacity"]["fits"] is True and svc["capacity"]["weightsGiBPerCard"] == 7.5
+
+
+def test_the_command_lists_every_unreadable_model_and_writes_nothing(tmp_path, capsys):
+    root = tmp_path / "copy"
+    model(root / "disk2", "qwen", QWEN3, index_total=10)
+    path = stack(tmp_path, ["qwen", "gone", "lost"])
+    before = path.read_text()
+    assert main(["profile", "--config", str(path), "--models-root", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert "service gone: no" in err and "service lost: no" in err and "nothing was written" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert path.read_text() == before
