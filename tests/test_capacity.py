@@ -231,3 +231,15 @@ def test_auto_without_a_profile_or_max_model_len_is_a_config_error():
         fleet([host("npu-a")], [{**service("chat"), "memoryFraction": "auto"}])
     with pytest.raises(ConfigError, match="memoryFraction auto needs maxModelLen"):
         fleet([host("npu-a")], [{**service("chat", profile={"weightBytes": GIB, **QWEN3}), "memoryFraction": "auto"}])
+
+
+def test_the_token_count_matches_a_published_startup_log():
+    """vllm-ascend issue 5044 (Qwen3-8B, bf16, TP 1, 32 GB card): `Available memory: 10700878950, total
+    memory: 31662800896` then `GPU KV cache size: 72,448 tokens`. Qwen3-8B: 36 layers, 8 KV heads of 128."""
+    qwen3_8b = Shape(weight_bytes=0, layers=36, kv_dtype_bytes=2, kv_heads=8, head_dim=128)
+    available = 10700878950
+    blocks = available // (qwen3_8b.token_bytes(tp=1) * BLOCK_TOKENS)
+    assert blocks * BLOCK_TOKENS == 72448
+    cap = capacity(qwen3_8b, tp=1, fraction=Decimal(1), total_bytes=available, overhead_bytes=0,
+                   max_model_len=10000, max_num_seqs=None)  # fmt: skip
+    assert cap.kv_tokens == 72448 and RUNTIME_TOTAL_BYTES[32] == 31662800896
