@@ -19,10 +19,10 @@ from allocation.errors import FleetError
 from allocation.planner import plan_fleet
 from allocation.report import FORMATS, plan_json, render_plan
 from cli.pin import pin_stack_file, set_service_keys
-from cli.profile import profiles
 from cli.revision import plan_at_revision
 from cli.stackfile import PROJECT_ROOT, StackFile, load_fleet
 from ops import doctor
+from ops.models import profiles
 from ops.render import render
 
 MAX_ERROR = 4000
@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
 
     profile = sub.add_parser("profile", help="read each service's model folder and write its profile into the stack file")
     _stack_args(profile)
-    profile.add_argument("--models-root", metavar="DIR", type=Path, help="read /path/of/model under DIR instead")
+    profile.add_argument("--models-root", metavar="DIR", type=Path, help="read /path/of/model under DIR here, not on the hosts")
 
     render = sub.add_parser("render", help="the planned containers as a compose file or docker run script")
     _stack_args(render)
@@ -99,8 +99,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    fleet, stack_file = load_fleet(args.stack, args.config)
-    changed = set_service_keys(stack_file.path, profiles(fleet, args.models_root))
+    deployment, stack_file = _deployment(args)
+    changed = set_service_keys(stack_file.path, profiles(deployment, args.models_root))
     print(f"profiled {stack_file.path}: {', '.join(changed) if changed else 'nothing new'}")
     return 0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
-from cli.profile import ProfileError, read_profile
+from ops.models import ProfileError, read_profile
 
 QWEN3 = {"model_type": "qwen3", "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
          "hidden_size": 5120, "head_dim": 128, "torch_dtype": "bfloat16", "sliding_window": None,
@@ -76,10 +76,10 @@ def test_an_unreadable_model_says_which_file_and_why(tmp_path):
         read_profile(folder)
 
 
-def stack(tmp_path: Path, models: list[str]) -> Path:
+def stack(tmp_path: Path, models: list[str], tp: int = 4, fraction: float = 0.9) -> Path:
     services = "".join(
-        f"    - name: {m}  # keep this comment\n      model: /disk2/{m}\n      tensorParallelSize: 4\n"
-        f"      memoryFraction: 0.9\n      maxModelLen: 32768\n"
+        f"    - name: {m}  # keep this comment\n      model: /disk2/{m}\n      tensorParallelSize: {tp}\n"
+        f"      memoryFraction: {fraction}\n      maxModelLen: 32768\n"
         for m in models
     )
     path = tmp_path / "Pulumi.test.yaml"
@@ -104,10 +104,29 @@ def test_the_command_writes_every_profile_keeping_the_file_and_then_the_plan_sho
 def test_the_command_lists_every_unreadable_model_and_writes_nothing(tmp_path, capsys):
     root = tmp_path / "copy"
     model(root / "disk2", "qwen", QWEN3, index_total=10)
-    path = stack(tmp_path, ["qwen", "gone", "lost"])
+    path = stack(tmp_path, ["qwen", "gone", "lost"], tp=1, fraction=0.3)
     before = path.read_text()
     assert main(["profile", "--config", str(path), "--models-root", str(root)]) == 1
     err = capsys.readouterr().err
     assert "service gone: no" in err and "service lost: no" in err and "nothing was written" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert path.read_text() == before
+
+
+def test_the_remote_script_reads_the_same_folder_as_a_local_read(tmp_path):
+    """The script `profile` runs over SSH (cat, head, tail, od), run here with sh."""
+    import subprocess
+
+    from ops.models import gather_script, parse_folders
+
+    folder = model(tmp_path, "qwen", QWEN3)
+    safetensors(folder / "model-00001-of-00002.safetensors", {"w": ("I8", [300, 64]), "s": ("BF16", [64])})
+    safetensors(folder / "model-00002-of-00002.safetensors", {"e": ("BF16", [10, 64])})
+    indexed = model(tmp_path, "indexed", QWEN3, index_total=777)
+    out = subprocess.run(["sh", "-s"], input=gather_script([str(folder), str(indexed), str(tmp_path / "gone")]),
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    folders = parse_folders(out, "npu-a")
+    assert read_profile(folders[str(folder)]) == read_profile(folder)
+    assert read_profile(folders[str(indexed)])["weightBytes"] == 777
+    with pytest.raises(ProfileError, match=f"no npu-a:{tmp_path}/gone/config.json"):
+        read_profile(folders[str(tmp_path / "gone")])
