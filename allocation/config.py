@@ -209,6 +209,10 @@ class ContainerSettings(Model):
     """`private` (default): the container's own IPC namespace and `/dev/shm` of `shmSizeMiB`, as the
     official vllm-ascend `docker run`. `host` shares the host's: `shmSizeMiB` is then ignored and each
     service gets its own `ATB_SHARE_MEMORY_NAME_SUFFIX`."""
+    vllm_ascend_version: Annotated[str, Field(pattern=r"^v?\d+\.\d+(\.\d+)?(rc\d+)?$")] | None = None
+    """vLLM-Ascend version the image runs (`0.11.0`); default: read from the image tag (`:v0.20.2rc1`).
+    Before 0.15, vLLM-Ascend counts other processes' memory on a card as its own overhead, so the
+    plan gives each later service on a shared card the running total of the fractions there."""
     stop_grace_seconds: int | None = Field(default=None, ge=0, le=3600)
     """How long `docker stop`, a replacement or a destroy waits after SIGTERM before SIGKILL, so vLLM
     releases its HBM before the next container starts. Default 60."""
@@ -589,3 +593,18 @@ def parse_fleet(stack: str, values: Mapping[str, Any]) -> FleetConfig:
         if not problems:
             return fleet
     raise ConfigError(f"stack {stack}: invalid configuration: " + listing(problems) + ".")
+
+
+def image_of(fleet: FleetConfig, service: Service) -> str:
+    """The image a service runs: its own, the defaults', else the project's."""
+    return service.image or fleet.defaults.image or DEFAULT_IMAGE
+
+
+def vllm_ascend_version(fleet: FleetConfig, service: Service) -> tuple[int, int] | None:
+    """(major, minor) of the service's vLLM-Ascend: configured, else from the image tag; None if unknown."""
+    text = service.vllm_ascend_version or fleet.defaults.vllm_ascend_version
+    if text is None:
+        tag = image_of(fleet, service).rpartition(":")[2]
+        text = tag if "/" not in tag else ""
+    match = re.match(r"v?(\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None

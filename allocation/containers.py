@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from allocation.config import DEFAULT_IMAGE, VISIBLE_DEVICES_ENV, Defaults, FleetConfig, Mount
+from allocation.config import VISIBLE_DEVICES_ENV, Defaults, FleetConfig, Mount, image_of
 from allocation.plan import PlannedService
 from allocation.windows import KINDS, span_text
 
@@ -131,7 +131,8 @@ def _command(planned: PlannedService, defaults: Defaults) -> tuple[str, ...]:
     s = planned.service
     command = ["vllm", "serve", s.model, "--served-model-name", s.served_model_name or s.name]
     command += ["--host", "0.0.0.0", "--port", str(planned.assignment.api_port)]
-    command += ["--tensor-parallel-size", str(s.tensor_parallel_size), "--gpu-memory-utilization", str(s.memory_fraction)]
+    utilization = planned.gpu_memory_utilization
+    command += ["--tensor-parallel-size", str(s.tensor_parallel_size), "--gpu-memory-utilization", str(utilization)]
     if s.max_model_len is not None:
         command += ["--max-model-len", str(s.max_model_len)]
     if s.max_num_seqs is not None:
@@ -203,7 +204,7 @@ def container_spec(
     reserved = ",".join(span_text(a.windows[k.key]) for k in KINDS if k.netns and k.key in a.windows)
     return ContainerSpec(
         name=s.name,
-        image=s.image or d.image or DEFAULT_IMAGE,
+        image=image_of(fleet, s),
         command=command,
         env=MappingProxyType(dict(sorted(env.items()))),
         extra_hosts=MappingProxyType({HOST_ALIAS: "host-gateway"} if after else {}),

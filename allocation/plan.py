@@ -40,6 +40,13 @@ class PlannedService:
     """Memory per card as vLLM will find it; None without a `profile`."""
     auto_fraction: bool = False
     """The configured fraction was `auto`; `service.memory_fraction` is the one chosen."""
+    running_total: Decimal | None = None
+    """`--gpu-memory-utilization` for a vLLM-Ascend before 0.15 on a shared card: the fractions of the
+    services before it on its cards plus its own. None: its own fraction."""
+
+    @property
+    def gpu_memory_utilization(self) -> Decimal:
+        return self.running_total if self.running_total is not None else self.service.memory_fraction
 
     @property
     def name(self) -> str:
@@ -53,6 +60,7 @@ class PlannedService:
             "devices": list(a.cards),
             "tensorParallelSize": self.service.tensor_parallel_size,
             "memoryFraction": float(self.service.memory_fraction),
+            "gpuMemoryUtilization": float(self.gpu_memory_utilization),
         } | {k.key: k.value(a.windows.get(k.key)) for k in KINDS} | {"capacity": _capacity_json(self.capacity)}
 
 

@@ -8,10 +8,11 @@ network or the disk. Every problem found is reported at once in one
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 from allocation.capacity import auto_fraction, size_service
-from allocation.config import FleetConfig, Service
+from allocation.config import FleetConfig, Service, vllm_ascend_version
 from allocation.errors import AllocationError, listing
 from allocation.placement import Placer
 from allocation.plan import HostPlan, Plan, PlannedService
@@ -56,7 +57,31 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
             problems += [verdict.problem] if verdict.problem else []
             warnings += [verdict.warning] if verdict.warning else []
             planned.append(PlannedService(s, a, verdict.capacity, auto_fraction=s.name in auto))
+        planned = _running_totals(fleet, planned, warnings)
         host_plans.append(HostPlan(host=host, budget=fleet.budget(host), services=tuple(planned)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
     return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings))
+
+
+def _running_totals(fleet: FleetConfig, services: list[PlannedService], notes: list[str]) -> list[PlannedService]:
+    """Before vLLM-Ascend 0.15 an instance counts every process's memory on its cards as its own
+    overhead (vllm-ascend issue 7308), so on a shared card a later service needs the fractions of
+    those before it (in start order: name order) plus its own as `--gpu-memory-utilization`."""
+    before: dict[int, Decimal] = {}
+    out = []
+    for ps in services:  # name order, the start order on each card
+        s, cards = ps.service, ps.assignment.cards
+        prior = max((before.get(c, Decimal(0)) for c in cards), default=Decimal(0))
+        version = vllm_ascend_version(fleet, s)
+        if prior and version is not None and version < (0, 15):
+            ps = replace(ps, running_total=prior + s.memory_fraction)
+            notes.append(
+                f"service {s.name}: vLLM-Ascend {version[0]}.{version[1]} counts the memory of the services started "
+                f"before it on its cards as its own, so it gets --gpu-memory-utilization {ps.running_total} "
+                f"({prior} before it + its {s.memory_fraction})"
+            )
+        for c in cards:
+            before[c] = before.get(c, Decimal(0)) + s.memory_fraction
+        out.append(ps)
+    return out

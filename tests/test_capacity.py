@@ -243,3 +243,37 @@ def test_the_token_count_matches_a_published_startup_log():
     cap = capacity(qwen3_8b, tp=1, fraction=Decimal(1), total_bytes=available, overhead_bytes=0,
                    max_model_len=10000, max_num_seqs=None)  # fmt: skip
     assert cap.kv_tokens == 72448 and RUNTIME_TOTAL_BYTES[32] == 31662800896
+
+
+# ---- versions ------------------------------------------------------------------------------
+
+
+def shared_card(image: str | None = None, **extra):
+    defaults = {"image": image} if image else {}
+    services = [service("alpha", 1, 0.1, devices=[0]), service("beta", 4, 0.85, devices=[0, 1, 2, 3]),
+                service("gamma", 4, 0.9, devices=[4, 5, 6, 7])]  # fmt: skip
+    return fleet([host("npu-a")], services, defaults=defaults, **extra)
+
+
+def utilization(plan, name: str) -> str:
+    spec = next(sd.spec for sd in deploy(plan).services() if sd.name == name)
+    return spec.command[spec.command.index("--gpu-memory-utilization") + 1]
+
+
+def test_before_0_15_a_later_service_on_a_shared_card_gets_the_running_total():
+    plan = plan_fleet(shared_card("quay.io/ascend/vllm-ascend:v0.11.0"))
+    assert (utilization(plan, "alpha"), utilization(plan, "beta"), utilization(plan, "gamma")) == ("0.1", "0.95", "0.9")
+    [note] = plan.warnings
+    assert "vLLM-Ascend 0.11" in note and "--gpu-memory-utilization 0.95 (0.1 before it + its 0.85)" in note
+    beta = next(s for s in plan_json(deploy(plan))["hosts"][0]["services"] if s["name"] == "beta")
+    assert (beta["memoryFraction"], beta["gpuMemoryUtilization"]) == (0.85, 0.95)
+
+
+@pytest.mark.parametrize("image, configured", [(None, None), ("quay.io/ascend/vllm-ascend:latest", None),
+                                                ("quay.io/ascend/vllm-ascend:v0.11.0", "0.15.0")])  # fmt: skip
+def test_from_0_15_or_unknown_each_service_asks_for_its_own_fraction(image, configured):
+    config = shared_card(image)
+    if configured:
+        config = config.model_copy(update={"defaults": config.defaults.model_copy(update={"vllm_ascend_version": configured})})
+    plan = plan_fleet(config)
+    assert utilization(plan, "beta") == "0.85" and plan.warnings == ()
