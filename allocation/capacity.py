@@ -155,42 +155,60 @@ class Verdict:
     """It starts, but not as configured: shown, the plan goes on."""
 
 
-def size_service(fleet: FleetConfig, host: Host, service: Service) -> Verdict:
-    """The capacity of a service with a profile on its host, and what is wrong with it."""
-    profile = service.profile
-    if profile is None:
-        return Verdict(None)
-    if profile.attention == "hybrid":
-        return Verdict(None, warning=f"service {service.name}: not sized: its sliding-window or linear-attention "
-                                     "layers keep state vLLM sizes per model, and the planner does not guess it")  # fmt: skip
-    total = runtime_total(host)
-    if total is None:
-        return Verdict(None, f"service {service.name}: host {host.name}'s hbmGiB {host.hbm_gi_b} is not a card "
-                             "ascend-fleet knows (64, 32): set the host's hbmBytes to the total the runtime reports")  # fmt: skip
+def _sized(fleet: FleetConfig, service: Service, total: int, fraction: Decimal) -> Capacity:
+    """The service's capacity at `fraction` of a card of `total` bytes."""
+    assert service.profile is not None
     overhead = service.runtime_overhead_gi_b
     overhead = fleet.runtime_overhead_gi_b if overhead is None else overhead
-    cap = capacity(
-        shape_of(profile),
+    return capacity(
+        shape_of(service.profile),
         tp=service.tensor_parallel_size,
-        fraction=service.memory_fraction,
+        fraction=fraction,
         total_bytes=total,
         overhead_bytes=int(overhead * GIB),
         max_model_len=service.max_model_len,
         max_num_seqs=service.max_num_seqs,
     )
-    where = f"service {service.name} (memoryFraction {service.memory_fraction} of {gib(total)} GiB on each of {service.tensor_parallel_size} card(s))"
+
+
+def size_service(fleet: FleetConfig, host: Host, service: Service) -> Verdict:
+    """The capacity of a service with a profile on its host, and what is wrong with it."""
+    name, profile = service.name, service.profile
+    if profile is None:
+        return Verdict(None)
+    if profile.attention == "hybrid":
+        why = "layers keep state vLLM sizes per model, and the planner does not guess it"
+        return Verdict(None, warning=f"service {name}: not sized: its sliding-window or linear-attention {why}")
+    total = runtime_total(host)
+    if total is None:
+        return Verdict(
+            None,
+            f"service {name}: host {host.name}'s hbmGiB {host.hbm_gi_b} is not a card ascend-fleet knows "
+            "(64, 32): set the host's hbmBytes to the total the runtime reports",
+        )
+    cap = _sized(fleet, service, total, service.memory_fraction)
+    where = (
+        f"service {name} (memoryFraction {service.memory_fraction} of {gib(total)} GiB "
+        f"on each of {service.tensor_parallel_size} card(s))"
+    )
     if cap.kv_bytes_per_card <= 0:
-        return Verdict(cap, f"{where} does not fit: {cap.arithmetic()}; raise memoryFraction, "
-                            "add cards (tensorParallelSize) or lower runtimeOverheadGiB if measured")  # fmt: skip
+        advice = "raise memoryFraction, add cards (tensorParallelSize) or lower runtimeOverheadGiB if measured"
+        return Verdict(cap, f"{where} does not fit: {cap.arithmetic()}; {advice}")
     if not cap.fits:
-        return Verdict(cap, f"{where}: its KV cache holds {cap.kv_tokens} tokens, less than one sequence of "
-                            f"maxModelLen {service.max_model_len}, and vLLM refuses to start then: {cap.arithmetic()}; "
-                            "raise memoryFraction or lower maxModelLen")  # fmt: skip
+        return Verdict(
+            cap,
+            f"{where}: its KV cache holds {cap.kv_tokens} tokens, less than one sequence of maxModelLen "
+            f"{service.max_model_len}, and vLLM refuses to start then: {cap.arithmetic()}; "
+            "raise memoryFraction or lower maxModelLen",
+        )
     if cap.queues:
         wanted = (service.max_num_seqs or 1) * (service.max_model_len or 0)
-        return Verdict(cap, warning=f"{where}: maxNumSeqs {service.max_num_seqs} x maxModelLen {service.max_model_len} "
-                                    f"= {wanted} tokens is more than its KV cache of {cap.kv_tokens} tokens: "
-                                    f"{cap.max_concurrency:.2f} sequences of maxModelLen at once, the rest queue")  # fmt: skip
+        return Verdict(
+            cap,
+            warning=f"{where}: maxNumSeqs {service.max_num_seqs} x maxModelLen {service.max_model_len} = {wanted} "
+            f"tokens is more than its KV cache of {cap.kv_tokens} tokens: {cap.max_concurrency:.2f} sequences "
+            "of maxModelLen at once, the rest queue",
+        )
     return Verdict(cap)
 
 
@@ -198,24 +216,21 @@ def auto_fraction(fleet: FleetConfig, service: Service) -> Decimal | str:
     """`memoryFraction: auto`: the smallest fraction, in hundredths, at which vLLM starts and the
     cache holds `maxNumSeqs` (default 1) sequences of `maxModelLen`; else why none does. A service
     the allocator places is sized for the smallest card of the stack, so it fits wherever it lands."""
-    assert service.profile is not None
     hosts = [h for h in fleet.hosts if service.host in (None, h.name)]
     totals = [runtime_total(h) for h in hosts]
     if None in totals:
-        return f"service {service.name}: memoryFraction auto needs every candidate host's hbmBytes (hbmGiB 64 or 32 are known)"
-    shape, total = shape_of(service.profile), min(t for t in totals if t is not None)
-    overhead = service.runtime_overhead_gi_b
-    overhead = fleet.runtime_overhead_gi_b if overhead is None else overhead
+        return f"service {service.name}: memoryFraction auto needs every candidate host's hbmBytes (64 and 32 GiB are known)"
+    total = min(t for t in totals if t is not None)
     wanted = (service.max_num_seqs or 1) * (service.max_model_len or 0)
     budget = min(fleet.budget(h) for h in hosts)
     cap = None
     for hundredths in range(1, int(budget * 100) + 1):
         fraction = Decimal(hundredths) / 100
-        cap = capacity(shape, tp=service.tensor_parallel_size, fraction=fraction, total_bytes=total,
-                       overhead_bytes=int(overhead * GIB), max_model_len=service.max_model_len,
-                       max_num_seqs=service.max_num_seqs)  # fmt: skip
+        cap = _sized(fleet, service, total, fraction)
         if cap.fits and cap.kv_tokens >= wanted:
             return fraction
     at = f"at {Decimal(int(budget * 100)) / 100}, {cap.arithmetic()}" if cap else "the budget is below 0.01"
-    return (f"service {service.name}: no memoryFraction within the per-card budget {budget} holds {wanted} tokens "
-            f"(maxNumSeqs x maxModelLen) on {service.tensor_parallel_size} card(s): {at}")  # fmt: skip
+    return (
+        f"service {service.name}: no memoryFraction within the per-card budget {budget} holds {wanted} tokens "
+        f"(maxNumSeqs x maxModelLen) on {service.tensor_parallel_size} card(s): {at}"
+    )
