@@ -20,8 +20,11 @@ from ruamel.yaml import YAML
 from ruamel.yaml.representer import SafeRepresenter
 
 from allocation.containers import ContainerSpec
-from allocation.deployment import Deployment, HostDeployment
-from ops.ssh import ssh_command
+from allocation.deployment import Deployment
+from ops.ssh import script_argv
+
+# Ends the here-document that feeds a host its device-share script; the script never contains it.
+_END = "ASCEND_FLEET_DEVICE_SHARE_END"
 
 
 def docker_run_args(spec: ContainerSpec) -> list[str]:
@@ -109,7 +112,7 @@ def _docker_run_script(deployment: Deployment) -> str:
         lines += ["", _comment(f"host {hd.name}"), f"export DOCKER_HOST={shlex.quote(hd.docker_url)}"]
         if hd.device_share_script is not None:
             lines += [_comment(f"shared cards {list(hd.shared_cards)}: device-share mode first, as root on the host")]
-            lines += [shlex.join(_on_host(hd)) + f" <<'{_END}'", hd.device_share_script.rstrip("\n"), _END]
+            lines += [shlex.join(script_argv(hd)) + f" <<'{_END}'", hd.device_share_script.rstrip("\n"), _END]
         for sd in hd.services:
             # Delete before create: the new container needs the same cards and ports. Stop
             # first, with the grace period, so vLLM frees its HBM before it is removed.
@@ -144,11 +147,3 @@ def _compose_files(deployment: Deployment) -> str:
 def render(deployment: Deployment, fmt: str) -> str:
     """Every host of the plan: one compose document, or one block of the docker-run script."""
     return _docker_run_script(deployment) if fmt == "docker-run" else _compose_files(deployment)
-
-
-_END = "ASCEND_FLEET_DEVICE_SHARE_END"
-
-
-def _on_host(hd: HostDeployment) -> list[str]:
-    """The argv that runs a script read from stdin on the deployment's host: over ssh, or here."""
-    return ["sh", "-s"] if hd.host.is_local() else ssh_command(hd.ssh_options or (), hd.host, "sh -s")

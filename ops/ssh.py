@@ -59,18 +59,23 @@ def ssh_command(options: Sequence[str], host: Host, remote: str) -> list[str]:
     ]  # fmt: skip
 
 
+def script_argv(hd: HostDeployment) -> list[str]:
+    """The argv that runs a POSIX shell script read from stdin on a deployment's host: over ssh
+    with the host's options, or a local shell when its Docker daemon is `unix://`."""
+    return ["sh", "-s"] if hd.host.is_local() else ssh_command(hd.ssh_options or (), hd.host, "sh -s")
+
+
 def run_script(ssh: Ssh, hd: HostDeployment, script: str, *, timeout: float | None = None) -> RemoteResult:
     """Run a POSIX shell script on a deployment's host (locally when its Docker daemon is `unix://`)."""
     host = hd.host
     connect = ssh.connect_timeout_seconds
     timeout = timeout if timeout is not None else max(DEFAULT_TIMEOUT_SECONDS, connect + 30.0)
+    argv = script_argv(hd)
     if host.is_local():
-        argv = ["sh", "-s"]
         env = {**os.environ, "DOCKER_HOST": host.docker_url()}
     else:
         if shutil.which("ssh") is None:
             return RemoteResult(False, None, "", "", 0.0, "no ssh client on this machine (apt package openssh-client)")
-        argv = ssh_command(hd.ssh_options or (), host, "sh -s")
         env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "DOCKER_CONTEXT")}
     start = time.monotonic()
     try:
