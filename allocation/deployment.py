@@ -59,6 +59,8 @@ class HostDeployment:
     """Options of the system `ssh` the docker provider and `doctor` run; None for a local daemon."""
     check_script: str
     """The host check (`allocation.host_check`), run before any image or container."""
+    shared_cards: tuple[int, ...]
+    """Cards more than one of its services use, ascending."""
     device_share_script: str | None
     """Puts the shared cards into device-share mode (`allocation.device_share`), after the check and
     before any container on them; None unless the host shares cards with `cardSharing: deviceShare`."""
@@ -70,10 +72,6 @@ class HostDeployment:
     @property
     def host(self) -> Host:
         return self.plan.host
-
-    @property
-    def shared_cards(self) -> tuple[int, ...]:
-        return self.plan.shared_cards()
 
     @property
     def name(self) -> str:
@@ -95,8 +93,10 @@ class Deployment:
         return (s for h in self.hosts for s in h.services)
 
 
-def _service_deployment(plan: Plan, hp: HostPlan, ps: PlannedService, after: tuple[str, ...]) -> ServiceDeployment:
-    shared = bool(set(hp.shared_cards()) & set(ps.assignment.cards))
+def _service_deployment(
+    plan: Plan, hp: HostPlan, ps: PlannedService, after: tuple[str, ...], shared_cards: tuple[int, ...]
+) -> ServiceDeployment:
+    shared = bool(set(shared_cards) & set(ps.assignment.cards))
     before = [p for p in hp.services if p.name in after]
     return ServiceDeployment(
         planned=ps,
@@ -110,8 +110,8 @@ def _service_deployment(plan: Plan, hp: HostPlan, ps: PlannedService, after: tup
 def _host_deployment(plan: Plan, hp: HostPlan, known_hosts: str) -> HostDeployment:
     host = hp.host
     after = start_after(hp)
-    services = tuple(_service_deployment(plan, hp, ps, after[ps.name]) for ps in hp.services)
     shared_cards = hp.shared_cards()
+    services = tuple(_service_deployment(plan, hp, ps, after[ps.name], shared_cards) for ps in hp.services)
     sharing = shared_cards and host.card_sharing == "deviceShare"
     url = host.docker_url()
     return HostDeployment(
@@ -124,6 +124,7 @@ def _host_deployment(plan: Plan, hp: HostPlan, known_hosts: str) -> HostDeployme
         check_script=host_check_script(
             host, [(s.planned, s.spec) for s in services], shared_cards=shared_cards if sharing else ()
         ),
+        shared_cards=shared_cards,
         device_share_script=device_share_script(host, shared_cards) if sharing else None,
         images=tuple(sorted({s.spec.image for s in services})),
         pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,
