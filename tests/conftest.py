@@ -1,10 +1,13 @@
-"""Suite-wide rules: in CI (ASCEND_FLEET_REQUIRE_SIMHOST=1) a skipped test is a failure."""
+"""Suite-wide rules (in CI, ASCEND_FLEET_REQUIRE_SIMHOST=1, a skipped test is a failure) and the `cli` fixture."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import pytest
+
+from cli.main import main
 
 REQUIRED = os.environ.get("ASCEND_FLEET_REQUIRE_SIMHOST") == "1"
 
@@ -16,3 +19,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if reporter:
             reporter.write_line(f"error: {skipped} test(s) skipped, but CI requires every test to run", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@dataclass(frozen=True)
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(capsys):
+    """`python -m allocation ARGS`, in this process."""
+
+    def run(*args: str) -> Result:
+        code = main(list(args))
+        out = capsys.readouterr()
+        return Result(code, out.out, out.err)
+
+    return run

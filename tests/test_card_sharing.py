@@ -21,7 +21,6 @@ from allocation.report import plan_json, render_plan
 from ops.render import render
 from tests.fleets import fleet, host, service
 from tests.pulumi_harness import CONTAINER, LOCAL_COMMAND, REMOTE_COMMAND, run_program
-from tests.test_cli import cli  # noqa: F401  (fixture)
 from tests.test_program import values_of
 
 

@@ -5,34 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml"))
-
-
-@dataclass(frozen=True)
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def cli(capsys):
-    """`python -m allocation ARGS`, in this process."""
-
-    def run(*args: str) -> Result:
-        code = main(list(args))
-        out = capsys.readouterr()
-        return Result(code, out.out, out.err)
-
-    return run
 
 
 def spawn(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
