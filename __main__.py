@@ -1,8 +1,9 @@
 """ascend-fleet: vLLM-Ascend servers on Ascend 910B hosts, cards and HCCL ports planned once.
 
 Read the stack config the engine hands over, plan the whole fleet, turn the
-plan into deployment records once, then one AscendHost per host in use and one
-ModelService per service, each fed its own record. See components/.
+plan into deployment records once, then one AscendHost per host in use, one
+ModelService per service (or replica) and one Router per replicated service, each
+fed its own record. See components/.
 """
 
 import asyncio
@@ -11,7 +12,7 @@ import gc
 import pulumi
 
 from allocation.report import plan_json
-from components import AscendHost, ModelService, fleet_deployment, ssh_private_key
+from components import AscendHost, ModelService, Router, fleet_deployment, ssh_private_key
 
 # The SDK keeps ~90 futures and tasks per container alive until the engine answers,
 # so the heap only grows while the program runs, and CPython's default thresholds
@@ -26,13 +27,18 @@ deployment = fleet_deployment()
 async def main() -> None:
     key = ssh_private_key(deployment.ssh)
     services: dict[str, ModelService] = {}
+    hosts = {hd.name: AscendHost(hd.name, hd, deployment.ssh, private_key=key) for hd in deployment.hosts if hd.in_use}
     for hd in (hd for hd in deployment.hosts if hd.services):
-        host = AscendHost(hd.name, hd, deployment.ssh, private_key=key)
         for sd in hd.services:
             after = [services[name] for name in sd.after]
-            services[sd.name] = ModelService(sd.name, sd, host, after=after)
+            services[sd.name] = ModelService(sd.name, sd, hosts[hd.name], after=after)
+    routers = {
+        rd.plan.service.name: Router(rd.name, rd, hosts[rd.plan.host_name], first=services[rd.first])
+        for rd in deployment.routers
+    }
 
-    pulumi.export("services", {name: s.summary for name, s in services.items()})
+    # A replicated service's endpoint is its router's; each replica keeps its own entry.
+    pulumi.export("services", {name: s.summary for name, s in services.items()} | {n: r.summary for n, r in routers.items()})
     pulumi.export("plan", plan_json(deployment))
     # Let every registration start before the SDK begins its final wait. Module code
     # never yields: the SDK would find no RPC started and instead wait on every

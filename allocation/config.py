@@ -306,6 +306,26 @@ class Host(Model):
         return self.docker_url().startswith("unix://")
 
 
+class ReplicaPins(_WindowPins):
+    """Pins of one replica of a replicated service: what a service pins at its top level."""
+
+    host: Name | None = None
+    """Host of the replica."""
+    devices: list[Annotated[int, Field(ge=0, le=15)]] | None = None
+    """Physical NPU indices; as many as the service's `tensorParallelSize`."""
+
+
+class Router(Model):
+    """`router:` of a replicated service: the vLLM router in front of its replicas."""
+
+    host: Name | None = None
+    """Host of the router container; default the first replica's host."""
+    policy: Literal["round_robin", "random", "power_of_two", "cache_aware", "consistent_hash"] | None = None
+    """Load-balancing policy; default `round_robin`, or `cache_aware` when prefix caching is on."""
+    request_timeout_seconds: int | None = Field(default=None, ge=10, le=86_400)
+    """How long one request may take through the router. Default 3600, for long contexts."""
+
+
 class Service(ContainerSettings, _WindowPins):
     """One entry of `ascend-fleet:services`: a `vllm serve` instance."""
 
@@ -337,6 +357,55 @@ class Service(ContainerSettings, _WindowPins):
     NPU port 16666 and gets its cards to itself."""
     devices: list[Annotated[int, Field(ge=0, le=15)]] | None = None
     """Pin: physical NPU indices; as many as `tensorParallelSize`."""
+    replicas: int = Field(default=1, ge=1, le=64)
+    """Containers serving the model, each planned like a service of its own (`<name>-1` ...), on
+    different hosts while there is room, behind one router at the service's endpoint. 1: one
+    container named after the service, no router."""
+    hosts: list[Name] | None = Field(default=None, min_length=1)
+    """Hosts the service (each replica) may be placed on; default: any."""
+    replica_pins: list[ReplicaPins] | None = None
+    """Pins of each replica, in order: `host`, `devices` and the windows (`pin` writes them)."""
+    router: Router | None = None
+    """The router of a replicated service."""
+    router_port: Port | None = None
+    """Pin: the router's port, published on its host; the service's endpoint."""
+    router_metrics_port: Port | None = None
+    """Pin: the router's Prometheus port, published on its host."""
+
+    @model_validator(mode="after")
+    def _replicas_agree(self) -> Service:
+        replicated = self.replicas > 1
+        problems = []
+        if self.host is not None and self.hosts is not None:
+            problems.append("set host or hosts, not both")
+        if not replicated:
+            owned = {"replicaPins": self.replica_pins, "router": self.router, "routerPort": self.router_port}
+            owned["routerMetricsPort"] = self.router_metrics_port
+            problems += [f"{k} needs replicas above 1" for k, v in owned.items() if v is not None]
+        else:
+            pins = {"host": self.host, "devices": self.devices} | {k.key: getattr(self, k.key) for k in KINDS}
+            pinned = [k for k, v in pins.items() if v is not None]
+            if pinned:
+                problems.append(
+                    f"a service with replicas pins each replica under replicaPins, not {', '.join(pinned)} "
+                    "(they would put every replica on the same cards and ports)"
+                )
+            if self.replica_pins is not None and len(self.replica_pins) > self.replicas:
+                problems.append(f"replicaPins has {len(self.replica_pins)} entries for {self.replicas} replicas")
+        for i, rp in enumerate(self.replica_pins or (), start=1):
+            if rp.devices is not None and len(rp.devices) != self.tensor_parallel_size:
+                problems.append(
+                    f"replicaPins entry {i}: devices {rp.devices} pins {len(rp.devices)} cards but "
+                    f"tensorParallelSize is {self.tensor_parallel_size}"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def replica_names(self) -> list[str]:
+        """The containers of the service: its own name, or `<name>-1` ... `<name>-N`."""
+        return [f"{self.name}-{i}" for i in range(1, self.replicas + 1)] if self.replicas > 1 else [self.name]
+
     @model_validator(mode="after")
     def _pins_agree(self) -> Service:
         problems = []
@@ -470,28 +539,35 @@ class FleetConfig(Model):
         ):
             dupes = sorted(n for n, count in Counter(names).items() if count > 1)
             problems += [f"{what} {n!r} is used more than once{why}" for n in dupes]
+        services = {s.name for s in self.services}
+        problems += [
+            f"service {s.name}: its replica {n} has the name of another service; rename one"
+            for s in self.services
+            if s.replicas > 1
+            for n in s.replica_names()
+            if n in services
+        ]
         hosts = {h.name: h for h in self.hosts}
         for s in self.services:
-            if s.host is None:
-                continue
-            host = hosts.get(s.host)
-            if host is None:
-                problems.append(
-                    f"service {s.name}: unknown host '{s.host}'{_suggest(s.host, hosts)}; "
-                    f"hosts are {', '.join(sorted(hosts))}"
-                )
-                continue
-            if s.tensor_parallel_size > host.npus:
-                problems.append(
-                    f"service {s.name}: tensorParallelSize {s.tensor_parallel_size} is larger "
-                    f"than host {host.name}'s {host.npus} NPUs"
-                )
-            bad = [d for d in s.devices or () if d >= host.npus]
-            if bad:
-                problems.append(
-                    f"service {s.name}: devices {bad} do not exist on host {host.name} "
-                    f"(cards 0-{host.npus - 1})"
-                )
+            for what, name, devices in _host_references(s):
+                host = hosts.get(name)
+                if host is None:
+                    problems.append(
+                        f"service {s.name}: {what}unknown host '{name}'{_suggest(name, hosts)}; "
+                        f"hosts are {', '.join(sorted(hosts))}"
+                    )
+                    continue
+                if s.tensor_parallel_size > host.npus and what != "router.host: ":
+                    problems.append(
+                        f"service {s.name}: tensorParallelSize {s.tensor_parallel_size} is larger "
+                        f"than host {host.name}'s {host.npus} NPUs"
+                    )
+                bad = [d for d in devices if d >= host.npus]
+                if bad:
+                    problems.append(
+                        f"service {s.name}: {what}devices {bad} do not exist on host {host.name} "
+                        f"(cards 0-{host.npus - 1})"
+                    )
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -501,6 +577,18 @@ class FleetConfig(Model):
 
     def budget(self, host: Host) -> Decimal:
         return host.memory_budget if host.memory_budget is not None else self.memory_budget
+
+
+def _host_references(s: Service) -> list[tuple[str, str, list[int]]]:
+    """Every host a service names, with where it names it (a message prefix) and the cards pinned there."""
+    refs = [("", s.host, s.devices or [])] if s.host else []
+    refs += [("hosts: ", name, []) for name in s.hosts or ()]
+    for i, rp in enumerate(s.replica_pins or (), start=1):
+        if rp.host is not None:
+            refs.append((f"replicaPins entry {i}: ", rp.host, rp.devices or []))
+    if s.router is not None and s.router.host is not None:
+        refs.append(("router.host: ", s.router.host, []))
+    return refs
 
 
 def _suggest(word: str, choices: Any) -> str:

@@ -110,6 +110,13 @@ class ContainerSpec:
     extra_hosts: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Name -> address lines of the container's /etc/hosts."""
     log_driver: str = "json-file"
+    metrics_port: int | None = None
+    """A second published port, for Prometheus (a router's)."""
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """Every port published on the host, at the same number inside."""
+        return (self.api_port,) if self.metrics_port is None else (self.api_port, self.metrics_port)
 
     @property
     def create_timeout_seconds(self) -> int:

@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from allocation.config import Host, Ssh
+from allocation.config import Host, Ssh, image_of
 from allocation.containers import ContainerSpec, container_spec
 from allocation.device_share import device_share_script
 from allocation.host_check import host_check_script
 from allocation.known_hosts import find_host_key
-from allocation.plan import HostPlan, Plan, PlannedService
+from allocation.plan import HostPlan, Plan, PlannedService, RouterPlan
+from allocation.router import build_script, router_spec
 from allocation.start_order import start_after
 from allocation.windows import KINDS
 
@@ -48,6 +49,26 @@ class ServiceDeployment:
 
 
 @dataclass(frozen=True)
+class RouterDeployment:
+    """The router of a replicated service: its container, how its image is built, what it waits for."""
+
+    plan: RouterPlan
+    spec: ContainerSpec
+    endpoint: str
+    """The service's OpenAI-compatible base URL: the router's, `http://address:routerPort/v1`."""
+    base_image: str
+    """The service's image, which the router image is built on."""
+    build_script: str
+    """Builds the router image on its host (`allocation.router`); prints the image id."""
+    first: str
+    """The replica the router starts after: it exits when no worker answers, so one must."""
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+
+@dataclass(frozen=True)
 class HostDeployment:
     """One host: how to reach its Docker daemon, what to check first, what to pull and run."""
 
@@ -68,6 +89,8 @@ class HostDeployment:
     pull_timeout_seconds: int
     services: tuple[ServiceDeployment, ...]
     """In name order, so every service comes after those it starts after."""
+    routers: tuple[RouterDeployment, ...] = ()
+    """The routers on the host, by service name."""
 
     @property
     def host(self) -> Host:
@@ -77,6 +100,11 @@ class HostDeployment:
     def name(self) -> str:
         return self.plan.host.name
 
+    @property
+    def in_use(self) -> bool:
+        """Anything runs here: a service or a router."""
+        return bool(self.services or self.routers)
+
 
 @dataclass(frozen=True)
 class Deployment:
@@ -84,6 +112,10 @@ class Deployment:
     ssh: Ssh
     hosts: tuple[HostDeployment, ...]
     """Every host of the plan, in name order, with services or not."""
+
+    @property
+    def routers(self) -> tuple[RouterDeployment, ...]:
+        return tuple(sorted((r for h in self.hosts for r in h.routers), key=lambda r: r.plan.service.name))
 
     @property
     def stack(self) -> str:
@@ -107,11 +139,28 @@ def _service_deployment(
     )
 
 
+def _router_deployment(plan: Plan, router: RouterPlan) -> RouterDeployment:
+    replicas = {ps.name: (hp.host, ps) for hp, ps in plan.services() if ps.replica_of == router.service.name}
+    workers = [f"http://{replicas[n][0].url_address()}:{replicas[n][1].assignment.api_port}" for n in router.replicas]
+    load = max(container_spec(plan.fleet, ps).start_timeout_seconds for _, ps in replicas.values())
+    base = image_of(plan.fleet, router.service)
+    host = plan.fleet.host(router.host_name)
+    return RouterDeployment(
+        plan=router,
+        spec=router_spec(plan.fleet, router, workers, load),
+        endpoint=f"http://{host.url_address()}:{router.port}/v1",
+        base_image=base,
+        build_script=build_script(base),
+        first=router.replicas[0],
+    )
+
+
 def _host_deployment(plan: Plan, hp: HostPlan, known_hosts: str) -> HostDeployment:
     host = hp.host
     after = start_after(hp)
     shared_cards = hp.shared_cards()
     services = tuple(_service_deployment(plan, hp, ps, after[ps.name], shared_cards) for ps in hp.services)
+    routers = tuple(_router_deployment(plan, r) for r in plan.routers if r.host_name == host.name)
     sharing = shared_cards and host.card_sharing == "deviceShare"
     url = host.docker_url()
     return HostDeployment(
@@ -126,9 +175,10 @@ def _host_deployment(plan: Plan, hp: HostPlan, known_hosts: str) -> HostDeployme
         ),
         shared_cards=shared_cards,
         device_share_script=device_share_script(host, shared_cards) if sharing else None,
-        images=tuple(sorted({s.spec.image for s in services})),
+        images=tuple(sorted({s.spec.image for s in services} | {r.base_image for r in routers})),
         pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,
         services=services,
+        routers=routers,
     )
 
 
@@ -144,4 +194,4 @@ def untrusted_hosts(deployment: Deployment) -> list[str]:
     check's Go client would trust any key there, so deploying to them must stop."""
     if deployment.ssh.strict_host_key_checking != "yes":
         return []
-    return [hd.name for hd in deployment.hosts if hd.services and not hd.host.is_local() and hd.host_key is None]
+    return [hd.name for hd in deployment.hosts if hd.in_use and not hd.host.is_local() and hd.host_key is None]

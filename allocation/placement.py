@@ -11,6 +11,7 @@ is counted in exact integer units (see `config.units`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service, units
 
@@ -46,16 +47,17 @@ class Cards:
     def aligned_blocks(self, tp: int) -> list[Block]:
         return [tuple(range(start, start + tp)) for start in range(0, self.host.npus - tp + 1, tp)]
 
-    def fits(self, block: Block, service: Service) -> bool:
+    def fits(self, block: Block, service: Service, avoid: frozenset[int] = frozenset()) -> bool:
         need = units(service.memory_fraction)
-        if not service.hccl_port_ranges and any(self.users[c] for c in block):
+        if avoid.intersection(block) or (not service.hccl_port_ranges and any(self.users[c] for c in block)):
             return False
         return all(self.free[c] >= need and not self.alone(c) for c in block)
 
-    def best_block(self, service: Service) -> Block | None:
-        """The aligned block leaving the least memory unused; the lowest cards on a tie."""
+    def best_block(self, service: Service, avoid: frozenset[int] = frozenset()) -> Block | None:
+        """The aligned block leaving the least memory unused, none of its cards in `avoid`; the
+        lowest cards on a tie."""
         need = units(service.memory_fraction)
-        fitting = [g for g in self.aligned_blocks(service.tensor_parallel_size) if self.fits(g, service)]
+        fitting = [g for g in self.aligned_blocks(service.tensor_parallel_size) if self.fits(g, service, avoid)]
         return min(fitting, key=lambda g: (sum(self.free[c] - need for c in g), g), default=None)
 
     def take(self, block: Block, service: Service) -> None:
@@ -129,9 +131,15 @@ def _need_text(service: Service) -> str:
 
 
 class Placer:
-    """Places every service of a fleet on cards; collects every problem instead of stopping."""
+    """Places every service of a fleet on cards; collects every problem instead of stopping.
 
-    def __init__(self, fleet: FleetConfig) -> None:
+    Replicas of one service (`replica_of`) go to hosts without a sibling while one has room, and
+    only then beside one, never on a sibling's card: losing a host or a card loses one replica."""
+
+    def __init__(self, fleet: FleetConfig, replica_of: Mapping[str, str] | None = None) -> None:
+        self.replica_of = replica_of or {}
+        self.siblings: dict[str, dict[str, set[int]]] = {}
+        """Replicated service -> host -> cards its replicas hold there."""
         self.hosts = sorted(fleet.hosts, key=lambda h: h.name)
         self.cards = {h.name: Cards(h, units(fleet.budget(h))) for h in self.hosts}
         self.index = {h.name: i for i, h in enumerate(self.hosts)}
@@ -158,9 +166,12 @@ class Placer:
         if s.devices is not None:
             self._place_pinned(s, tuple(sorted(s.devices)))
             return
+        if s.host is None and (s.hosts is not None or s.name in self.replica_of):
+            self._place_among(s)
+            return
         if s.host is not None:
             cards = self.cards[s.host]
-            block = cards.best_block(s)
+            block = cards.best_block(s, self._avoid(s, s.host))
             if block is None:
                 self.problems.append(
                     f"host {s.host}: service {s.name} needs {_need_text(s)} (aligned); "
@@ -184,12 +195,38 @@ class Placer:
         )
 
     def _candidates(self, s: Service) -> list[Host]:
-        return [self.cards[s.host].host] if s.host else self.hosts
+        if s.host:
+            return [self.cards[s.host].host]
+        return [h for h in self.hosts if h.name in s.hosts] if s.hosts else self.hosts
+
+    def _avoid(self, s: Service, host: str) -> frozenset[int]:
+        """The cards of `host` that other replicas of `s`'s service hold."""
+        group = self.replica_of.get(s.name)
+        return frozenset(self.siblings.get(group, {}).get(host, ())) if group else frozenset()
+
+    def _place_among(self, s: Service) -> None:
+        """A replica or a service limited to `hosts`: the first allowed host, by name, with room,
+        hosts without a sibling replica first."""
+        candidates = self._candidates(s)
+        group = self.siblings.get(self.replica_of.get(s.name, ""), {})
+        for host in [h for h in candidates if h.name not in group] + [h for h in candidates if h.name in group]:
+            cards = self.cards[host.name]
+            block = cards.best_block(s, self._avoid(s, host.name))
+            if block is not None:
+                self._commit(s, cards, block)
+                return
+        where = f"hosts {', '.join(h.name for h in candidates)}" if s.hosts else "any host"
+        shown = "; ".join(f"{h.name}: {self.cards[h.name].describe()}" for h in candidates[:5])
+        self.problems.append(
+            f"no room for service {s.name} on {where}: it needs {_need_text(s)} on one host (aligned)"
+            + (", on cards no other replica of its service uses" if s.name in self.replica_of else "")
+            + f"; free per card: {shown}"
+        )
 
     def _place_pinned(self, s: Service, block: Block) -> None:
         for host in self._candidates(s):
             cards = self.cards[host.name]
-            if max(block) < host.npus and cards.fits(block, s):
+            if max(block) < host.npus and cards.fits(block, s, self._avoid(s, host.name)):
                 self._commit(s, cards, block)
                 return
         where = f"host {s.host}" if s.host else "any host"
@@ -199,7 +236,12 @@ class Placer:
             for c in block:
                 if c >= host.npus:
                     continue
-                if host.card_sharing == "refuse" and cards.users[c]:
+                if c in self._avoid(s, host.name):
+                    details.append(
+                        f"{host.name} card {c} is held by another replica of {self.replica_of[s.name]}; "
+                        "replicas never share a card"
+                    )
+                elif host.card_sharing == "refuse" and cards.users[c]:
                     others = ", ".join(u.name for u in cards.users[c])
                     details.append(
                         f"{host.name} card {c} is used by {others} and the host has cardSharing refuse, "
@@ -227,6 +269,8 @@ class Placer:
     def _commit(self, s: Service, cards: Cards, block: Block) -> None:
         cards.take(block, s)
         self.placed[s.name] = (cards.host.name, block)
+        if s.name in self.replica_of:
+            self.siblings.setdefault(self.replica_of[s.name], {}).setdefault(cards.host.name, set()).update(block)
         i = self.index[cards.host.name]
         for (tp, alone), tree in self.trees.items():
             tree.update(i, cards.capacity(tp, alone))

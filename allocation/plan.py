@@ -40,6 +40,8 @@ class PlannedService:
     """Memory per card as vLLM will find it; None without a `profile`."""
     auto_fraction: bool = False
     """The configured fraction was `auto`; `service.memory_fraction` is the one chosen."""
+    replica_of: str | None = None
+    """The replicated service this container is a replica of; None for a service of its own."""
     running_total: Decimal | None = None
     """`--gpu-memory-utilization` for a vLLM-Ascend before 0.15 on a shared card: the fractions of the
     services before it on its cards plus its own. None: its own fraction."""
@@ -56,6 +58,7 @@ class PlannedService:
         a = self.assignment
         return {
             "name": self.name,
+            "replicaOf": self.replica_of,
             "host": a.host_name,
             "devices": list(a.cards),
             "tensorParallelSize": self.service.tensor_parallel_size,
@@ -85,12 +88,44 @@ class HostPlan:
 
 
 @dataclass(frozen=True)
+class RouterPlan:
+    """The router in front of a replicated service's replicas: its host and ports."""
+
+    service: Service
+    """The replicated service, as configured."""
+    host_name: str
+    port: int
+    """Published on the host; the service's endpoint."""
+    metrics_port: int
+    """Prometheus metrics, published on the host."""
+    replicas: tuple[str, ...]
+    """Its replicas' names, in order."""
+
+    @property
+    def name(self) -> str:
+        """The router's container name."""
+        return f"{self.service.name}-router"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "service": self.service.name,
+            "name": self.name,
+            "host": self.host_name,
+            "routerPort": self.port,
+            "routerMetricsPort": self.metrics_port,
+            "replicas": list(self.replicas),
+        }
+
+
+@dataclass(frozen=True)
 class Plan:
     fleet: FleetConfig
     hosts: tuple[HostPlan, ...]
     """Sorted by host name; every configured host, used or not."""
     warnings: tuple[str, ...] = ()
     """What will run, but not as configured (requests that will queue)."""
+    routers: tuple[RouterPlan, ...] = ()
+    """One per replicated service, by service name."""
 
     @property
     def stack(self) -> str:

@@ -15,7 +15,7 @@ from allocation.capacity import auto_fraction, size_service
 from allocation.config import FleetConfig, Service, vllm_ascend_version
 from allocation.errors import AllocationError, listing
 from allocation.placement import Placer
-from allocation.plan import HostPlan, Plan, PlannedService
+from allocation.plan import HostPlan, Plan, PlannedService, RouterPlan
 from allocation.ports import assign_ports
 
 
@@ -34,12 +34,48 @@ def _resolve_auto(fleet: FleetConfig, problems: list[str]) -> tuple[FleetConfig,
     return fleet.model_copy(update={"services": services}), frozenset(auto)
 
 
+def _replicas(fleet: FleetConfig) -> tuple[FleetConfig, dict[str, Service], dict[str, str]]:
+    """The fleet with each replicated service replaced by its replicas, each an ordinary service
+    with that replica's pins and the service's model name; the replicated services by name; and
+    each replica's service."""
+    services, replicated, replica_of = [], {}, {}
+    for s in fleet.services:
+        if s.replicas == 1:
+            services.append(s)
+            continue
+        replicated[s.name] = s
+        pins = list(s.replica_pins or ())
+        for i, name in enumerate(s.replica_names()):
+            own = {k: getattr(pins[i], k) for k in type(pins[i]).model_fields} if i < len(pins) else {}
+            update = {"name": name, "served_model_name": s.served_model_name or s.name, "replicas": 1}
+            update |= {"replica_pins": None, "router": None, "router_port": None, "router_metrics_port": None}
+            services.append(s.model_copy(update=update | own))
+            replica_of[name] = s.name
+    return fleet.model_copy(update={"services": services}), replicated, replica_of
+
+
+def _router_hosts(
+    replicated: dict[str, Service], placed: dict[str, tuple[str, tuple[int, ...]]]
+) -> dict[str, list[Service]]:
+    """Host -> the replicated services whose router runs there: `router.host`, else the first
+    replica's host. A service whose first replica found no room has no router (already a problem)."""
+    hosts: dict[str, list[Service]] = {}
+    for s in replicated.values():
+        host = s.router.host if s.router and s.router.host else placed.get(s.replica_names()[0], (None,))[0]
+        if host is not None:
+            hosts.setdefault(host, []).append(s)
+    return hosts
+
+
 def plan_fleet(fleet: FleetConfig) -> Plan:
     problems: list[str] = []
+    fleet, replicated, replica_of = _replicas(fleet)
     fleet, auto = _resolve_auto(fleet, problems)
-    placer = Placer(fleet)
+    placer = Placer(fleet, replica_of)
     placed = placer.run(list(fleet.services))
     problems += placer.problems
+    router_hosts = _router_hosts(replicated, placed)
+    routers = []
 
     per_host: dict[str, list[tuple[Service, tuple[int, ...]]]] = {h.name: [] for h in fleet.hosts}
     for service in fleet.services:
@@ -50,18 +86,42 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
     host_plans, warnings = [], []
     for host in sorted(fleet.hosts, key=lambda h: h.name):
         services = sorted(per_host[host.name], key=lambda p: p[0].name)
-        assignments = assign_ports(host, services, fleet.ports, problems)
+        mine = router_hosts.get(host.name, [])
+        assignments, router_ports = assign_ports(host, services, fleet.ports, problems, mine)
+        routers += [
+            RouterPlan(s, host.name, *router_ports[s.name], replicas=tuple(s.replica_names()))
+            for s in mine
+            if s.name in router_ports
+        ]
         planned = []
         for (s, _), a in zip(services, assignments):
             verdict = size_service(fleet, host, s)
             problems += [verdict.problem] if verdict.problem else []
             warnings += [verdict.warning] if verdict.warning else []
-            planned.append(PlannedService(s, a, verdict.capacity, auto_fraction=s.name in auto))
+            planned.append(
+                PlannedService(s, a, verdict.capacity, auto_fraction=s.name in auto, replica_of=replica_of.get(s.name))
+            )
         planned = _running_totals(fleet, planned, warnings)
         host_plans.append(HostPlan(host=host, budget=fleet.budget(host), services=tuple(planned)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
-    return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings))
+    warnings += _crowded(replicated, placed)
+    routers.sort(key=lambda r: r.service.name)
+    return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=tuple(routers))
+
+
+def _crowded(replicated: dict[str, Service], placed: dict[str, tuple[str, tuple[int, ...]]]) -> list[str]:
+    """A warning for each replicated service with two replicas on one host: losing it loses both."""
+    notes = []
+    for s in replicated.values():
+        hosts = [placed[n][0] for n in s.replica_names() if n in placed]
+        shared = sorted({h for h in hosts if hosts.count(h) > 1})
+        if shared:
+            notes.append(
+                f"service {s.name}: {len(hosts)} replicas on {len(set(hosts))} hosts; host(s) {', '.join(shared)} "
+                "hold more than one, so losing one of them loses several replicas"
+            )
+    return notes
 
 
 def _running_totals(fleet: FleetConfig, services: list[PlannedService], notes: list[str]) -> list[PlannedService]:

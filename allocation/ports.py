@@ -16,10 +16,11 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Sequence
 
 from allocation.config import Host, Ports, PortRange, Service
 from allocation.plan import Assignment
-from allocation.windows import HCCL_DEFAULT_NPU_PORT, KINDS, MAX_PORT, PortSpan, span_text
+from allocation.windows import API, ROUTER_KEYS, HCCL_DEFAULT_NPU_PORT, KINDS, MAX_PORT, PortSpan, span_text
 
 
 @dataclass
@@ -67,8 +68,11 @@ def assign_ports(
     placed: list[tuple[Service, tuple[int, ...]]],
     policy: Ports,
     problems: list[str],
-) -> list[Assignment]:
-    """Port windows for the services placed on one host; problems are appended, not raised."""
+    routers: Sequence[Service] = (),
+) -> tuple[list[Assignment], dict[str, tuple[int, int]]]:
+    """Port windows for the services placed on one host, and the port and metrics port of each
+    router on it (by replicated service), taken like API ports after every service's windows, so
+    a new router moves no service. Problems are appended, not raised."""
     taken = Occupied()
 
     def claim(span: PortSpan, owner: str) -> None:
@@ -93,6 +97,12 @@ def assign_ports(
             if span is not None:
                 windows[s.name][kind.key] = span
                 claim(span, f"{kind.key} of {s.name}")
+    # Routers' pins are pins too: laid down before anything is handed out.
+    router_pins = {s.name: (s.router_port, s.router_metrics_port) for s in sorted(routers, key=lambda s: s.name)}
+    for name, pair in router_pins.items():
+        for key, pin in zip(ROUTER_KEYS, pair):
+            if pin is not None:
+                claim((pin, pin), f"{key} of {name}")
     for s, _ in placed:
         for kind in KINDS:
             if kind.key in windows[s.name] or (kind.hccl_range and not s.hccl_port_ranges):
@@ -107,4 +117,25 @@ def assign_ports(
                 continue
             taken.add(*span, f"{kind.key} of {s.name}")
             windows[s.name][kind.key] = span
-    return [Assignment(host_name=host.name, cards=cards, windows=MappingProxyType(windows[s.name])) for s, cards in placed]
+    assignments = [Assignment(host.name, cards, MappingProxyType(windows[s.name])) for s, cards in placed]
+    return assignments, _router_ports(host, router_pins, policy, taken, problems)
+
+
+def _router_ports(
+    host: Host, pins: dict[str, tuple[int | None, int | None]], policy: Ports, taken: Occupied, problems: list[str]
+) -> dict[str, tuple[int, int]]:
+    """Each router's two ports: its pins (already taken), else the first free ports from `apiBase`."""
+    out: dict[str, tuple[int, int]] = {}
+    for name, pair in pins.items():
+        ports = []
+        for key, pin in zip(ROUTER_KEYS, pair):
+            span = (pin, pin) if pin is not None else taken.first_free(policy.base(API), 1)
+            if span is None:
+                problems.append(f"host {host.name}: no free port from {policy.base(API)} for {key} of {name}")
+                break
+            if pin is None:
+                taken.add(*span, f"{key} of {name}")
+            ports.append(span[0])
+        else:
+            out[name] = (ports[0], ports[1])
+    return out

@@ -38,7 +38,8 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
                 "services": services,
             }
         )
-    return {"stack": deployment.stack, "hosts": hosts}
+    routers = [rd.plan.to_json() | {"endpoint": rd.endpoint, "container": container_json(rd.spec)} for rd in deployment.routers]
+    return {"stack": deployment.stack, "hosts": hosts, "routers": routers}
 
 
 def container_json(spec: ContainerSpec) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def container_json(spec: ContainerSpec) -> dict[str, Any]:
         "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only} for m in spec.mounts],
         "ipcMode": spec.ipc_mode,
         "shmSizeMiB": spec.shm_size_mib,
-        "ports": [spec.api_port],
+        "ports": list(spec.ports),
         "labels": dict(spec.labels),
         "extraHosts": dict(spec.extra_hosts),
         "restart": spec.restart,
@@ -151,5 +152,9 @@ def render_plan(deployment: Deployment, fmt: str) -> str:
             parts.append(_host_title(hp))
             parts.append(_text_table(*_card_rows(hp)))
             parts.append(_text_table(*_port_rows(hp)))
+    if plan.routers:
+        rows = [[r.service.name, r.host_name, str(r.port), str(r.metrics_port), ", ".join(r.replicas)] for r in plan.routers]
+        table = (["service", "router host", "port", "metrics", "replicas"], rows)
+        parts += ["### Routers", _md_table(*table)] if fmt == "markdown" else ["routers", _text_table(*table)]
     return "\n\n".join(parts)
 

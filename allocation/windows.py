@@ -99,3 +99,5 @@ API = BY_KEY["apiPort"]
 NPU_SOCKETS = BY_KEY["hcclNpuSocketPortRange"]
 """The window HCCL falls back to its default port for when the variable is unset."""
 WINDOW_ENV = tuple(k.env for k in KINDS if k.env)
+ROUTER_KEYS = ("routerPort", "routerMetricsPort")
+"""A router's two ports: config pins and plan JSON keys, taken like API ports (from `apiBase`)."""

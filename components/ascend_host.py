@@ -23,6 +23,8 @@ from allocation.durations import go_duration
 
 class AscendHost(pulumi.ComponentResource):
     provider: docker.Provider
+    connection: command.remote.ConnectionArgs | None
+    """How scripts reach the host over SSH; None for a local daemon."""
     check: pulumi.CustomResource
     device_share: pulumi.CustomResource | None
     images: dict[str, docker.RemoteImage]
@@ -58,12 +60,13 @@ class AscendHost(pulumi.ComponentResource):
                 per_dial_timeout=ssh.connect_timeout_seconds,
                 dial_error_limit=3,
             )
-        self.check = _script(f"{name}-check", deployment.check_script, connection, child)
+        self.connection = connection
+        self.check = script(f"{name}-check", deployment.check_script, connection, child)
         # Shared cards go into device-share mode after the check and before any container on them.
         self.device_share = None
         if deployment.device_share_script is not None:
             after_check = pulumi.ResourceOptions(parent=self, depends_on=[self.check])
-            self.device_share = _script(
+            self.device_share = script(
                 f"{name}-device-share", deployment.device_share_script, connection, after_check, delete=removal_script()
             )
 
@@ -84,9 +87,9 @@ class AscendHost(pulumi.ComponentResource):
         self.register_outputs({"dockerHost": deployment.docker_url, "images": list(deployment.images)})
 
 
-def _script(
+def script(
     name: str,
-    script: str,
+    text: str,
     connection: command.remote.ConnectionArgs | None,
     opts: pulumi.ResourceOptions,
     delete: str | None = None,
@@ -95,5 +98,5 @@ def _script(
     script runs again as an update (`update`), never as a replacement, whose create-then-delete
     would run the new script and then the old one's `delete`; `delete` runs when the resource goes."""
     if connection is None:
-        return command.local.Command(name, create=script, update=script, delete=delete, opts=opts)
-    return command.remote.Command(name, connection=connection, create=script, update=script, delete=delete, opts=opts)
+        return command.local.Command(name, create=text, update=text, delete=delete, opts=opts)
+    return command.remote.Command(name, connection=connection, create=text, update=text, delete=delete, opts=opts)

@@ -36,7 +36,7 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
         ],
         # ip and protocol as the provider stores them after a read, so a refresh finds no change.
         hosts=[docker.ContainerHostArgs(host=name, ip=ip) for name, ip in spec.extra_hosts.items()] or None,
-        ports=[docker.ContainerPortArgs(internal=spec.api_port, external=spec.api_port, ip="0.0.0.0", protocol="tcp")],
+        ports=[docker.ContainerPortArgs(internal=p, external=p, ip="0.0.0.0", protocol="tcp") for p in spec.ports],
         ipc_mode=spec.ipc_mode,
         shm_size=spec.shm_size_mib,
         sysctls=dict(spec.sysctls),
@@ -64,6 +64,30 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
     )
 
 
+def container_options(
+    spec: ContainerSpec, parent: pulumi.Resource, provider: docker.Provider, depends_on: list[pulumi.Resource]
+) -> pulumi.ResourceOptions:
+    """How every container is created, replaced and deleted."""
+    return pulumi.ResourceOptions(
+        parent=parent,
+        provider=provider,
+        depends_on=depends_on,
+        # The replacement needs the same cards and host ports as the old container,
+        # so the old one must go first (else "port is already allocated").
+        delete_before_replace=True,
+        # The provider's default create timeout (20 minutes) would cut the health
+        # wait of a large model short; update and delete stay bounded too.
+        # The provider's update never applies a changed health check to a running
+        # container (terraform-provider-docker v4.5.0 resourceDockerContainerUpdate).
+        replace_on_changes=["healthcheck"],
+        custom_timeouts=pulumi.CustomTimeouts(
+            create=go_duration(spec.create_timeout_seconds),
+            update=go_duration(spec.create_timeout_seconds),
+            delete=go_duration(spec.delete_timeout_seconds),
+        ),
+    )
+
+
 class ModelService(pulumi.ComponentResource):
     container: docker.Container
     summary: dict
@@ -85,23 +109,8 @@ class ModelService(pulumi.ComponentResource):
             # not repo_digest, empty for an image built locally (the dev stack's npu-sim).
             # A new tag or a re-pulled image is a new id, so the container is replaced.
             container_args(spec, host.images[spec.image].image_id),
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                provider=host.provider,
-                depends_on=[host.check, *_sharing(deployment, host), *(s.container for s in after)],
-                # The replacement needs the same cards and host ports as the old container,
-                # so the old one must go first (else "port is already allocated").
-                delete_before_replace=True,
-                # The provider's default create timeout (20 minutes) would cut the health
-                # wait of a large model short; update and delete stay bounded too.
-                # The provider's update never applies a changed health check to a running
-                # container (terraform-provider-docker v4.5.0 resourceDockerContainerUpdate).
-                replace_on_changes=["healthcheck"],
-                custom_timeouts=pulumi.CustomTimeouts(
-                    create=go_duration(spec.create_timeout_seconds),
-                    update=go_duration(spec.create_timeout_seconds),
-                    delete=go_duration(spec.delete_timeout_seconds),
-                ),
+            opts=container_options(
+                spec, self, host.provider, [host.check, *_sharing(deployment, host), *(s.container for s in after)]
             ),
         )
         endpoint = deployment.endpoint

@@ -40,7 +40,7 @@ def docker_run_args(spec: ContainerSpec) -> list[str]:
     args += [f"--device={d}:{d}" for d in spec.device_files]
     args += [f"--volume={m.source}:{m.target}{':ro' if m.read_only else ''}" for m in spec.mounts]
     args += [f"--add-host={name}:{ip}" for name, ip in spec.extra_hosts.items()]
-    args += ["--publish", f"{spec.api_port}:{spec.api_port}"]
+    args += [a for port in spec.ports for a in ("--publish", f"{port}:{port}")]
     args += [f"--env={k}={v}" for k, v in spec.env.items()]
     args += [f"--label={k}={v}" for k, v in spec.labels.items()]
     args += ["--health-cmd", hc.test[1], f"--health-interval={hc.interval_seconds}s"]
@@ -86,7 +86,7 @@ def compose_service(spec: ContainerSpec) -> dict:
         "volumes": [
             {"type": "bind", "source": m.source, "target": m.target, "read_only": m.read_only} for m in spec.mounts
         ],
-        "ports": [f"{spec.api_port}:{spec.api_port}"],
+        "ports": [f"{port}:{port}" for port in spec.ports],
         **({"extra_hosts": [f"{name}:{ip}" for name, ip in spec.extra_hosts.items()]} if spec.extra_hosts else {}),
         "ipc": spec.ipc_mode,
         "shm_size": f"{spec.shm_size_mib}m",

@@ -1,0 +1,128 @@
+"""The router of a replicated service: vLLM's own router (PyPI `vllm-router`) in a container.
+
+One router per replicated service spreads requests over its replicas and is the service's
+endpoint. There is no registry to pull a router image from, so each host that runs a router
+builds one: the service's own image plus the pinned `vllm-router` wheel, installed by pip
+with its hashes checked (`build_script`). Pure: no Pulumi, no Docker, no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from types import MappingProxyType
+
+from allocation.config import FleetConfig, image_of
+from allocation.containers import LABEL_PREFIX, LOG_OPTS, ContainerSpec, HealthCheck
+from allocation.plan import RouterPlan
+
+VERSION = "0.1.14"
+# sha256 of the wheels pip may pick, one per platform (PyPI's published digests).
+WHEEL_HASHES = (
+    "0000000000000000000000000000000000000000000000000000000000000000",
+)
+IMAGE_REPOSITORY = "ascend-fleet-router"
+REQUEST_TIMEOUT_SECONDS = 3600
+HEALTH_INTERVAL_SECONDS = 10
+HEALTH_FAILURES = 3
+STOP_GRACE_SECONDS = 30
+
+
+def requirement() -> str:
+    """The pip requirement line: the exact version, and every wheel's hash."""
+    return f"vllm-router=={VERSION} " + " ".join(f"--hash=sha256:{h}" for h in WHEEL_HASHES)
+
+
+def dockerfile(base_image: str) -> str:
+    """The router image: the service's image (it has Python and pip) plus the pinned wheel."""
+    return (
+        f"FROM {base_image}\n"
+        f"RUN printf '%s\\n' {shlex.quote(requirement())} > /tmp/vllm-router.txt \\\n"
+        " && pip install --no-cache-dir --no-deps --require-hashes -r /tmp/vllm-router.txt \\\n"
+        " && rm /tmp/vllm-router.txt\n"
+    )
+
+
+def image_tag(base_image: str) -> str:
+    """A tag naming the router version and the base image, so a new base builds a new image."""
+    digest = hashlib.sha256(dockerfile(base_image).encode()).hexdigest()[:12]
+    return f"{IMAGE_REPOSITORY}:{VERSION}-{digest}"
+
+
+def build_script(base_image: str) -> str:
+    """Builds the router image on the host unless it is there; prints the image id last."""
+    tag = shlex.quote(image_tag(base_image))
+    return (
+        "set -eu\n"
+        f"if ! docker image inspect {tag} >/dev/null 2>&1; then\n"
+        f"  docker build --pull=false -t {tag} - <<'ASCEND_FLEET_ROUTER_DOCKERFILE'\n"
+        f"{dockerfile(base_image)}"
+        "ASCEND_FLEET_ROUTER_DOCKERFILE\n"
+        "fi\n"
+        f"docker image inspect -f '{{{{.Id}}}}' {tag}\n"
+    )
+
+
+def prefix_caching(args: list[str]) -> bool:
+    """Whether vLLM caches prefixes: on by default in vLLM's V1 engine; the last flag wins."""
+    flags = [a for a in args if a in ("--enable-prefix-caching", "--no-enable-prefix-caching")]
+    return not flags or flags[-1] == "--enable-prefix-caching"
+
+
+def router_spec(fleet: FleetConfig, router: RouterPlan, workers: list[str], load_seconds: int) -> ContainerSpec:
+    """The router's container: every replica in `--worker-urls`; `load_seconds`: the replicas'
+    start timeout, which the router's wait for its workers must outlast."""
+    s, d = router.service, fleet.defaults
+    settings = s.router
+    policy = settings.policy if settings and settings.policy else None
+    if policy is None:
+        policy = "cache_aware" if prefix_caching([*(d.args or ()), *(s.args or ())]) else "round_robin"
+    timeout = settings.request_timeout_seconds if settings and settings.request_timeout_seconds else None
+    command = (
+        "vllm-router",
+        "--host", "0.0.0.0",
+        "--port", str(router.port),
+        "--worker-urls", *workers,
+        "--policy", policy,
+        "--request-timeout-secs", str(timeout or REQUEST_TIMEOUT_SECONDS),
+        "--worker-startup-timeout-secs", str(load_seconds + 300),
+        "--health-check-interval-secs", str(HEALTH_INTERVAL_SECONDS),
+        "--health-failure-threshold", str(HEALTH_FAILURES),
+        "--prometheus-host", "0.0.0.0",
+        "--prometheus-port", str(router.metrics_port),
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{router.port}/liveness"
+    probe = (
+        f"wget -q -O /dev/null {url} 2>/dev/null || "
+        f"python3 -c 'import urllib.request; urllib.request.urlopen(\"{url}\", timeout=5)'"
+    )
+    labels = {
+        f"{LABEL_PREFIX}.stack": fleet.stack,
+        f"{LABEL_PREFIX}.service": router.name,
+        f"{LABEL_PREFIX}.router-of": s.name,
+        f"{LABEL_PREFIX}.host": router.host_name,
+        f"{LABEL_PREFIX}.router-port": str(router.port),
+        f"{LABEL_PREFIX}.router-metrics-port": str(router.metrics_port),
+    }
+    return ContainerSpec(
+        name=router.name,
+        image=image_tag(image_of(fleet, s)),
+        command=command,
+        env=MappingProxyType({}),
+        device_files=(),
+        mounts=(),
+        api_port=router.port,
+        metrics_port=router.metrics_port,
+        labels=MappingProxyType(labels),
+        healthcheck=HealthCheck(
+            test=("CMD-SHELL", probe), interval_seconds=10, timeout_seconds=5, start_period_seconds=60, retries=3
+        ),
+        privileged=False,
+        restart="unless-stopped",
+        shm_size_mib=64,
+        start_timeout_seconds=load_seconds + 300,
+        ipc_mode="private",
+        stop_grace_seconds=STOP_GRACE_SECONDS,
+        sysctls=MappingProxyType({}),
+        log_opts=MappingProxyType(dict(d.log_opts or LOG_OPTS)),
+    )
