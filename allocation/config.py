@@ -506,6 +506,17 @@ class Ssh(Model):
         return opts
 
 
+class Metrics(Model):
+    """`ascend-fleet:metrics`: what `render --format prometheus` writes for Prometheus and Grafana."""
+
+    npu_exporter_port: AnyPort = 8082
+    """Port of each host's NPU exporter (MindCluster NPU Exporter's default)."""
+    scrape_interval_seconds: int = Field(default=15, ge=1, le=3600)
+    """How often Prometheus scrapes every target."""
+    ttft_p95_seconds: Decimal = Field(default=Decimal(10), gt=0, le=3600)
+    """The alert threshold of a service's 95th-percentile time to first token."""
+
+
 class FleetConfig(Model):
     """Everything under the `ascend-fleet:` namespace of one stack."""
 
@@ -522,6 +533,8 @@ class FleetConfig(Model):
     """Per-card ceiling on the sum of memory fractions of the services sharing a card."""
     ssh: Ssh = Ssh()
     """SSH client settings."""
+    metrics: Metrics = Metrics()
+    """Prometheus targets, alert thresholds and the dashboard."""
     pull_timeout_minutes: int = Field(default=60, ge=1, le=1440)
     """How long `pulumi up` may take to pull one image onto a host."""
     runtime_overhead_gi_b: Decimal = Field(default=DEFAULT_RUNTIME_OVERHEAD_GIB, ge=0, le=1024, alias="runtimeOverheadGiB")
@@ -541,10 +554,10 @@ class FleetConfig(Model):
             problems += [f"{what} {n!r} is used more than once{why}" for n in dupes]
         services = {s.name for s in self.services}
         problems += [
-            f"service {s.name}: its replica {n} has the name of another service; rename one"
+            f"service {s.name}: its container {n} has the name of another service; rename one"
             for s in self.services
             if s.replicas > 1
-            for n in s.replica_names()
+            for n in [*s.replica_names(), f"{s.name}-router"]
             if n in services
         ]
         hosts = {h.name: h for h in self.hosts}

@@ -9,21 +9,24 @@ errors exit 2. Commands that reach hosts (`doctor`) or write other formats
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from pathlib import Path
 
 from allocation.deployment import Deployment, deploy
 from allocation.diff import diff_plans, render_diff
-from allocation.errors import FleetError
+from allocation.errors import ConfigError, FleetError
 from allocation.planner import plan_fleet
 from allocation.report import FORMATS, plan_json, render_plan
 from cli.pin import pin_stack_file, set_service_keys
 from cli.revision import plan_at_revision
 from cli.stackfile import PROJECT_ROOT, StackFile, load_fleet
-from ops import doctor
+from ops import dashboard, doctor, prometheus
 from ops.models import profiles
 from ops.render import render
+
+DASHBOARD = "grafana-dashboard.json"
 
 MAX_ERROR = 4000
 
@@ -55,9 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     _stack_args(profile)
     profile.add_argument("--models-root", metavar="DIR", type=Path, help="read /path/of/model under DIR here, not on the hosts")
 
-    render = sub.add_parser("render", help="the planned containers as a compose file or docker run script")
+    render = sub.add_parser(
+        "render", help="the planned containers as a compose file or docker run script; or Prometheus and Grafana files"
+    )
     _stack_args(render)
-    render.add_argument("--format", choices=("compose", "docker-run"), required=True)
+    render.add_argument("--format", choices=("compose", "docker-run", "prometheus"), required=True)
+    render.add_argument("--output", metavar="DIR", type=Path, help="prometheus: the directory to write the files to")
     return parser
 
 
@@ -87,8 +93,33 @@ def _pin(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_files(directory: Path, files: dict[str, str]) -> None:
+    """Each file written beside its final name first, then all renamed into place: a failure
+    leaves the old files, not half of the new ones."""
+    directory.mkdir(parents=True, exist_ok=True)
+    staged = []
+    try:
+        for name, text in files.items():
+            staged.append((directory / f".{name}.tmp", directory / name))
+            staged[-1][0].write_text(text, encoding="utf-8")
+    except OSError:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, final in staged:
+        os.replace(tmp, final)
+
+
 def _render(args: argparse.Namespace) -> int:
-    print(render(_deployment(args)[0], args.format), end="")
+    if args.format != "prometheus":
+        print(render(_deployment(args)[0], args.format), end="")
+        return 0
+    if args.output is None:
+        raise ConfigError("render --format prometheus writes several files: give the directory with --output DIR")
+    deployment = _deployment(args)[0]
+    files = prometheus.files(deployment) | {DASHBOARD: dashboard.render(deployment)}
+    write_files(args.output, files)
+    print(f"wrote {', '.join(sorted(files))} to {args.output}")
     return 0
 
 
