@@ -12,8 +12,11 @@ from dataclasses import dataclass, fields
 
 @dataclass(frozen=True)
 class _Vllm:
-    """vLLM 0.20 (vllm/v1/metrics/loggers.py, PrometheusStatLogger); labels `model_name`, `engine`.
-    `vllm:gpu_cache_usage_perc` is gone: `vllm:kv_cache_usage_perc` (0..1) replaced it."""
+    """vLLM 0.20.2 (vllm/v1/metrics/loggers.py, PrometheusStatLogger: running :452, waiting :462,
+    kv_cache_usage_perc :520, preemptions :620, prompt/generation tokens :629/:663, TTFT :755,
+    inter-token :788, e2e :871); labels `model_name` (the served name) and `engine`. vLLM 0.12
+    removed `vllm:gpu_cache_usage_perc` (vllm PR 29330) and hides `time_per_output_token_seconds`.
+    vllm-ascend adds no metrics of its own."""
 
     running: str = "vllm:num_requests_running"
     waiting: str = "vllm:num_requests_waiting"
@@ -31,7 +34,9 @@ class _Vllm:
 
 @dataclass(frozen=True)
 class _Npu:
-    """MindCluster NPU Exporter (default port 8082); the card is label `id`."""
+    """MindCluster NPU Exporter v26.1.0 (Ascend/mind-cluster, default port 8082, `main.go:84`); the
+    card is label `id` (collector_for_npu.go, collector_for_hbm.go, collector_for_utilization.go).
+    HBM refreshes every 60 s, health every 5 s."""
 
     hbm_used: str = "npu_chip_info_hbm_used_memory"
     """MB."""
@@ -40,17 +45,19 @@ class _Npu:
     utilization: str = "npu_chip_info_utilization"
     """AI core utilisation, percent."""
     health: str = "npu_chip_info_health_status"
+    """1 healthy, 0 unhealthy, -1 unknown."""
     healthy: int = 1
     card_label: str = "id"
 
 
 @dataclass(frozen=True)
 class _Router:
-    """vllm-router's Prometheus exporter (`--prometheus-port`)."""
+    """vllm-router's Prometheus exporter (`--prometheus-port`, a listener of its own; src/metrics.rs)."""
 
     worker_healthy: str = "vllm_router_worker_health"
-    """1 healthy, 0 unhealthy; label `worker` (its URL)."""
-    requests: str = "vllm_router_requests_total"
+    """1 healthy, 0 unhealthy; label `worker` (its URL; metrics.rs:68, :642)."""
+    processed: str = "vllm_router_processed_requests_total"
+    """Requests sent to each worker; label `worker` (metrics.rs:73)."""
 
 
 VLLM = _Vllm()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 
 import pytest
@@ -19,6 +20,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if reporter:
             reporter.write_line(f"error: {skipped} test(s) skipped, but CI requires every test to run", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def require_binary(name: str, package: str) -> str:
+    """The path of a program the test needs: skipped without it, but failed when CI requires every test."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed (apt-get install {package}; .ci/run does)"
+        if REQUIRED:
+            pytest.fail(f"{message} and ASCEND_FLEET_REQUIRE_SIMHOST=1", pytrace=False)
+        pytest.skip(message)
+    return path
 
 
 @dataclass(frozen=True)
