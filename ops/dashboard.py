@@ -80,6 +80,10 @@ def build(deployment: Deployment) -> dashboard.Dashboard:
         board = board.with_panel(
             _panel(panel_id + 1, "Workers the router sees as healthy", units.Short,
                    _query(f"{ROUTER.worker_healthy}{{{sel}}}", "{{replica_of}} {{worker}}"))
+        ).with_panel(
+            _panel(panel_id + 2, "Requests sent to each replica", units.RequestsPerSecond,
+                   _query(f"sum by (replica_of, worker) (rate({ROUTER.processed}{{{sel}}}[{RATE}]))",
+                          "{{replica_of}} {{worker}}"))
         )  # fmt: skip
     return board
 
