@@ -19,13 +19,13 @@ from typing import Any, Iterable, Literal, Mapping
 from allocation import markdown
 from allocation.config import VISIBLE_DEVICES_ENV
 from allocation.containers import START_GATE_NAME
-from allocation.windows import API, BY_KEY, KINDS, span_text
+from allocation.windows import API, BY_KEY, KINDS, ROUTER_KEYS, span_text
 
 Format = Literal["table", "json", "markdown"]
 FORMATS: tuple[Format, ...] = ("table", "json", "markdown")
 
-# Port fields of a planned service, in the order they are reported.
-PORT_FIELDS = tuple(k.key for k in KINDS)
+# Port fields of a planned service or router, in the order they are reported.
+PORT_FIELDS = tuple(k.key for k in KINDS) + ROUTER_KEYS
 # Container settings that are only a rendering of a placement or port field.
 # When that field changed the difference is already reported (as a move or a
 # port change), so repeating it as a restart reason would only be noise. When
@@ -84,6 +84,8 @@ class ServiceDiff:
     """What the capacity check says differently (KV cache, tokens, concurrency); re-creates nothing."""
     placement: Placement | None = None
     """Where an added service lands, or where a removed one was."""
+    replica_of: str | None = None
+    """The replicated service an added or removed replica or router belongs to."""
 
     @property
     def moved(self) -> bool:
@@ -125,10 +127,11 @@ class ServiceDiff:
     def lines(self) -> list[tuple[str, str]]:
         """(kind, detail) pairs, one per fact a reviewer should read."""
         out: list[tuple[str, str]] = []
+        of = f"replica of {self.replica_of}, " if self.replica_of else ""
         if self.added:
-            out.append(("added", f"on {self.placement}" if self.placement else ""))
+            out.append(("added", of + (f"on {self.placement}" if self.placement else "")))
         if self.removed:
-            out.append(("removed", f"was on {self.placement}" if self.placement else ""))
+            out.append(("removed", of + (f"was on {self.placement}" if self.placement else "")))
         if self.moved:
             out.append(("moved", f"{self.moved_from} -> {self.moved_to}"))
         out += [("ports changed", str(p)) for p in self.ports]
@@ -209,9 +212,11 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
     for name in old_services.keys() | new_services.keys():
         before, after = old_services.get(name), new_services.get(name)
         if before is None:
-            diffs.append(ServiceDiff(name, after["host"], added=True, placement=_placement(after)))
+            of = after.get("replicaOf")
+            diffs.append(ServiceDiff(name, after["host"], added=True, placement=_placement(after), replica_of=of))
         elif after is None:
-            diffs.append(ServiceDiff(name, before["host"], removed=True, placement=_placement(before)))
+            of = before.get("replicaOf")
+            diffs.append(ServiceDiff(name, before["host"], removed=True, placement=_placement(before), replica_of=of))
         else:
             diffs.append(_service_diff(name, before, after))
     diffs.sort(key=lambda d: (d.host, d.name))
@@ -229,6 +234,9 @@ def _services(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     for host in plan.get("hosts", ()):
         for svc in host.get("services", ()):
             out[svc["name"]] = {**svc, "host": svc.get("host") or host["name"]}
+    # A router is compared like a service without cards: its ports, its container (workers, policy).
+    for router in plan.get("routers", ()):
+        out[router["name"]] = {**router, "devices": [], "replicaOf": router["service"]}
     return out
 
 

@@ -206,10 +206,10 @@ class Placer:
 
     def _place_among(self, s: Service) -> None:
         """A replica or a service limited to `hosts`: the first allowed host, by name, with room,
-        hosts without a sibling replica first."""
+        among those with the fewest replicas of its service (none first), so replicas spread evenly."""
         candidates = self._candidates(s)
         group = self.siblings.get(self.replica_of.get(s.name, ""), {})
-        for host in [h for h in candidates if h.name not in group] + [h for h in candidates if h.name in group]:
+        for host in sorted(candidates, key=lambda h: len(group.get(h.name, ()))):  # stable: name order within
             cards = self.cards[host.name]
             block = cards.best_block(s, self._avoid(s, host.name))
             if block is not None:

@@ -16,10 +16,13 @@ from allocation.config import FleetConfig, image_of
 from allocation.containers import LABEL_PREFIX, LOG_OPTS, ContainerSpec, HealthCheck
 from allocation.plan import RouterPlan
 
-VERSION = "0.1.14"
-# sha256 of the wheels pip may pick, one per platform (PyPI's published digests).
+VERSION = "0.1.17"
+# sha256 of the two wheels pip may pick (PyPI, vllm_router-0.1.17-cp38-abi3-manylinux_2_28_{x86_64,aarch64}.whl).
+# Its Python dependencies (fastapi, uvicorn, aiohttp, orjson, requests, setproctitle) are vLLM's own, so
+# the service's image has them and the wheel goes in alone (`--no-deps`).
 WHEEL_HASHES = (
-    "0000000000000000000000000000000000000000000000000000000000000000",
+    "85c96bea4d573a49b5a8ae4c72ee3dfe733aba26b6f1ff1256e6142f1f42694d",
+    "1ec4d5ce14c19431cc84e36238507dff89020ab024d99f042f091f5e9f2c895a",
 )
 IMAGE_REPOSITORY = "ascend-fleet-router"
 REQUEST_TIMEOUT_SECONDS = 3600
@@ -91,7 +94,9 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, workers: list[str], load
         "--prometheus-host", "0.0.0.0",
         "--prometheus-port", str(router.metrics_port),
     )  # fmt: skip
-    url = f"http://127.0.0.1:{router.port}/liveness"
+    # /readiness answers 200 while at least one worker is healthy; /health answers 503 as soon as
+    # any one replica is down, which would mark the endpoint unhealthy while it still serves.
+    url = f"http://127.0.0.1:{router.port}/readiness"
     probe = (
         f"wget -q -O /dev/null {url} 2>/dev/null || "
         f"python3 -c 'import urllib.request; urllib.request.urlopen(\"{url}\", timeout=5)'"

@@ -397,6 +397,33 @@ def set_service_keys(path: Path, keys: dict[str, dict[str, Any]], *, every: bool
     return changed
 
 
+def _replicated_pins(plan: Plan) -> dict[str, dict[str, Any]]:
+    """A replicated service's pins: each replica's under `replicaPins`, in order, and its router's ports."""
+    replicas: dict[str, dict[str, PlannedService]] = {}
+    for _, ps in plan.services():
+        if ps.replica_of is not None:
+            replicas.setdefault(ps.replica_of, {})[ps.name] = ps
+    keys: dict[str, dict[str, Any]] = {}
+    for router in plan.routers:
+        ordered = [replicas[router.service.name][name] for name in router.replicas]
+        each = [pins_of(ps) for ps in ordered]
+        shared = {"memoryFraction": each[0].pop("memoryFraction")} if ordered[0].auto_fraction else {}
+        for pins in each[1:]:
+            pins.pop("memoryFraction", None)
+        keys[router.service.name] = shared | {
+            "replicaPins": each,
+            "routerPort": router.port,
+            "routerMetricsPort": router.metrics_port,
+        }
+    return keys
+
+
+def stack_pins(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Every configured service's pins, by its name in the stack file."""
+    keys = {ps.name: pins_of(ps) for _, ps in plan.services() if ps.replica_of is None}
+    return keys | _replicated_pins(plan)
+
+
 def pin_stack_file(path: Path, plan: Plan) -> list[str]:
     """Write the plan's pins into the stack file; return the names of services that changed."""
-    return set_service_keys(path, {ps.name: pins_of(ps) for _, ps in plan.services()}, every=True)
+    return set_service_keys(path, stack_pins(plan), every=True)

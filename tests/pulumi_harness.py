@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import runpy
 import sys
 import tempfile
@@ -53,10 +54,15 @@ REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
 REMOTE_COMMAND = "command:remote:Command"
 LOCAL_COMMAND = "command:local:Command"
 MODEL_SERVICE = "ascend-fleet:index:ModelService"
+ROUTER = "ascend-fleet:index:Router"
 ASCEND_HOST = "ascend-fleet:index:AscendHost"
 
 if str(PROJECT_ROOT) not in sys.path:
     sys.path.insert(0, str(PROJECT_ROOT))
+
+
+# The last line of allocation.router.build_script: the built image's id, by tag.
+IMAGE_BUILT = re.compile(r"docker image inspect -f '\{\{\.Id\}\}' (\S+)\n?$")
 
 
 def fake_image_id(name: str) -> str:
@@ -74,6 +80,9 @@ class Mocks(pulumi.runtime.Mocks):
             state["repoDigest"] = f"{name.rsplit(':', 1)[0]}@{fake_image_id(name)}"
         if args.typ in (REMOTE_COMMAND, LOCAL_COMMAND):
             state.update(stdout="ok", stderr="")
+            built = IMAGE_BUILT.search(args.inputs.get("create", ""))
+            if built:  # the router image build prints the image id last, as `docker image inspect` would
+                state.update(stdout=f"Successfully built\n{fake_image_id(built.group(1))}\n")
         return f"{args.name}-id", state
 
     def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, Optional[list]]:

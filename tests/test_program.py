@@ -26,13 +26,14 @@ from cli.stackfile import StackFile, stack_values
 from allocation.durations import go_duration
 from allocation.host_check import DAEMON_JSON, DMI_PRODUCT, NPU_SMI, host_check_script
 from allocation.windows import KINDS
-from cli.pin import pins_of
+from cli.pin import stack_pins
 from tests.pulumi_harness import (
     ASCEND_HOST,
     CONTAINER,
     FAKE_PRIVATE_KEY,
     LOCAL_COMMAND,
     MODEL_SERVICE,
+    ROUTER,
     PROJECT_ROOT,
     PROVIDER,
     REMOTE_COMMAND,
@@ -109,7 +110,8 @@ def test_every_service_becomes_one_container_built_from_its_container_spec(stack
     run = stack_run(stack)
     fleet, plan = planned(stack, values_of(stack))
     containers = run.by_name(CONTAINER)
-    assert sorted(containers) == sorted(f"{ps.name}-container" for _, ps in plan.services())
+    routers = [f"{r.name}-container" for r in plan.routers]
+    assert sorted(containers) == sorted([f"{ps.name}-container" for _, ps in plan.services()] + routers)
     specs = {sd.name: sd.spec for sd in deploy(plan).services()}
     for hp, ps in plan.services():
         spec = specs[ps.name]
@@ -325,7 +327,7 @@ def test_stack_outputs_give_every_service_endpoint_and_the_whole_plan(stack):
     outputs = run.stack_outputs
     assert outputs["plan"] == without_nulls(plan_json(deploy(plan)))
     assert sorted(outputs["plan"]) == ["hosts", "routers", "stack"]
-    assert sorted(outputs["services"]) == sorted(ps.name for _, ps in plan.services())
+    assert sorted(outputs["services"]) == sorted([ps.name for _, ps in plan.services()] + [r.service.name for r in plan.routers])
     components = run.by_name(MODEL_SERVICE)
     for hp, ps in plan.services():
         a = ps.assignment
@@ -375,9 +377,9 @@ def _pinned(values: dict, stack: str) -> dict:
     """The stack's values with every service pinned to what the planner gave it."""
     _, plan = planned(stack, values)
     pinned = copy.deepcopy(values)
-    by_name = {ps.name: ps for _, ps in plan.services()}
+    pins = stack_pins(plan)
     for service in pinned.get("services", []):
-        service.update({k: list(v) if isinstance(v, list) else v for k, v in pins_of(by_name[service["name"]]).items()})
+        service.update({k: list(v) if isinstance(v, list) else v for k, v in pins[service["name"]].items()})
     return pinned
 
 
@@ -400,11 +402,14 @@ def _host_of(run, plan) -> dict[str, str]:
     """URN -> host name for every host-specific resource of a run."""
     host_of = {}
     service_host = {ps.name: hp.host.name for hp, ps in plan.services()}
+    router_host = {r.name: r.host_name for r in plan.routers}
     for r in run.registrations:
         if r.type == ASCEND_HOST:
             host_of[r.urn] = r.name
         elif r.type == MODEL_SERVICE:
             host_of[r.urn] = service_host[r.name]
+        elif r.type == ROUTER:
+            host_of[r.urn] = router_host[r.name]
     for r in run.registrations:  # children: parents are registered first
         if r.urn not in host_of and r.parent in host_of:
             host_of[r.urn] = host_of[r.parent]
