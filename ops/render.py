@@ -23,7 +23,7 @@ from allocation.containers import ContainerSpec
 from allocation.deployment import Deployment
 from ops.ssh import script_argv
 
-# Ends the here-document that feeds a host its device-share script; the script never contains it.
+# Ends the here-documents that feed a host its device-share and router-image scripts; they never contain it.
 _END = "ASCEND_FLEET_DEVICE_SHARE_END"
 
 
@@ -114,13 +114,23 @@ def _docker_run_script(deployment: Deployment) -> str:
             lines += [_comment(f"shared cards {list(hd.shared_cards)}: device-share mode first, as root on the host")]
             lines += [shlex.join(script_argv(hd)) + f" <<'{_END}'", hd.device_share_script.rstrip("\n"), _END]
         for sd in hd.services:
-            # Delete before create: the new container needs the same cards and ports. Stop
-            # first, with the grace period, so vLLM frees its HBM before it is removed.
-            name = shlex.quote(sd.spec.name)
-            lines.append(f"docker stop --time {sd.spec.stop_grace_seconds} -- {name} >/dev/null 2>&1 || true")
-            lines.append(f"docker rm -f -- {name} >/dev/null 2>&1 || true")
-            lines.append(shlex.join(["docker", "run", *docker_run_args(sd.spec)]))
+            lines += _replace(sd.spec)
+        for rd in hd.routers:
+            lines += [_comment(f"router of {rd.plan.service.name}: its image is built on the host, then it runs")]
+            lines += [shlex.join(script_argv(hd)) + f" <<'{_END}' >/dev/null", rd.build_script.rstrip("\n"), _END]
+            lines += _replace(rd.spec)
     return "\n".join(lines) + "\n"
+
+
+def _replace(spec: ContainerSpec) -> list[str]:
+    """Delete before create: the new container needs the same cards and ports. Stop first, with
+    the grace period, so vLLM frees its HBM before it is removed."""
+    name = shlex.quote(spec.name)
+    return [
+        f"docker stop --time {spec.stop_grace_seconds} -- {name} >/dev/null 2>&1 || true",
+        f"docker rm -f -- {name} >/dev/null 2>&1 || true",
+        shlex.join(["docker", "run", *docker_run_args(spec)]),
+    ]
 
 
 def _compose_files(deployment: Deployment) -> str:
@@ -129,9 +139,14 @@ def _compose_files(deployment: Deployment) -> str:
     yaml.default_flow_style = False
     documents = []
     for hd in deployment.hosts:
+        services = {sd.spec.name: compose_service(sd.spec) for sd in hd.services}
+        for rd in hd.routers:
+            services[rd.spec.name] = compose_service(rd.spec)
+            if rd.first in services:  # the router exits when no replica answers
+                services[rd.spec.name]["depends_on"] = {rd.first: {"condition": "service_healthy"}}
         project = {
             "name": f"ascend-fleet-{deployment.stack}".lower(),
-            "services": {sd.spec.name: _literal(compose_service(sd.spec)) for sd in hd.services},
+            "services": {name: _literal(service) for name, service in services.items()},
         }
         buffer = io.StringIO()
         yaml.dump(project, buffer)
@@ -140,6 +155,8 @@ def _compose_files(deployment: Deployment) -> str:
             header += "\n" + _comment(
                 f"first put shared cards {list(hd.shared_cards)} into device-share mode: the docker-run export does it"
             )
+        for rd in hd.routers:
+            header += "\n" + _comment(f"first build the image {rd.spec.image} on the host: the docker-run export does it")
         documents.append(header + "\n" + buffer.getvalue())
     return "---\n".join(documents)
 

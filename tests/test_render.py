@@ -39,9 +39,14 @@ def test_compose_services_match_the_container_specs():
 
 def test_a_multi_host_stack_gives_one_compose_document_per_host():
     fleet, _ = load_fleet("staging")
-    docs = list(YAML(typ="safe").load_all(render(deploy(plan_fleet(fleet)), "compose")))
-    assert len(docs) == 2
-    assert sorted(n for d in docs for n in d["services"]) == sorted(s.name for s in fleet.services)
+    plan = plan_fleet(fleet)
+    docs = list(YAML(typ="safe").load_all(render(deploy(plan), "compose")))
+    assert len(docs) == len(fleet.hosts) == 3
+    containers = [ps.name for _, ps in plan.services()] + [r.name for r in plan.routers]
+    assert sorted(n for d in docs for n in d["services"]) == sorted(containers)
+    router = docs[0]["services"]["bge-m3-router"]
+    assert router["depends_on"] == {"bge-m3-1": {"condition": "service_healthy"}}
+    assert router["ports"] == ["7007:7007", f"{plan.routers[0].metrics_port}:{plan.routers[0].metrics_port}"]
 
 
 def test_the_docker_run_script_is_valid_shell_and_deletes_before_it_creates():
@@ -56,3 +61,17 @@ def test_the_docker_run_script_is_valid_shell_and_deletes_before_it_creates():
         assert ["docker", "run", *docker_run_args(spec)] in runs
         assert script.index(f"docker rm -f -- {ps.name} ") < script.index(f"--name {ps.name} ")
     assert "export DOCKER_HOST=ssh://root@192.0.2.10:22" in script
+
+
+def test_the_docker_run_script_builds_each_router_image_on_its_host_then_runs_the_router():
+    fleet, _ = load_fleet("staging")
+    deployment = deploy(plan_fleet(fleet))
+    script = render(deployment, "docker-run")
+    assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
+    (rd,) = deployment.routers
+    build = script.index("ssh ")
+    block = script[script.index("# host npu-s1") : script.index("# host npu-s2")]
+    assert rd.build_script.rstrip("\n") in block
+    assert block.index(rd.build_script.rstrip("\n")) < block.index("--name bge-m3-router ")
+    assert build < script.index("--name bge-m3-router ")
+    assert shlex.join(["docker", "run", *docker_run_args(rd.spec)]) in block
