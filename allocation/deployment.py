@@ -62,6 +62,8 @@ class RouterDeployment:
     """Builds the router image on its host (`allocation.router`); prints the image id."""
     first: str
     """The replica the router starts after: it exits when no worker answers, so one must."""
+    workers: tuple[str, ...]
+    """Each replica's URL, in the order of `plan.replicas`: the router's `--worker-urls`."""
 
     @property
     def name(self) -> str:
@@ -152,6 +154,7 @@ def _router_deployment(plan: Plan, router: RouterPlan) -> RouterDeployment:
         base_image=base,
         build_script=build_script(base),
         first=router.replicas[0],
+        workers=tuple(workers),
     )
 
 

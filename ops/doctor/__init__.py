@@ -33,7 +33,8 @@ class HostReport:
 def audit_host(ssh: Ssh, hd: HostDeployment, *, timeout: float | None = None) -> HostReport:
     """Gather one host's facts in one round trip and judge them."""
     host = hd.host
-    result = run_script(ssh, hd, gather_script(hd.shared_cards), timeout=timeout)
+    routers = [(rd.name, rd.plan.port) for rd in hd.routers]
+    result = run_script(ssh, hd, gather_script(hd.shared_cards, routers), timeout=timeout)
     if not result.reachable:
         text = f"host {host.name} ({hd.docker_url}) is unreachable: {result.error}"
         return HostReport(host.name, False, (Finding("unreachable", text),))

@@ -114,6 +114,8 @@ class HostFacts:
     driver: bool = True
     device_share: Mapping[int, str] = field(default_factory=dict)
     """Card -> what `npu-smi info -t device-share` said of it, on one line (gathered for shared cards)."""
+    router_workers: Mapping[str, str] = field(default_factory=dict)
+    """Router container -> the body of its `GET /workers` (or the error fetching it)."""
 
 
 _SS_USER = re.compile(r'\("(?P<name>[^"]*)",pid=(?P<pid>\d+)')
@@ -193,6 +195,7 @@ def parse_facts(text: str) -> HostFacts:
             for name, body in sec.items()
             if name.startswith("device-share ") and name.split()[1].isdigit()
         },
+        router_workers={name.split(None, 1)[1]: body for name, body in sec.items() if name.startswith("router-workers ")},
     )
 
 

@@ -31,6 +31,7 @@ networking, which the plan does not use).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Mapping
@@ -43,7 +44,7 @@ from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
 
 Kind = Literal[
     "unreachable", "host", "missing", "stopped", "restarting", "unhealthy", "drift", "foreign-card", "foreign-port",
-    "sharing",
+    "sharing", "router",
 ]  # fmt: skip
 
 
@@ -108,9 +109,15 @@ def _pids(facts: HostFacts, c: LiveContainer) -> frozenset[int]:
     return facts.pids.get(c.id, frozenset()) | ({c.pid} if c.pid else frozenset())
 
 
+def planned(deployment: HostDeployment) -> list[tuple[str, ContainerSpec, str]]:
+    """(name, spec, what it is) of every container planned on the host: services, then routers."""
+    out = [(sd.name, sd.spec, f"on cards {','.join(map(str, sd.planned.assignment.cards))}") for sd in deployment.services]
+    return out + [(rd.name, rd.spec, f"as the router of {rd.plan.service.name}") for rd in deployment.routers]
+
+
 def view_of(deployment: HostDeployment, facts: HostFacts) -> HostView:
     by_name = {c.name: c for c in facts.containers}
-    live = {sd.name: by_name[sd.name] for sd in deployment.services if sd.name in by_name}
+    live = {name: by_name[name] for name, _, _ in planned(deployment) if name in by_name}
     service_of = {c.id: name for name, c in live.items()}
     active = [c for c in facts.containers if c.active]
     card_services: dict[int, tuple[str, ...]] = {}
@@ -185,11 +192,10 @@ def _judge_host(view: HostView) -> list[Finding]:
 
 def _judge_state(view: HostView) -> list[Finding]:
     out = []
-    for sd in view.deployment.services:
-        name, live = sd.name, view.live.get(sd.name)
+    for name, spec, what in planned(view.deployment):
+        live = view.live.get(name)
         if live is None:
-            cards = ",".join(map(str, sd.planned.assignment.cards))
-            text = f"container {name} does not exist (planned on cards {cards}, API port {sd.spec.api_port})"
+            text = f"container {name} does not exist (planned {what}, API port {spec.api_port})"
             out.append(Finding("missing", text, service=name, container=name))
         elif live.status == "restarting":
             text = f"container {name} is restarting (last exit code {live.exit_code})"
@@ -226,7 +232,7 @@ def _differences(spec: ContainerSpec, live: LiveContainer) -> list[tuple[str, st
         # Keys dockerd added from daemon.json make the provider replace the container on every up.
         show: Callable[[Mapping[str, str]], str] = lambda opts: ",".join(f"{k}={v}" for k, v in sorted(opts.items()))  # noqa: E731
         out.append(("log options", show(spec.log_opts), show(live.log_opts) or "(none)"))
-    ports = {(spec.api_port, spec.api_port)}
+    ports = {(port, port) for port in spec.ports}
     if ports != set(live.published):
         show: Callable[[Iterable[tuple[int, int]]], str] = lambda ps: ", ".join(f"{h}->{c}" for h, c in sorted(ps)) or "(none)"  # noqa: E731
         out.append(("published ports", show(ports), show(live.published)))
@@ -238,11 +244,11 @@ def _differences(spec: ContainerSpec, live: LiveContainer) -> list[tuple[str, st
 
 def _judge_drift(view: HostView) -> list[Finding]:
     out = []
-    for sd in view.deployment.services:
-        live = view.live.get(sd.name)
-        for key, planned, actual in _differences(sd.spec, live) if live is not None else ():
-            text = f"container {sd.name}: {key}: {planned} (plan) != {actual} (live)"
-            out.append(Finding("drift", text, service=sd.name, container=live.name, key=key))
+    for name, spec, _ in planned(view.deployment):
+        live = view.live.get(name)
+        for key, want, actual in _differences(spec, live) if live is not None else ():
+            text = f"container {name}: {key}: {want} (plan) != {actual} (live)"
+            out.append(Finding("drift", text, service=name, container=live.name, key=key))
     return out
 
 
@@ -363,11 +369,37 @@ def _judge_sharing(view: HostView) -> list[Finding]:
     return out
 
 
+def _judge_routers(view: HostView) -> list[Finding]:
+    """Each running router's view of its replicas (`GET /workers`, vllm-router 0.1.17:
+    `{"workers": [{"url", "is_healthy", ...}], ...}`): a replica it sees as unhealthy, or does not list."""
+    out = []
+    for rd in view.deployment.routers:
+        live = view.live.get(rd.name)
+        if live is None or live.status != "running":
+            continue  # _judge_state says so
+        body = view.facts.router_workers.get(rd.name, "")
+        try:
+            seen = {w["url"]: bool(w["is_healthy"]) for w in json.loads(body)["workers"]}
+        except (ValueError, TypeError, KeyError) as exc:
+            text = f"router {rd.name}: its /workers could not be read ({type(exc).__name__}: {' '.join(body.split())[:200]})"
+            out.append(Finding("router", text, service=rd.plan.service.name, container=rd.name))
+            continue
+        for replica, url in zip(rd.plan.replicas, rd.workers):
+            if url not in seen:
+                text = f"router {rd.name} does not list replica {replica} ({url}) among its workers"
+            elif not seen[url]:
+                text = f"router {rd.name} sees replica {replica} ({url}) as unhealthy and sends it no requests"
+            else:
+                continue
+            out.append(Finding("router", text, service=replica, container=rd.name))
+    return out
+
+
 # Without Docker every process would look foreign, so only the host is judged then.
 JUDGES_WITHOUT_DOCKER = (_judge_host, _judge_sharing)
 JUDGES = (
     _judge_host, _judge_state, _judge_drift, _judge_foreign_cards, _judge_listeners, _judge_publishers, _judge_hccl,
-    _judge_sharing,
+    _judge_sharing, _judge_routers,
 )  # fmt: skip
 
 

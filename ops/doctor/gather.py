@@ -2,8 +2,9 @@
 
 It prints the host's facts in sections: `docker inspect` of every container,
 the PIDs of every running container (`docker top`), the listening TCP sockets
-(`ss -ltnpH`), `npu-smi info`, the device-share mode of the shared cards, the
-Ascend device files and the driver folder.
+(`ss -ltnpH`), `npu-smi info`, the device-share mode of the shared cards, what
+each router says of its workers (`/workers`), the Ascend device files and the
+driver folder.
 Paths come from `allocation.containers`, the constants the containers use.
 """
 
@@ -19,14 +20,28 @@ from allocation.device_share import CHIP
 MARK = "@@ascend-fleet-doctor@@"
 
 
-def gather_script(shared_cards: Sequence[int] = ()) -> str:
+def _fetch(url: str) -> str:
+    """Print a URL's body with whatever the host has: curl, wget or python3."""
+    q = shlex.quote(url)
+    return (
+        f"curl -fsS --max-time 5 {q} 2>/dev/null || wget -q -T 5 -O - {q} 2>/dev/null || "
+        f"python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "
+        f"{q} 2>&1"
+    )
+
+
+def gather_script(shared_cards: Sequence[int] = (), routers: Sequence[tuple[str, int]] = ()) -> str:
     """POSIX sh, run with `sh -s`. The whole script is one { } group, so the shell has
     read all of it before the first command runs; stdin then goes to /dev/null and no
     command can swallow the rest of the script. `shared_cards`: cards whose device-share
-    mode is read too."""
+    mode is read too; `routers`: (container, port) of the routers whose `/workers` is read."""
     controls = " ".join(shlex.quote(d) for d in CONTROL_DEVICES)
     sharing = "".join(
         f"m device-share {int(c)}; npu-smi info -t device-share -i {int(c)} -c {CHIP} 2>&1\n" for c in shared_cards
+    )
+    sharing += "".join(
+        f"m router-workers {shlex.quote(name)}; {_fetch(f'http://127.0.0.1:{int(port)}/workers')}\n"
+        for name, port in routers
     )
     return f"""{{
 exec </dev/null
