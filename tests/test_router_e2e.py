@@ -1,0 +1,310 @@
+"""End to end on loopback: replicas, the real vLLM router and a real Prometheus, as the plan renders them.
+
+Three stand-in vLLM servers (tests/fake_vllm.py) listen where the plan puts the three replicas
+(hosts 127.0.0.1-3, one per replica), the real `vllm-router` (PyPI, pinned in requirements.txt)
+runs with exactly the argv of the plan's router container, and Debian's `prometheus` scrapes the
+targets `render --format prometheus` writes. Nothing here is a model: what is real is the router's
+balancing, retries and health checks, and Prometheus' reading of our files, labels and rules.
+
+Timings follow the plan's router flags (health checks every 10 s, 3 failures to mark a worker
+down, 2 successes to bring it back; vllm-router's defaults for the rest, such as its circuit
+breaker's 60 s), so a failover and a rejoin take a minute or two: the test waits for them
+instead of shortening the flags, so what is tested is what is deployed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from allocation.config import parse_fleet
+from allocation.deployment import Deployment, RouterDeployment, deploy
+from allocation.planner import plan_fleet
+from cli.main import write_files
+from ops import prometheus
+from ops.doctor.facts import HostFacts, LiveContainer
+from ops.doctor.findings import host_findings
+from ops.metric_names import NPU
+from tests.conftest import require_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+API_BASE = 28100
+EXPORTER_PORT = 28190
+PROMETHEUS_PORT = 28199
+MODEL = "bge"
+
+
+def stack() -> Deployment:
+    values = {
+        "hosts": [{"name": f"lo-{i}", "address": f"127.0.0.{i}"} for i in (1, 2, 3)],
+        "services": [{"name": MODEL, "model": "/m/bge", "memoryFraction": 0.1, "replicas": 3,
+                      "router": {"policy": "round_robin"}}],
+        "ports": {"apiBase": API_BASE},
+        "metrics": {"npuExporterPort": EXPORTER_PORT, "scrapeIntervalSeconds": 1},
+    }  # fmt: skip
+    return deploy(plan_fleet(parse_fleet("e2e", values)))
+
+
+def get(url: str, timeout: float = 5) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def post(url: str, body: dict, timeout: float = 30) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def wait_for(what: str, check, seconds: float = 90, every: float = 0.5):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except OSError:
+            value = None
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {seconds}s waiting for {what}")
+
+
+class Replica:
+    """One stand-in `vllm serve` process at a replica's planned address and port."""
+
+    def __init__(self, name: str, address: str, port: int) -> None:
+        self.name, self.address, self.port = name, address, port
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}:{self.port}"
+
+    def start(self) -> None:
+        argv = [sys.executable, str(ROOT / "tests/fake_vllm.py"), "--host", self.address, "--port", str(self.port),
+                "--served-model-name", MODEL, "--replica", self.name]  # fmt: skip
+        self.process = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        wait_for(f"{self.name} to listen", lambda: get(f"{self.url}/health", 1)[0] == 200, 20, 0.1)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)
+
+    def served(self) -> int:
+        """Requests this process served, from its own /metrics."""
+        for line in get(f"{self.url}/metrics")[1].decode().splitlines():
+            if line.startswith("vllm:request_success_total{"):
+                return int(float(line.rsplit(" ", 1)[1]))
+        raise AssertionError(f"{self.name}: no vllm:request_success_total in /metrics")
+
+
+class NpuExporter(ThreadingHTTPServer):
+    """A host's NPU exporter as MindCluster's serves it: npu_chip_info_* per card, label `id`."""
+
+    def __init__(self, address: str) -> None:
+        body = "".join(
+            f'{NPU.hbm_used}{{id="{c}",model_name="Ascend910B3"}} {30000 + c}\n'
+            f'{NPU.hbm_total}{{id="{c}",model_name="Ascend910B3"}} 65536\n'
+            f'{NPU.utilization}{{id="{c}",model_name="Ascend910B3"}} 40\n'
+            f'{NPU.health}{{id="{c}",model_name="Ascend910B3"}} 1\n'
+            for c in range(8)
+        ).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        super().__init__((address, EXPORTER_PORT), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+class Fleet:
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+        (self.router,) = deployment.routers
+        where = {ps.name: (hp.host.address, ps.assignment.api_port) for hp, ps in deployment.plan.services()}
+        self.replicas = {name: Replica(name, *where[name]) for name in self.router.plan.replicas}
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.router.plan.port}"
+
+    def start_router(self) -> None:
+        argv = list(self.router.spec.command)
+        assert argv[0] == "vllm-router"
+        binary = Path(sys.executable).parent / "vllm-router"
+        self.process = subprocess.Popen([str(binary), *argv[1:]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for("the router to be ready", lambda: get(f"{self.base}/readiness", 1)[0] == 200, 60)
+
+    def workers(self) -> dict[str, bool]:
+        return {w["url"]: w["is_healthy"] for w in json.loads(get(f"{self.base}/workers")[1])["workers"]}
+
+    def stop(self) -> None:
+        for p in [self.process, *(r.process for r in self.replicas.values())]:
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[Fleet]:
+    f = Fleet(stack())
+    try:
+        for replica in f.replicas.values():
+            replica.start()
+        f.start_router()
+        yield f
+    finally:
+        f.stop()
+
+
+def traffic(f: Fleet, rounds: int) -> list[tuple[str, int]]:
+    """Every kind of request a client sends through the router: (what, status) of each."""
+    out = []
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    for _ in range(rounds):
+        out.append(("chat", post(f"{f.base}/v1/chat/completions", chat)[0]))
+        status, body = post(f"{f.base}/v1/chat/completions", {**chat, "stream": True})
+        out.append(("stream", status if body.rstrip().endswith(b"data: [DONE]") else -1))
+        out.append(("embeddings", post(f"{f.base}/v1/embeddings", {"model": MODEL, "input": "hi"})[0]))
+        status, body = get(f"{f.base}/v1/models")
+        out.append(("models", status if status != 200 or json.loads(body)["data"][0]["id"] == MODEL else -1))
+    return out
+
+
+def test_requests_of_every_kind_pass_and_spread_over_the_replicas(fleet):
+    before = {name: r.served() for name, r in fleet.replicas.items()}
+    results = traffic(fleet, 6)
+    assert [r for r in results if r[1] != 200] == []
+    gained = {name: r.served() - before[name] for name, r in fleet.replicas.items()}
+    # round_robin over 18 posted requests: every replica gets its share.
+    assert all(n >= 4 for n in gained.values()), gained
+    assert sum(gained.values()) == 18
+
+
+def test_prometheus_scrapes_every_target_with_the_plans_labels_and_joins_cards_to_services(fleet, tmp_path):
+    binary = require_binary("prometheus", "prometheus")
+    exporters = [NpuExporter(f"127.0.0.{i}") for i in (1, 2, 3)]
+    out = tmp_path / "prometheus"
+    write_files(out, prometheus.files(fleet.deployment))
+    argv = [binary, f"--config.file={out / prometheus.CONFIG}", f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}"]  # fmt: skip
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    api = f"http://127.0.0.1:{PROMETHEUS_PORT}/api/v1"
+    try:
+
+        def targets():
+            active = json.loads(get(f"{api}/targets")[1])["data"]["activeTargets"]
+            return active if len(active) == 7 and all(t["health"] == "up" for t in active) else None
+
+        active = wait_for("every target up", targets, 60)
+        labels = {(t["labels"]["job"], t["labels"]["service"]): t["labels"] for t in active}
+        assert labels[("vllm", "bge-2")] | {"instance": ""} == {
+            "job": "vllm", "instance": "", "stack": "e2e", "service": "bge-2", "replica_of": MODEL, "host": "lo-2",
+            "cards": "0",
+        }  # fmt: skip
+        assert labels[("vllm-router", "bge-router")]["replica_of"] == MODEL
+        assert {k[0] for k in labels} == {"vllm", "vllm-router", "npu-exporter"}
+
+        def joined():
+            query = urllib.parse.quote(f'{prometheus.HBM_USED}{{service="bge-2"}}')
+            result = json.loads(get(f"{api}/query?query={query}")[1])["data"]["result"]
+            return result or None
+
+        (series,) = wait_for("the HBM join", joined, 30)
+        assert series["metric"] == {"__name__": prometheus.HBM_USED, "stack": "e2e", "host": "lo-2", "card": "0",
+                                    "service": "bge-2", "replica_of": MODEL}  # fmt: skip
+        assert float(series["value"][1]) == pytest.approx(30000 / 65536)
+        query = urllib.parse.quote('sum by (replica_of) (vllm:num_requests_running{replica_of="bge"})')
+        assert json.loads(get(f"{api}/query?query={query}")[1])["data"]["result"][0]["metric"] == {"replica_of": MODEL}
+    finally:
+        server.terminate()
+        server.wait(10)
+        for e in exporters:
+            e.shutdown()
+            e.server_close()
+
+
+def test_a_killed_replica_costs_no_request_shows_unhealthy_and_rejoins_when_restarted(fleet):
+    victim = fleet.replicas["bge-2"]
+    victim.kill()
+    failed: list[tuple[str, int]] = []
+
+    def down():
+        failed.extend(r for r in traffic(fleet, 1) if r[1] != 200)
+        return fleet.workers()[victim.url] is False
+
+    wait_for("the router to mark bge-2 unhealthy", down, 90, 0)
+    # Completions and embeddings are retried on another replica (vllm-router retries connection
+    # errors and 5xx up to 5 times); GET /v1/models goes to one worker and is not retried, so
+    # until the health checks mark the replica down it fails when that worker is picked.
+    assert [r for r in failed if r[0] != "models"] == [], "retries on the other replicas hide the dead one"
+    assert {status for _, status in failed} <= {500, 502, 503}
+    assert [r for r in traffic(fleet, 3) if r[1] != 200] == []
+    assert get(f"{fleet.base}/readiness")[0] == 200
+    assert get(f"{fleet.base}/health")[0] == 503, "why the container's health check reads /readiness, not /health"
+
+    # doctor reads the same /workers and names the replica.
+    hd = next(h for h in fleet.deployment.hosts if h.routers)
+    facts = HostFacts(
+        containers=(_running(fleet.router),),
+        router_workers={fleet.router.name: get(f"{fleet.base}/workers")[1].decode()},
+    )
+    found = [f for f in host_findings(hd, facts) if f.kind == "router"]
+    assert [(f.service, f.container) for f in found] == [("bge-2", "bge-router")]
+
+    victim.start()
+    wait_for("bge-2 to be healthy again", lambda: fleet.workers()[victim.url], 90, 1)
+    # The failed attempts also opened bge-2's circuit breaker (10 failures; open for 60 s by
+    # default), so it takes requests again once that closes, whatever its health says.
+    failed.clear()
+
+    def serving():
+        failed.extend(r for r in traffic(fleet, 1) if r[1] != 200)
+        return victim.served() > 0
+
+    wait_for("bge-2 to take requests again", serving, 120, 1)
+    assert failed == []
+    before = victim.served()
+    assert [r for r in traffic(fleet, 6) if r[1] != 200] == []
+    assert victim.served() - before >= 4, "the restarted replica takes its share again"
+
+
+def _running(rd: RouterDeployment) -> LiveContainer:
+    spec = rd.spec
+    return LiveContainer(
+        id="router", name=spec.name, image=spec.image, status="running", health="healthy", exit_code=0, pid=1,
+        env=dict(spec.env), labels=dict(spec.labels), device_files=frozenset(), privileged=False,
+        ipc_mode=spec.ipc_mode, sysctls={}, log_opts=dict(spec.log_opts), published=frozenset((p, p) for p in spec.ports),
+    )  # fmt: skip
