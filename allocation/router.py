@@ -29,6 +29,8 @@ REQUEST_TIMEOUT_SECONDS = 3600
 HEALTH_INTERVAL_SECONDS = 10
 HEALTH_FAILURES = 3
 STOP_GRACE_SECONDS = 30
+STARTUP_MARGIN_SECONDS = 300
+"""How much longer than the slowest replica's load the router waits for its first worker."""
 
 
 def requirement() -> str:
@@ -81,6 +83,7 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, workers: list[str], load
     if policy is None:
         policy = "cache_aware" if prefix_caching([*(d.args or ()), *(s.args or ())]) else "round_robin"
     timeout = settings.request_timeout_seconds if settings and settings.request_timeout_seconds else None
+    wait = load_seconds + STARTUP_MARGIN_SECONDS
     command = (
         "vllm-router",
         "--host", "0.0.0.0",
@@ -88,7 +91,7 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, workers: list[str], load
         "--worker-urls", *workers,
         "--policy", policy,
         "--request-timeout-secs", str(timeout or REQUEST_TIMEOUT_SECONDS),
-        "--worker-startup-timeout-secs", str(load_seconds + 300),
+        "--worker-startup-timeout-secs", str(wait),
         "--health-check-interval-secs", str(HEALTH_INTERVAL_SECONDS),
         "--health-failure-threshold", str(HEALTH_FAILURES),
         "--prometheus-host", "0.0.0.0",
@@ -119,13 +122,14 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, workers: list[str], load
         api_port=router.port,
         metrics_port=router.metrics_port,
         labels=MappingProxyType(labels),
+        # After a reboot the router waits for a replica to load before it binds its port.
         healthcheck=HealthCheck(
-            test=("CMD-SHELL", probe), interval_seconds=10, timeout_seconds=5, start_period_seconds=60, retries=3
+            test=("CMD-SHELL", probe), interval_seconds=10, timeout_seconds=5, start_period_seconds=wait, retries=3
         ),
         privileged=False,
         restart="unless-stopped",
         shm_size_mib=64,
-        start_timeout_seconds=load_seconds + 300,
+        start_timeout_seconds=wait,
         ipc_mode="private",
         stop_grace_seconds=STOP_GRACE_SECONDS,
         sysctls=MappingProxyType({}),
