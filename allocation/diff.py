@@ -35,6 +35,8 @@ DERIVED_ENV = {k.env: (k.key,) for k in KINDS if k.env} | {
     VISIBLE_DEVICES_ENV: ("devices",),
     "VLLM_WORKER_MULTIPROC_METHOD": ("devices",),  # set only for tensor parallelism
 }
+# Options that take every word up to the next option (vllm-router's `nargs="*"`).
+MANY_VALUES = frozenset({"--worker-urls"})
 # Container keys that widen what a container may touch; a change to them stands out.
 SECURITY_KEYS = ("privileged", "deviceFiles", "mounts", "ipcMode")
 SECURITY = "security"
@@ -294,9 +296,10 @@ def _container_changes(old: Mapping[str, Any], new: Mapping[str, Any], explained
 
 
 def _parse_command(argv: list[str]) -> tuple[list[str], dict[str, list[str | None]]]:
-    """Positional words and `--option value` pairs of a `vllm serve` command line.
+    """Positional words and `--option value` pairs of a `vllm serve` or `vllm-router` command line.
 
-    An option takes the next word as its value unless that word is itself an option;
+    An option takes the next word as its value unless that word is itself an option (an option
+    of `MANY_VALUES` takes every word up to the next option);
     `--flag=value` is split. An option given twice keeps every value, in order.
     """
     positional: list[str] = []
@@ -308,6 +311,10 @@ def _parse_command(argv: list[str]) -> tuple[list[str], dict[str, list[str | Non
             key, eq, value = word.partition("=")
             if eq:
                 options.setdefault(key, []).append(value)
+            elif key in MANY_VALUES:
+                while i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                    options.setdefault(key, []).append(argv[i + 1])
+                    i += 1
             elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 options.setdefault(key, []).append(argv[i + 1])
                 i += 1
