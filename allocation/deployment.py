@@ -60,14 +60,17 @@ class RouterDeployment:
     """The service's image, which the router image is built on."""
     build_script: str
     """Builds the router image on its host (`allocation.router`); prints the image id."""
-    first: str
-    """The replica the router starts after: it exits when no worker answers, so one must."""
     workers: tuple[str, ...]
     """Each replica's URL, in the order of `plan.replicas`: the router's `--worker-urls`."""
 
     @property
     def name(self) -> str:
         return self.plan.name
+
+    @property
+    def first(self) -> str:
+        """The replica the router starts after: it exits when no worker answers, so one must."""
+        return self.plan.replicas[0]
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,6 @@ def _router_deployment(plan: Plan, router: RouterPlan) -> RouterDeployment:
         endpoint=f"http://{host.url_address()}:{router.port}/v1",
         base_image=base,
         build_script=build_script(base),
-        first=router.replicas[0],
         workers=tuple(workers),
     )
 

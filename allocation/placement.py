@@ -133,8 +133,9 @@ def _need_text(service: Service) -> str:
 class Placer:
     """Places every service of a fleet on cards; collects every problem instead of stopping.
 
-    Replicas of one service (`replica_of`) go to hosts without a sibling while one has room, and
-    only then beside one, never on a sibling's card: losing a host or a card loses one replica."""
+    Replicas of one service (`replica_of`) go to the hosts with the fewest of its replicas first,
+    so to hosts without one while one has room, and never on a sibling's card: losing a host or a
+    card loses as few replicas as the fleet allows."""
 
     def __init__(self, fleet: FleetConfig, replica_of: Mapping[str, str] | None = None) -> None:
         self.replica_of = replica_of or {}

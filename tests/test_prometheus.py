@@ -188,3 +188,13 @@ def test_one_replica_down_is_a_replica_alert_not_a_service_alert(tmp_path, cli):
     (out / "tests.yml").write_text(yaml.safe_dump(tests))
     result = promtool("test", "rules", "tests.yml", cwd=out)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_without_an_output_directory_or_with_a_file_there_render_says_so_and_writes_nothing(tmp_path, cli):
+    result = cli("render", "--stack", "staging", "--format", "prometheus")
+    assert result.returncode == 1 and "give the directory with --output DIR" in result.stderr
+    blocker = tmp_path / "file"
+    blocker.write_text("keep")
+    result = cli("render", "--stack", "staging", "--format", "prometheus", "--output", str(blocker))
+    assert result.returncode == 1 and result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+    assert blocker.read_text() == "keep"
