@@ -12,7 +12,7 @@ import hashlib
 import shlex
 from types import MappingProxyType
 
-from allocation.config import FleetConfig, image_of
+from allocation.config import FleetConfig, Router, image_of
 from allocation.containers import LABEL_PREFIX, LOG_OPTS, ContainerSpec, HealthCheck
 from allocation.plan import RouterPlan
 
@@ -74,23 +74,25 @@ def prefix_caching(args: list[str]) -> bool:
     return not flags or flags[-1] == "--enable-prefix-caching"
 
 
+def _default_policy(args: list[str]) -> str:
+    """`cache_aware` sends a shared prefix to the replica that cached it; without caching, `round_robin`."""
+    return "cache_aware" if prefix_caching(args) else "round_robin"
+
+
 def router_spec(fleet: FleetConfig, router: RouterPlan, workers: list[str], load_seconds: int) -> ContainerSpec:
     """The router's container: every replica in `--worker-urls`; `load_seconds`: the replicas'
     start timeout, which the router's wait for its workers must outlast."""
     s, d = router.service, fleet.defaults
-    settings = s.router
-    policy = settings.policy if settings and settings.policy else None
-    if policy is None:
-        policy = "cache_aware" if prefix_caching([*(d.args or ()), *(s.args or ())]) else "round_robin"
-    timeout = settings.request_timeout_seconds if settings and settings.request_timeout_seconds else None
+    settings = s.router or Router()
+    timeout = settings.request_timeout_seconds or REQUEST_TIMEOUT_SECONDS
     wait = load_seconds + STARTUP_MARGIN_SECONDS
     command = (
         "vllm-router",
         "--host", "0.0.0.0",
         "--port", str(router.port),
         "--worker-urls", *workers,
-        "--policy", policy,
-        "--request-timeout-secs", str(timeout or REQUEST_TIMEOUT_SECONDS),
+        "--policy", settings.policy or _default_policy([*(d.args or ()), *(s.args or ())]),
+        "--request-timeout-secs", str(timeout),
         "--worker-startup-timeout-secs", str(wait),
         "--health-check-interval-secs", str(HEALTH_INTERVAL_SECONDS),
         "--health-failure-threshold", str(HEALTH_FAILURES),
