@@ -185,6 +185,16 @@ def _env_and_labels(stack: str, planned: PlannedService, defaults: Defaults, all
     return dict(sorted(env.items())), labels
 
 
+def http_probe(port: int, path: str) -> str:
+    """A health check's shell command: succeeds when the container answers `path` on `port` with 2xx.
+    vllm-ascend images carry python3; minimal images (the simulator) busybox wget."""
+    url = f"http://127.0.0.1:{port}{path}"
+    return (
+        f"wget -q -O /dev/null {url} 2>/dev/null || "
+        f"python3 -c 'import urllib.request; urllib.request.urlopen(\"{url}\", timeout=5)'"
+    )
+
+
 def container_spec(
     fleet: FleetConfig, planned: PlannedService, *, shared: bool = False, after: Sequence[PlannedService] = ()
 ) -> ContainerSpec:
@@ -202,12 +212,6 @@ def container_spec(
     mounts += tuple(d.mounts or ()) + tuple(s.mounts or ())
     start_timeout = s.start_timeout_seconds or d.start_timeout_seconds or DEFAULT_START_TIMEOUT_SECONDS
     command = _gated(_command(planned, d), env, after, start_timeout)
-    url = f"http://127.0.0.1:{a.api_port}/health"
-    # vllm-ascend images carry python3; minimal images (the simulator) busybox wget.
-    probe = (
-        f"wget -q -O /dev/null {url} 2>/dev/null || "
-        f"python3 -c 'import urllib.request; urllib.request.urlopen(\"{url}\", timeout=5)'"
-    )
     reserved = ",".join(span_text(a.windows[k.key]) for k in KINDS if k.netns and k.key in a.windows)
     return ContainerSpec(
         name=s.name,
@@ -220,7 +224,7 @@ def container_spec(
         api_port=a.api_port,
         labels=MappingProxyType(labels),
         healthcheck=HealthCheck(
-            test=("CMD-SHELL", probe),
+            test=("CMD-SHELL", http_probe(a.api_port, "/health")),
             interval_seconds=30,
             timeout_seconds=10,
             start_period_seconds=start_timeout,

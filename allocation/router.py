@@ -13,7 +13,7 @@ import shlex
 from types import MappingProxyType
 
 from allocation.config import FleetConfig, Router, image_of
-from allocation.containers import LABEL_PREFIX, LOG_OPTS, ContainerSpec, HealthCheck
+from allocation.containers import LABEL_PREFIX, LOG_OPTS, ContainerSpec, HealthCheck, http_probe
 from allocation.plan import RouterPlan
 
 VERSION = "0.1.17"
@@ -101,11 +101,7 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, workers: list[str], load
     )  # fmt: skip
     # /readiness answers 200 while at least one worker is healthy; /health answers 503 as soon as
     # any one replica is down, which would mark the endpoint unhealthy while it still serves.
-    url = f"http://127.0.0.1:{router.port}/readiness"
-    probe = (
-        f"wget -q -O /dev/null {url} 2>/dev/null || "
-        f"python3 -c 'import urllib.request; urllib.request.urlopen(\"{url}\", timeout=5)'"
-    )
+    probe = http_probe(router.port, "/readiness")
     labels = {
         f"{LABEL_PREFIX}.stack": fleet.stack,
         f"{LABEL_PREFIX}.service": router.name,
