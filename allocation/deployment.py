@@ -11,7 +11,7 @@ fleet, so what is deployed, exported and checked cannot drift apart. Pure.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from allocation.config import Host, Ssh, image_of
 from allocation.containers import ContainerSpec, container_spec
@@ -40,6 +40,11 @@ class ServiceDeployment:
     @property
     def name(self) -> str:
         return self.planned.name
+
+    @property
+    def url(self) -> str:
+        """Where the service answers, `http://address:apiPort`: its router's worker URL."""
+        return self.endpoint.removesuffix("/v1")
 
     def summary(self) -> dict[str, object]:
         """The service's stack output, without its endpoint (an Output in the program)."""
@@ -144,28 +149,35 @@ def _service_deployment(
     )
 
 
-def _router_deployment(plan: Plan, router: RouterPlan) -> RouterDeployment:
-    replicas = {ps.name: (hp.host, ps) for hp, ps in plan.services() if ps.replica_of == router.service.name}
-    workers = [f"http://{replicas[n][0].url_address()}:{replicas[n][1].assignment.api_port}" for n in router.replicas]
-    load = max(container_spec(plan.fleet, ps).start_timeout_seconds for _, ps in replicas.values())
+def _router_deployment(plan: Plan, router: RouterPlan, services: Mapping[str, ServiceDeployment]) -> RouterDeployment:
+    replicas = [services[name] for name in router.replicas]
     base = image_of(plan.fleet, router.service)
     host = plan.fleet.host(router.host_name)
+    workers = tuple(sd.url for sd in replicas)
     return RouterDeployment(
         plan=router,
-        spec=router_spec(plan.fleet, router, workers, load),
+        spec=router_spec(plan.fleet, router, list(workers), max(sd.spec.start_timeout_seconds for sd in replicas)),
         endpoint=f"http://{host.url_address()}:{router.port}/v1",
         base_image=base,
         build_script=build_script(base),
-        workers=tuple(workers),
+        workers=workers,
     )
 
 
-def _host_deployment(plan: Plan, hp: HostPlan, known_hosts: str) -> HostDeployment:
-    host = hp.host
+def _service_deployments(plan: Plan, hp: HostPlan, shared_cards: tuple[int, ...]) -> tuple[ServiceDeployment, ...]:
     after = start_after(hp)
-    shared_cards = hp.shared_cards()
-    services = tuple(_service_deployment(plan, hp, ps, after[ps.name], shared_cards) for ps in hp.services)
-    routers = tuple(_router_deployment(plan, r) for r in plan.routers if r.host_name == host.name)
+    return tuple(_service_deployment(plan, hp, ps, after[ps.name], shared_cards) for ps in hp.services)
+
+
+def _host_deployment(
+    plan: Plan,
+    hp: HostPlan,
+    known_hosts: str,
+    shared_cards: tuple[int, ...],
+    services: tuple[ServiceDeployment, ...],
+    routers: tuple[RouterDeployment, ...],
+) -> HostDeployment:
+    host = hp.host
     sharing = shared_cards and host.card_sharing == "deviceShare"
     url = host.docker_url()
     return HostDeployment(
@@ -190,7 +202,18 @@ def _host_deployment(plan: Plan, hp: HostPlan, known_hosts: str) -> HostDeployme
 def deploy(plan: Plan, known_hosts: str = "") -> Deployment:
     """Every host's and service's deployment record, computed once. `known_hosts` is the text of
     the known_hosts file the system ssh reads, for host keys the config does not give."""
-    hosts = tuple(_host_deployment(plan, hp, known_hosts) for hp in plan.hosts)
+    # Services first, host by host; routers then read their replicas' records on any host.
+    shared = {hp.host.name: hp.shared_cards() for hp in plan.hosts}
+    services = {hp.host.name: _service_deployments(plan, hp, shared[hp.host.name]) for hp in plan.hosts}
+    by_name = {sd.name: sd for host_services in services.values() for sd in host_services}
+    routers = [_router_deployment(plan, r, by_name) for r in plan.routers]
+    hosts = tuple(
+        _host_deployment(
+            plan, hp, known_hosts, shared[hp.host.name], services[hp.host.name],
+            tuple(r for r in routers if r.plan.host_name == hp.host.name),
+        )  # fmt: skip
+        for hp in plan.hosts
+    )
     return Deployment(plan=plan, ssh=plan.fleet.ssh, hosts=hosts)
 
 
