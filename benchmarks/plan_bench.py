@@ -54,7 +54,7 @@ def packing(seed: int, services: int) -> tuple[int, int]:
         }
         for i in range(services)
     ]
-    values = {"hosts": [{"name": f"npu-{h:04d}", "address": "x"} for h in range(services)], "services": mix}
+    values = {"hosts": [{"name": f"npu-{h:04d}", "address": f"10.1.{h // 250}.{h % 250}"} for h in range(services)], "services": mix}
     plan = plan_fleet(parse_fleet("pack", values))
     used = sum(1 for hp in plan.hosts if hp.services)
     demand = sum(s["tensorParallelSize"] * s["memoryFraction"] for s in mix) / 0.95
