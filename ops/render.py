@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.representer import SafeRepresenter
 
 from allocation.containers import ContainerSpec
-from allocation.deployment import Deployment
+from allocation.deployment import Deployment, HostDeployment
 from ops.ssh import script_argv
 
 # Ends the here-documents that feed a host its device-share and router-image scripts; they never contain it.
@@ -112,14 +112,20 @@ def _docker_run_script(deployment: Deployment) -> str:
         lines += ["", _comment(f"host {hd.name}"), f"export DOCKER_HOST={shlex.quote(hd.docker_url)}"]
         if hd.device_share_script is not None:
             lines += [_comment(f"shared cards {list(hd.shared_cards)}: device-share mode first, as root on the host")]
-            lines += [shlex.join(script_argv(hd)) + f" <<'{_END}'", hd.device_share_script.rstrip("\n"), _END]
+            lines += _on_host(hd, hd.device_share_script)
         for sd in hd.services:
             lines += _replace(sd.spec)
         for rd in hd.routers:
             lines += [_comment(f"router of {rd.plan.service.name}: its image is built on the host, then it runs")]
-            lines += [shlex.join(script_argv(hd)) + f" <<'{_END}' >/dev/null", rd.build_script.rstrip("\n"), _END]
+            lines += _on_host(hd, rd.build_script, " >/dev/null")
             lines += _replace(rd.spec)
     return "\n".join(lines) + "\n"
+
+
+def _on_host(hd: HostDeployment, script: str, redirect: str = "") -> list[str]:
+    """Lines that run `script` on the host (ssh with the stack's options, or `sh -s` locally),
+    fed from a quoted here-document so nothing in it is expanded here."""
+    return [shlex.join(script_argv(hd)) + f" <<'{_END}'{redirect}", script.rstrip("\n"), _END]
 
 
 def _replace(spec: ContainerSpec) -> list[str]:
