@@ -1,4 +1,5 @@
-"""Suite-wide rules (in CI, ASCEND_FLEET_REQUIRE_SIMHOST=1, a skipped test is a failure) and the `cli` fixture."""
+"""Suite-wide rules (in CI, ASCEND_FLEET_REQUIRE_SIMHOST=1, a skipped test is a failure), the `cli` fixture
+and helpers more than one test module uses."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from allocation.containers import ContainerSpec
 from cli.main import main
+from ops.doctor.facts import LiveContainer
 
 REQUIRED = os.environ.get("ASCEND_FLEET_REQUIRE_SIMHOST") == "1"
 
@@ -31,6 +34,16 @@ def require_binary(name: str, package: str) -> str:
             pytest.fail(f"{message} and ASCEND_FLEET_REQUIRE_SIMHOST=1", pytrace=False)
         pytest.skip(message)
     return path
+
+
+def live_container(spec: ContainerSpec, status: str = "running") -> LiveContainer:
+    """What `doctor` would read of a container created exactly from `spec`."""
+    return LiveContainer(
+        id=f"{spec.name}-id", name=spec.name, image=spec.image, status=status, health="healthy", exit_code=0, pid=10,
+        env=dict(spec.env), labels=dict(spec.labels), device_files=frozenset(spec.device_files),
+        privileged=spec.privileged, ipc_mode=spec.ipc_mode, sysctls=dict(spec.sysctls), log_opts=dict(spec.log_opts),
+        published=frozenset((p, p) for p in spec.ports),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

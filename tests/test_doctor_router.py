@@ -15,9 +15,10 @@ import pytest
 from allocation.config import parse_fleet
 from allocation.deployment import deploy
 from allocation.planner import plan_fleet
-from ops.doctor.facts import HostFacts, LiveContainer, parse_facts
+from ops.doctor.facts import HostFacts, parse_facts
 from ops.doctor.findings import host_findings
 from ops.doctor.gather import MARK, gather_script
+from tests.conftest import live_container
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +29,6 @@ def host():
     }
     (hd,) = deploy(plan_fleet(parse_fleet("t", values))).hosts
     return hd
-
-
-def live(spec, status: str = "running") -> LiveContainer:
-    return LiveContainer(
-        id=f"{spec.name}-id", name=spec.name, image=spec.image, status=status, health="healthy", exit_code=0, pid=10,
-        env=dict(spec.env), labels=dict(spec.labels), device_files=frozenset(spec.device_files),
-        privileged=spec.privileged, ipc_mode=spec.ipc_mode, sysctls=dict(spec.sysctls), log_opts=dict(spec.log_opts),
-        published=frozenset((p, p) for p in spec.ports),
-    )  # fmt: skip
 
 
 def workers_body(health: dict[str, bool]) -> str:
@@ -50,7 +42,7 @@ def workers_body(health: dict[str, bool]) -> str:
 
 def router_findings(hd, body: str | None, router_status: str = "running"):
     (rd,) = hd.routers
-    containers = [live(sd.spec) for sd in hd.services] + [live(rd.spec, router_status)]
+    containers = [live_container(sd.spec) for sd in hd.services] + [live_container(rd.spec, router_status)]
     facts = HostFacts(containers=tuple(containers), router_workers={rd.name: body} if body is not None else {})
     return [f for f in host_findings(hd, facts) if f.kind in ("router", "missing", "stopped", "drift")]
 
@@ -78,7 +70,7 @@ def test_a_replica_missing_from_the_routers_workers_or_an_unreadable_answer_is_r
 def test_a_router_that_is_not_running_is_reported_by_its_state_not_its_workers(host):
     assert [f.kind for f in router_findings(host, None, router_status="exited")] == ["stopped"]
     (rd,) = host.routers
-    facts = HostFacts(containers=tuple(live(sd.spec) for sd in host.services))
+    facts = HostFacts(containers=tuple(live_container(sd.spec) for sd in host.services))
     (missing,) = [f for f in host_findings(host, facts) if f.kind == "missing"]
     assert missing.container == "bge-router" and "planned as the router of bge" in missing.message
 

@@ -31,14 +31,14 @@ from pathlib import Path
 import pytest
 
 from allocation.config import parse_fleet
-from allocation.deployment import Deployment, RouterDeployment, deploy
+from allocation.deployment import Deployment, deploy
 from allocation.planner import plan_fleet
 from cli.main import write_files
 from ops import prometheus
-from ops.doctor.facts import HostFacts, LiveContainer
+from ops.doctor.facts import HostFacts
 from ops.doctor.findings import host_findings
 from ops.metric_names import NPU
-from tests.conftest import require_binary
+from tests.conftest import live_container, require_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 API_BASE = 28100
@@ -278,7 +278,7 @@ def test_a_killed_replica_costs_no_request_shows_unhealthy_and_rejoins_when_rest
     # doctor reads the same /workers and names the replica.
     hd = next(h for h in fleet.deployment.hosts if h.routers)
     facts = HostFacts(
-        containers=(_running(fleet.router),),
+        containers=(live_container(fleet.router.spec),),
         router_workers={fleet.router.name: get(f"{fleet.base}/workers")[1].decode()},
     )
     found = [f for f in host_findings(hd, facts) if f.kind == "router"]
@@ -300,11 +300,3 @@ def test_a_killed_replica_costs_no_request_shows_unhealthy_and_rejoins_when_rest
     assert [r for r in traffic(fleet, 6) if r[1] != 200] == []
     assert victim.served() - before >= 4, "the restarted replica takes its share again"
 
-
-def _running(rd: RouterDeployment) -> LiveContainer:
-    spec = rd.spec
-    return LiveContainer(
-        id="router", name=spec.name, image=spec.image, status="running", health="healthy", exit_code=0, pid=1,
-        env=dict(spec.env), labels=dict(spec.labels), device_files=frozenset(), privileged=False,
-        ipc_mode=spec.ipc_mode, sysctls={}, log_opts=dict(spec.log_opts), published=frozenset((p, p) for p in spec.ports),
-    )  # fmt: skip
