@@ -54,6 +54,11 @@ class PlannedService:
     def name(self) -> str:
         return self.service.name
 
+    @property
+    def serves(self) -> str:
+        """The configured service this container serves: its replicated service, or itself."""
+        return self.replica_of or self.name
+
     def to_json(self) -> dict[str, Any]:
         a = self.assignment
         return {

@@ -59,7 +59,7 @@ def _service_panels(first_id: int, stack: str, service: str) -> list[timeseries.
 
 def build(deployment: Deployment) -> dashboard.Dashboard:
     stack = deployment.stack
-    services = sorted({ps.replica_of or ps.name for _, ps in deployment.plan.services()})
+    services = sorted({ps.serves for _, ps in deployment.plan.services()})
     board = (
         dashboard.Dashboard(f"ascend-fleet {stack}")
         .uid(f"ascend-fleet-{stack}"[:40])

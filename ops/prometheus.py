@@ -33,8 +33,8 @@ NPU_UTILIZATION = "ascend_fleet:npu_utilization:percent"
 
 
 def _target(address: str, port: int, labels: dict[str, str]) -> dict[str, Any]:
-    host = f"[{address}]" if ":" in address else address
-    return {"targets": [f"{host}:{port}"], "labels": labels}
+    """One file_sd entry; `address` as it goes into a URL (`Host.url_address`)."""
+    return {"targets": [f"{address}:{port}"], "labels": labels}
 
 
 def targets(deployment: Deployment) -> dict[str, list[dict[str, Any]]]:
@@ -42,13 +42,13 @@ def targets(deployment: Deployment) -> dict[str, list[dict[str, Any]]]:
     stack = deployment.stack
     vllm, routers, npus = [], [], []
     for hd in deployment.hosts:
-        address = hd.host.address
+        address = hd.host.url_address()
         for sd in hd.services:
             ps = sd.planned
             labels = {
                 "stack": stack,
                 "service": ps.name,
-                "replica_of": ps.replica_of or ps.name,
+                "replica_of": ps.serves,
                 "host": hd.name,
                 "cards": ",".join(map(str, ps.assignment.cards)),
             }
@@ -82,7 +82,7 @@ def _card_rules(deployment: Deployment) -> list[dict[str, Any]]:
             for card in sd.planned.assignment.cards:
                 ps = sd.planned
                 labels = {"stack": deployment.stack, "host": hd.name, "card": str(card), "service": ps.name}
-                labels["replica_of"] = ps.replica_of or ps.name
+                labels["replica_of"] = ps.serves
                 rules.append({"record": CARD_SERVICE, "expr": "vector(1)", "labels": labels})
     return rules
 
