@@ -100,7 +100,10 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, workers: list[str], load
         "--prometheus-port", str(router.metrics_port),
     )  # fmt: skip
     # /readiness answers 200 while at least one worker is healthy; /health answers 503 as soon as
-    # any one replica is down, which would mark the endpoint unhealthy while it still serves.
+    # any one replica is down, which would mark the endpoint unhealthy while it still serves
+    # (vllm-router 0.1.17 src/server.rs; seen on the real router in tests/test_router_e2e.py, which
+    # also runs this very argv: flags from its --help, and its exit when no worker answers within
+    # --worker-startup-timeout-secs, src/routers/http/router.rs wait_for_healthy_workers).
     probe = http_probe(router.port, "/readiness")
     labels = {
         f"{LABEL_PREFIX}.stack": fleet.stack,
