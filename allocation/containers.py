@@ -7,7 +7,7 @@ drift apart. Pure: no Pulumi, no Docker, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
@@ -40,36 +40,50 @@ DEFAULT_STOP_GRACE_SECONDS = 60
 # Beyond the health wait: creating and starting the container, and the provider's own calls.
 CREATE_MARGIN_SECONDS = 300
 RESERVED_PORTS_SYSCTL = "net.ipv4.ip_local_reserved_ports"
-# The host as a bridge-networked container reaches it: dockerd maps "host-gateway" to the bridge's
-# gateway address. The provider stores extra hosts as "name:ip" and reads them back split on ":"
-# (terraform-provider-docker v4.5.0 resource_docker_container_structures.go flattenExtraHosts).
-HOST_ALIAS = "host.docker.internal"
-START_AFTER_ENV = "ASCEND_FLEET_START_AFTER"
+# The start gate: every container on every host runs the same one, so a neighbour that comes, goes
+# or is renamed never changes another container's inputs (each changed byte re-creates a container,
+# and so reloads a model). Two instances loading or profiling on one card at the same time fail: vLLM
+# counts a loading neighbour's memory as its own non-torch memory (vllm issue 55827,
+# vllm/utils/mem_utils.py), and before vllm-ascend 0.18 every process's memory on the card is
+# subtracted from a later instance's KV cache (issue 7308). So the gate takes one lock per card it
+# uses, in ascending card order (no two gates can deadlock), from a host folder every container
+# mounts; starts vLLM; and a background holder keeps the locks until the instance's own /health
+# answers, or its start timeout passes. flock(1) locks belong to the open file description, so the
+# holder keeps them after the shell closes its copies and `exec`s vLLM, which stays PID 1 (signals,
+# exit codes). A stopped or missing neighbour holds no lock, so it never blocks anyone; a container
+# that dies releases its locks with it; after a reboot the instances on a card load one at a time in
+# whatever order Docker starts them. Tools: POSIX sh and util-linux `flock` (vllm-ascend's images
+# are built FROM quay.io/ascend/cann:*-ubuntu22.04, where util-linux is an Essential package), and
+# wget or python3 for the probe, as in the health check.
+LOCK_DIR_HOST = "/var/lib/ascend-fleet/locks"
+"""On the host: persistent, so the folder exists when Docker restarts the containers after a reboot."""
+LOCK_DIR = "/run/ascend-fleet/locks"
+"""In every container: one file per card, `card-N`."""
+CARDS_ENV = "ASCEND_FLEET_CARDS"
+HEALTH_URL_ENV = "ASCEND_FLEET_HEALTH_URL"
 START_WAIT_ENV = "ASCEND_FLEET_START_WAIT_SECONDS"
 START_GATE_NAME = "ascend-fleet-start-gate"
-# The start gate of a service that shares a card: before `vllm serve`, wait until each service
-# before it on its cards answers /health. `depends_on` orders containers only during `pulumi up`;
-# after a reboot, a dockerd restart or `docker restart` of them all, Docker starts every container
-# at once, and two instances loading on one card fail (vllm-ascend issues 5917, 5707). The gate is
-# in the container, so the order holds whoever starts it. POSIX sh; wget or python3 probes, as
-# in the health check. $1.. is the vllm command, run with exec so it stays PID 1.
 START_GATE = (
-    "trap 'exit 143' TERM INT; waited=0; "
-    "for entry in $ASCEND_FLEET_START_AFTER; do "
-    'name=${entry%%=*}; url=${entry#*=}; '
-    'echo "ascend-fleet: start gate: waiting for $name ($url) before vllm serve: it shares a card with this '
-    'service (gives up after ${ASCEND_FLEET_START_WAIT_SECONDS}s)"; '
-    'until wget -q -O /dev/null "$url" 2>/dev/null || python3 -c '
-    "'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' \"$url\" 2>/dev/null; do "
-    'if [ "$waited" -ge "$ASCEND_FLEET_START_WAIT_SECONDS" ]; then '
-    'echo "ascend-fleet: start gate: gave up after ${waited}s: $name ($url) never answered. It shares a card '
-    'with this service and must be healthy first (two instances loading on one card fail). '
-    'Check it: docker logs $name" >&2; exit 1; fi; '
-    "sleep 5 & wait $!; waited=$((waited + 5)); "
-    '[ $((waited % 60)) -ne 0 ] || echo "ascend-fleet: start gate: still waiting for $name after ${waited}s"; '
-    "done; "
-    'echo "ascend-fleet: start gate: $name answers after ${waited}s"; '
-    'done; exec "$@"'
+    "trap 'exit 143' TERM INT; "
+    f"wait_s=${START_WAIT_ENV}; held=/tmp/.ascend-fleet-cards-held; rm -f \"$held\" \"$held.failed\"; "
+    # One `flock -w` per card, nested, in ascending order; the words are digits and a fixed path.
+    f"chain=; IFS=,; for card in ${CARDS_ENV}; do chain=\"$chain flock -w $wait_s {LOCK_DIR}/card-$card\"; done; "
+    "unset IFS; "
+    # The holder: marks the locks as held, then keeps them until /health answers or the timeout passes.
+    "( $chain sh -c 'touch \"$0\"; waited=0; until wget -q -O /dev/null \"$1\" 2>/dev/null || python3 -c "
+    '"import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)" "$1" 2>/dev/null; do '
+    '[ "$waited" -lt "$2" ] || break; sleep 5; waited=$((waited + 5)); done; '
+    "echo \"ascend-fleet: start gate: card locks released after ${waited}s\"' "
+    f"\"$held\" \"${HEALTH_URL_ENV}\" \"$wait_s\" || : > \"$held.failed\" ) & "
+    "waited=0; until [ -e \"$held\" ]; do "
+    "if [ -e \"$held.failed\" ]; then "
+    f"echo \"ascend-fleet: start gate: cards ${CARDS_ENV} still locked after ${{wait_s}}s by an instance that neither "
+    "served nor stopped; check the other containers on these cards (npu-smi info, docker logs)\" >&2; exit 1; fi; "
+    f"[ \"$waited\" -ne 1 ] || echo \"ascend-fleet: start gate: waiting for cards ${CARDS_ENV}: another instance "
+    "is loading on one of them\"; "
+    "sleep 1 & wait $!; waited=$((waited + 1)); done; "
+    f"echo \"ascend-fleet: start gate: cards ${CARDS_ENV} locked; vllm serve starts\"; "
+    'exec "$@"'
 )
 
 
@@ -107,8 +121,6 @@ class ContainerSpec:
     sysctls: Mapping[str, str]
     """Namespaced kernel settings: the service's windows kept out of its ephemeral ports."""
     log_opts: Mapping[str, str]
-    extra_hosts: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    """Name -> address lines of the container's /etc/hosts."""
     log_driver: str = "json-file"
     metrics_port: int | None = None
     """A second published port, for Prometheus (a router's)."""
@@ -117,6 +129,38 @@ class ContainerSpec:
     def ports(self) -> tuple[int, ...]:
         """Every port published on the host, at the same number inside."""
         return (self.api_port,) if self.metrics_port is None else (self.api_port, self.metrics_port)
+
+    def to_json(self) -> dict[str, object]:
+        """Everything that reaches the container: the plan JSON's `container`, which `plan --against`
+        compares key by key (`allocation.restarts` says which keys re-create it)."""
+        hc = self.healthcheck
+        return {
+            "name": self.name,
+            "image": self.image,
+            "command": list(self.command),
+            "env": dict(self.env),
+            "privileged": self.privileged,
+            "deviceFiles": list(self.device_files),
+            "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only} for m in self.mounts],
+            "ipcMode": self.ipc_mode,
+            "shmSizeMiB": self.shm_size_mib,
+            "ports": list(self.ports),
+            "labels": dict(self.labels),
+            "extraHosts": {},
+            "restart": self.restart,
+            "sysctls": dict(self.sysctls),
+            "logDriver": self.log_driver,
+            "logOpts": dict(self.log_opts),
+            "stopGraceSeconds": self.stop_grace_seconds,
+            "startTimeoutSeconds": self.start_timeout_seconds,
+            "healthcheck": {
+                "test": list(hc.test),
+                "intervalSeconds": hc.interval_seconds,
+                "timeoutSeconds": hc.timeout_seconds,
+                "startPeriodSeconds": hc.start_period_seconds,
+                "retries": hc.retries,
+            },
+        }
 
     @property
     def create_timeout_seconds(self) -> int:
@@ -147,11 +191,11 @@ def _command(planned: PlannedService, defaults: Defaults) -> tuple[str, ...]:
     return (*command, *(defaults.args or ()), *(s.args or ()))
 
 
-def _gated(command: tuple[str, ...], env: dict[str, str], after: Sequence[PlannedService], wait: int) -> tuple[str, ...]:
-    """The command behind the start gate, and the gate's settings in `env`, when `after` is not empty."""
-    if not after:
-        return command
-    env[START_AFTER_ENV] = " ".join(f"{p.name}=http://{HOST_ALIAS}:{p.assignment.api_port}/health" for p in after)
+def _gated(command: tuple[str, ...], env: dict[str, str], cards: Sequence[int], port: int, wait: int) -> tuple[str, ...]:
+    """The command behind the start gate, and the gate's settings (the container's own cards, health
+    URL and start timeout: never a neighbour's) in `env`."""
+    env[CARDS_ENV] = ",".join(map(str, sorted(cards)))
+    env[HEALTH_URL_ENV] = f"http://127.0.0.1:{port}/health"
     env[START_WAIT_ENV] = str(wait)
     return ("sh", "-c", START_GATE, START_GATE_NAME, *command)
 
@@ -195,11 +239,9 @@ def http_probe(port: int, path: str) -> str:
     )
 
 
-def container_spec(
-    fleet: FleetConfig, planned: PlannedService, *, shared: bool = False, after: Sequence[PlannedService] = ()
-) -> ContainerSpec:
-    """The container of `planned`. `shared`: one of its cards is used by another service too;
-    `after`: the services before it on its cards, which its start gate waits for."""
+def container_spec(fleet: FleetConfig, planned: PlannedService, *, shared: bool = False) -> ContainerSpec:
+    """The container of `planned`. `shared`: one of its cards is used by another service too. Nothing
+    about its neighbours reaches it: adding, removing or renaming one leaves this container as it is."""
     s, a, d = planned.service, planned.assignment, fleet.defaults
     host = fleet.host(a.host_name)
     all_devices = bool(s.all_devices if s.all_devices is not None else d.all_devices)
@@ -208,17 +250,17 @@ def container_spec(
     cards = range(host.npus) if all_devices else a.cards
     device_files = tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES
     mounts = tuple(Mount(source=p, target=p) for p in DRIVER_MOUNTS)
+    mounts += (Mount(source=LOCK_DIR_HOST, target=LOCK_DIR, read_only=False),)
     mounts += (Mount(source=s.model, target=s.model),)
     mounts += tuple(d.mounts or ()) + tuple(s.mounts or ())
     start_timeout = s.start_timeout_seconds or d.start_timeout_seconds or DEFAULT_START_TIMEOUT_SECONDS
-    command = _gated(_command(planned, d), env, after, start_timeout)
+    command = _gated(_command(planned, d), env, a.cards, a.api_port, start_timeout)
     reserved = ",".join(span_text(a.windows[k.key]) for k in KINDS if k.netns and k.key in a.windows)
     return ContainerSpec(
         name=s.name,
         image=image_of(fleet, s),
         command=command,
         env=MappingProxyType(dict(sorted(env.items()))),
-        extra_hosts=MappingProxyType({HOST_ALIAS: "host-gateway"} if after else {}),
         device_files=device_files,
         mounts=mounts,
         api_port=a.api_port,

@@ -33,7 +33,9 @@ class ServiceDeployment:
     endpoint: str
     """The OpenAI-compatible base URL, `http://address:apiPort/v1`."""
     after: tuple[str, ...]
-    """Services on the same host it must start after (they share a card)."""
+    """Services on the same host it is created after during `pulumi up` (they share a card): a
+    dependency of the resource, never an input of its container, so a neighbour that comes or goes
+    re-creates nothing. At run time the start gate's card locks order the loads."""
     shared: bool = False
     """One of its cards is used by another service too."""
 
@@ -139,10 +141,9 @@ def _service_deployment(
     plan: Plan, hp: HostPlan, ps: PlannedService, after: tuple[str, ...], shared_cards: tuple[int, ...]
 ) -> ServiceDeployment:
     shared = bool(set(shared_cards) & set(ps.assignment.cards))
-    before = [p for p in hp.services if p.name in after]
     return ServiceDeployment(
         planned=ps,
-        spec=container_spec(plan.fleet, ps, shared=shared, after=before),
+        spec=container_spec(plan.fleet, ps, shared=shared),
         endpoint=f"http://{hp.host.url_address()}:{ps.assignment.api_port}/v1",
         after=after,
         shared=shared,

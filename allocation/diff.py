@@ -2,7 +2,9 @@
 
 `plan --against REF` shows a pull request's reviewer which services a merge
 would add, remove, move to other cards, give other ports, or restart with a new
-container spec, before anyone runs `pulumi up`. This module compares two plan
+container spec, before anyone runs `pulumi up`: first of all which containers
+`pulumi up` will re-create (each one a model reload), classified as the docker
+provider classifies their inputs (`allocation.restarts`). This module compares two plan
 JSON documents (the output of `plan --format json`) and renders the result. It
 is pure: no I/O, no git, no Pulumi; `cli.revision` fetches the old plan.
 
@@ -19,6 +21,7 @@ from typing import Any, Iterable, Literal, Mapping
 from allocation import markdown
 from allocation.config import VISIBLE_DEVICES_ENV
 from allocation.containers import START_GATE_NAME
+from allocation.restarts import changed
 from allocation.windows import API, BY_KEY, KINDS, ROUTER_KEYS, span_text
 
 Format = Literal["table", "json", "markdown"]
@@ -40,6 +43,10 @@ MANY_VALUES = frozenset({"--worker-urls"})
 # Container keys that widen what a container may touch; a change to them stands out.
 SECURITY_KEYS = ("privileged", "deviceFiles", "mounts", "ipcMode")
 SECURITY = "security"
+IN_PLACE = "updated in place"
+# Container keys that only render a placement or port field: reported as the move or the port
+# change, not again as a restart reason.
+PLACEMENT_KEYS = frozenset({"deviceFiles", "ports", "labels", "sysctls", "healthcheck"})
 CAPACITY = "capacity"
 CAPACITY_FIELDS = ("fits", "kvCacheTokens", "maxConcurrency", "kvCacheGiBPerCard", "weightsGiBPerCard")
 HOST_FIELDS = ("address", "npus", "hbmGiB", "memoryBudget", "sharedCards", "cardSharing")
@@ -82,22 +89,33 @@ class ServiceDiff:
     security: tuple[str, ...] = ()
     """Changes to privilege, device files, mounts or IPC: they also re-create the container."""
     restart_reasons: tuple[str, ...] = ()
+    in_place: tuple[str, ...] = ()
+    """Changes the docker provider applies to the running container (restart policy, start wait)."""
+    recreate_keys: tuple[str, ...] = ()
+    """The container keys whose change re-creates it (`allocation.restarts`)."""
     capacity: tuple[FieldChange, ...] = ()
     """What the capacity check says differently (KV cache, tokens, concurrency); re-creates nothing."""
     placement: Placement | None = None
     """Where an added service lands, or where a removed one was."""
     replica_of: str | None = None
-    """The replicated service an added or removed replica or router belongs to."""
+    """The replicated service a replica or router belongs to."""
 
     @property
     def moved(self) -> bool:
         return self.moved_from is not None
 
     @property
+    def recreated(self) -> bool:
+        """`pulumi up` deletes its container and creates a new one: down for the model load."""
+        return not (self.added or self.removed) and bool(
+            self.recreate_keys or self.moved or self.ports or self.security or self.restart_reasons
+        )
+
+    @property
     def changed(self) -> bool:
         """Kept, but placed, wired, started or sized differently; all but a capacity change re-create
         its container."""
-        return self.moved or bool(self.ports) or bool(self.security) or bool(self.restart_reasons) or bool(self.capacity)
+        return self.recreated or bool(self.in_place) or bool(self.capacity)
 
     @property
     def unchanged(self) -> bool:
@@ -122,6 +140,8 @@ class ServiceDiff:
             out.append(SECURITY)
         if self.restart_reasons:
             out.append("restarted")
+        if self.in_place:
+            out.append(IN_PLACE)
         if self.capacity:
             out.append(CAPACITY)
         return out or ["unchanged"]
@@ -139,6 +159,7 @@ class ServiceDiff:
         out += [("ports changed", str(p)) for p in self.ports]
         out += [(SECURITY, r) for r in self.security]
         out += [("restarted", r) for r in self.restart_reasons]
+        out += [(IN_PLACE, r) for r in self.in_place]
         out += [(CAPACITY, str(c)) for c in self.capacity]
         return out
 
@@ -157,6 +178,9 @@ class ServiceDiff:
             "ports": [{"key": p.key, "old": p.old, "new": p.new} for p in self.ports],
             "security": list(self.security),
             "restartReasons": list(self.restart_reasons),
+            "recreated": self.recreated,
+            "recreatedBy": list(self.recreate_keys),
+            "inPlace": list(self.in_place),
             "capacity": [{"key": c.key, "old": c.old, "new": c.new} for c in self.capacity],
         }
 
@@ -200,6 +224,10 @@ class PlanDiff:
 
     def changes(self) -> list[ServiceDiff]:
         return [s for s in self.services if not s.unchanged]
+
+    def recreated(self) -> list[ServiceDiff]:
+        """The containers `pulumi up` deletes and creates again, in report order."""
+        return [s for s in self.services if s.recreated]
 
     def summary(self) -> str:
         c = self.counts()
@@ -260,6 +288,7 @@ def _service_diff(name: str, before: Mapping[str, Any], after: Mapping[str, Any]
     old, new = before.get("container") or {}, after.get("container") or {}
     # A key the old revision's plan did not print is unknown then, not changed.
     security = [_key_change(key, old, new) for key in SECURITY_KEYS if key in old and old.get(key) != new.get(key)]
+    recreate, in_place = changed(old, new)
     reasons = _container_changes(old, new, explained)
     # A key the old revision's plan did not print is unknown then, not changed.
     sized = (before.get("capacity") or {}, after.get("capacity") or {}) if "capacity" in before else ({}, {})
@@ -274,12 +303,22 @@ def _service_diff(name: str, before: Mapping[str, Any], after: Mapping[str, Any]
         ports=ports,
         security=tuple(security),
         restart_reasons=tuple(reasons),
+        in_place=tuple(_key_change(key, old, new) for key in in_place),
+        recreate_keys=tuple(recreate),
         capacity=capacity,
+        replica_of=after.get("replicaOf"),
     )
 
 
 def _key_change(key: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    return f"{key} {_compact(old.get(key))} -> {_compact(new.get(key))}"
+    before, after = old.get(key), new.get(key)
+    if isinstance(before, list) and isinstance(after, list):
+        # What was added and removed, not two long lists to compare by eye.
+        gone = [_compact(v) for v in before if v not in after]
+        came = [_compact(v) for v in after if v not in before]
+        if gone or came:
+            return f"{key} " + "; ".join([*(f"+ {v}" for v in came), *(f"- {v}" for v in gone)])
+    return f"{key} {_compact(before)} -> {_compact(after)}"
 
 
 def _container_changes(old: Mapping[str, Any], new: Mapping[str, Any], explained: set[str]) -> list[str]:
@@ -289,8 +328,18 @@ def _container_changes(old: Mapping[str, Any], new: Mapping[str, Any], explained
         out.append(f"image {old.get('image')} -> {new.get('image')}")
     out += _command_changes(list(old.get("command") or ()), list(new.get("command") or ()), explained)
     out += _env_changes(old.get("env") or {}, new.get("env") or {}, explained)
-    for key in sorted(old.keys() - {"image", "command", "env", *SECURITY_KEYS}):
-        if old.get(key) != new.get(key):
+    recreate, _ = changed(old, new)
+    for key in sorted(set(recreate) - {"image", "command", "env", *SECURITY_KEYS}):
+        if explained and key in PLACEMENT_KEYS:
+            continue
+        before, after = old.get(key), new.get(key)
+        if isinstance(before, dict) and isinstance(after, dict):
+            out += [
+                f"{key}.{k} {_compact(before.get(k, 'unset'))} -> {_compact(after.get(k, 'unset'))}"
+                for k in sorted(before.keys() | after.keys())
+                if before.get(k) != after.get(k)
+            ]
+        else:
             out.append(_key_change(key, old, new))
     return out
 
@@ -454,6 +503,33 @@ def _new_stack_note(diff: PlanDiff) -> str:
     return f"The stack did not exist{where}: every service is new."
 
 
+def _restart_note(s: ServiceDiff) -> str:
+    """What a re-created container costs the service it serves."""
+    if s.replica_of is None:
+        return "down for the model load"
+    if s.name == f"{s.replica_of}-router":
+        return f"router of {s.replica_of}: the endpoint is down until it is back"
+    return f"replica of {s.replica_of}: one replica at a time, the others keep serving"
+
+
+def _restart_rows(diff: PlanDiff) -> list[tuple[str, str, str, str]]:
+    """(host, container, fields that force it, what it costs) per container `pulumi up` re-creates."""
+    rows = []
+    for s in diff.recreated():
+        fields = list(s.recreate_keys) or [k for k in s.kinds() if k not in (IN_PLACE, CAPACITY)]
+        if s.moved:
+            fields = ["cards", *(f for f in fields if f != "deviceFiles")]
+        rows.append((s.host, s.name, ", ".join(dict.fromkeys(fields)), _restart_note(s)))
+    return rows
+
+
+def _restart_title(diff: PlanDiff) -> str:
+    count = len(diff.recreated())
+    if not count:
+        return "Will restart: no running container."
+    return f"Will restart: {count} container(s), each down for its model load:"
+
+
 def _rows(diff: PlanDiff) -> list[tuple[str, str, str, str]]:
     """(host, service, kind, detail), the host and service shown on a service's first line only."""
     rows = []
@@ -472,12 +548,18 @@ def _render_table(diff: PlanDiff) -> str:
     if not diff.has_changes:
         lines.append("No allocation changes.")
         return "\n".join(lines) + "\n"
-    header = ("HOST", "SERVICE", "CHANGE", "DETAILS")
-    rows = _rows(diff)
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
-    for row in [header, *rows]:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3])
+    lines.append(_restart_title(diff))
+    restarts = _restart_rows(diff)
+    if restarts:
+        lines += _columns(("HOST", "CONTAINER", "RE-CREATED BY", "COST"), restarts)
+    lines.append("")
+    lines += _columns(("HOST", "SERVICE", "CHANGE", "DETAILS"), _rows(diff))
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _columns(header: tuple[str, str, str, str], rows: list[tuple[str, str, str, str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    return ["  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3] for row in [header, *rows]]
 
 
 def _render_json(diff: PlanDiff) -> str:
@@ -487,6 +569,7 @@ def _render_json(diff: PlanDiff) -> str:
         "stackIsNew": diff.stack_is_new,
         "hasChanges": diff.has_changes,
         "summary": diff.counts(),
+        "recreatedCount": len(diff.recreated()),
         "hosts": [
             {
                 "name": h.name,
@@ -509,6 +592,15 @@ def _render_markdown(diff: PlanDiff) -> str:
     if not diff.has_changes:
         lines.append("No allocation changes.")
         return "\n".join(lines) + "\n"
+    lines += [f"**{_restart_title(diff)}**", ""]
+    restarts = _restart_rows(diff)
+    if restarts:
+        lines += ["| Host | Container | Re-created by | Cost |", "|---|---|---|---|"]
+        lines += [
+            f"| {markdown.code(h)} | {markdown.code(c)} | {markdown.code(f)} | {markdown.text(note)} |"
+            for h, c, f, note in restarts
+        ]
+        lines.append("")
     lines += ["| Host | Service | Change | Details |", "|---|---|---|---|"]
     for host, service, kind, detail in _rows(diff):
         cells = [

@@ -5,7 +5,8 @@ missing, but only after the image pull and with a terse "no such file or
 directory"; a 27B model would then fail minutes later on a missing weights
 folder. The check runs on the host before any image or container of the host
 (over SSH, or locally for a `unix://` docker host), lists every missing piece
-at once, says which service needs it, and exits 1.
+at once, says which service needs it, and exits 1. It creates one thing: the
+folder of the start gate's card locks, which every container mounts.
 
 What is checked comes from the containers' specs, the same records the containers
 are built from, so the check can never ask for less than the containers use.
@@ -21,7 +22,7 @@ import shlex
 from typing import Sequence
 
 from allocation.config import Host
-from allocation.containers import DRIVER_DIR, DRIVER_MOUNTS, NPU_SMI, ContainerSpec
+from allocation.containers import DRIVER_DIR, DRIVER_MOUNTS, LOCK_DIR_HOST, NPU_SMI, ContainerSpec
 from allocation.device_share import CHIP, STATUS_KEY, UNSUPPORTED
 from allocation.plan import PlannedService
 from allocation.windows import KINDS
@@ -52,7 +53,7 @@ def _needs(containers: Containers) -> tuple[dict, dict, dict]:
         for path in spec.device_files:
             devices.setdefault(path, []).append(ps.name)
         for mount in spec.mounts:
-            if mount.source in DRIVER_MOUNTS:
+            if mount.source in DRIVER_MOUNTS or mount.source == LOCK_DIR_HOST:
                 continue  # checked once, for every service
             kind = models if mount.source == ps.service.model else mounts
             kind.setdefault(mount.source, []).append(ps.name)
@@ -74,6 +75,11 @@ def _path_checks(needs: tuple[dict, dict, dict], root: str) -> list[str]:
         test = "-d" if path == DRIVER_DIR else "-e"
         text = f"missing Ascend {what} {root + path} (mounted read-only into every container)"
         lines.append(f"[ {test} {_q(root + path)} ] || missing {_q(text)}")
+    # The start gate's card locks (allocation.containers): the one thing the check creates, since every
+    # container mounts the folder and Docker refuses a bind mount whose source is missing.
+    locks = root + LOCK_DIR_HOST
+    text = f"cannot create the start gate's lock folder {locks}: create it once as root (install -d {locks})"
+    lines.append(f"mkdir -p {_q(locks)} 2>/dev/null || missing {_q(text)}")
     npu_smi = root + NPU_SMI
     lines.append(f"[ ! -e {_q(npu_smi)} ] || [ -x {_q(npu_smi)} ] || missing {_q(f'{npu_smi} is not executable')}")
     for path in sorted(models):

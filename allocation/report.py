@@ -8,7 +8,6 @@ from typing import Any
 from allocation import markdown
 from allocation.capacity import GIB, Capacity, gib, runtime_total
 from allocation.config import units
-from allocation.containers import ContainerSpec
 from allocation.deployment import Deployment
 from allocation.placement import fmt_units
 from allocation.plan import HostPlan
@@ -23,8 +22,7 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
     for hd in deployment.hosts:
         services = []
         for sd in hd.services:
-            spec = sd.spec
-            services.append(sd.planned.to_json() | {"container": container_json(spec)})
+            services.append(sd.planned.to_json() | {"container": sd.spec.to_json()})
         hosts.append(
             {
                 "name": hd.host.name,
@@ -38,26 +36,8 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
                 "services": services,
             }
         )
-    routers = [rd.plan.to_json() | {"endpoint": rd.endpoint, "container": container_json(rd.spec)} for rd in deployment.routers]
+    routers = [rd.plan.to_json() | {"endpoint": rd.endpoint, "container": rd.spec.to_json()} for rd in deployment.routers]
     return {"stack": deployment.stack, "hosts": hosts, "routers": routers}
-
-
-def container_json(spec: ContainerSpec) -> dict[str, Any]:
-    """Everything that reaches the container, for the plan JSON and so for `plan --against`."""
-    return {
-        "image": spec.image,
-        "command": list(spec.command),
-        "env": dict(spec.env),
-        "privileged": spec.privileged,
-        "deviceFiles": list(spec.device_files),
-        "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only} for m in spec.mounts],
-        "ipcMode": spec.ipc_mode,
-        "shmSizeMiB": spec.shm_size_mib,
-        "ports": list(spec.ports),
-        "labels": dict(spec.labels),
-        "extraHosts": dict(spec.extra_hosts),
-        "restart": spec.restart,
-    }
 
 
 def _window_cell(kind: WindowKind, span: PortSpan | None) -> str:

@@ -35,7 +35,6 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
             for m in spec.mounts
         ],
         # ip and protocol as the provider stores them after a read, so a refresh finds no change.
-        hosts=[docker.ContainerHostArgs(host=name, ip=ip) for name, ip in spec.extra_hosts.items()] or None,
         ports=[docker.ContainerPortArgs(internal=p, external=p, ip="0.0.0.0", protocol="tcp") for p in spec.ports],
         ipc_mode=spec.ipc_mode,
         shm_size=spec.shm_size_mib,

@@ -19,7 +19,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.representer import SafeRepresenter
 
-from allocation.containers import ContainerSpec
+from allocation.containers import LOCK_DIR_HOST, ContainerSpec
 from allocation.deployment import Deployment, HostDeployment
 from ops.ssh import script_argv
 
@@ -39,7 +39,6 @@ def docker_run_args(spec: ContainerSpec) -> list[str]:
         args.append("--privileged")
     args += [f"--device={d}:{d}" for d in spec.device_files]
     args += [f"--volume={m.source}:{m.target}{':ro' if m.read_only else ''}" for m in spec.mounts]
-    args += [f"--add-host={name}:{ip}" for name, ip in spec.extra_hosts.items()]
     args += [a for port in spec.ports for a in ("--publish", f"{port}:{port}")]
     args += [f"--env={k}={v}" for k, v in spec.env.items()]
     args += [f"--label={k}={v}" for k, v in spec.labels.items()]
@@ -84,10 +83,12 @@ def compose_service(spec: ContainerSpec) -> dict:
         "environment": dict(spec.env),
         "devices": [f"{d}:{d}" for d in spec.device_files],
         "volumes": [
-            {"type": "bind", "source": m.source, "target": m.target, "read_only": m.read_only} for m in spec.mounts
+            {"type": "bind", "source": m.source, "target": m.target, "read_only": m.read_only}
+            # The start gate's lock folder is the one source Compose may create (the host check does).
+            | ({"bind": {"create_host_path": True}} if m.source == LOCK_DIR_HOST else {})
+            for m in spec.mounts
         ],
         "ports": [f"{port}:{port}" for port in spec.ports],
-        **({"extra_hosts": [f"{name}:{ip}" for name, ip in spec.extra_hosts.items()]} if spec.extra_hosts else {}),
         "ipc": spec.ipc_mode,
         "shm_size": f"{spec.shm_size_mib}m",
         "stop_grace_period": f"{spec.stop_grace_seconds}s",

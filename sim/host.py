@@ -81,9 +81,14 @@ DEVICE_SHARE_DIR = CLAIMS_DIR / "device-share"
 UNHEALTHY_FILE = DRIVER_DIR / "sim" / "unhealthy"
 NO_DEVICE_SHARE_FILE = DRIVER_DIR / "sim" / "no-device-share"
 MODELS_DIR = Path("/srv/models")
+GATE_LOCK_DIR = Path("/var/lib/ascend-fleet/locks")  # allocation.containers.LOCK_DIR_HOST; the host check makes it
 LOCK_FILE = Path("/run/ascend-fleet-simhost.lock")
 DOCKER_SOCKET = Path("/var/run/docker.sock")
 BUSYBOX = Path("/bin/busybox")
+# util-linux's flock, which the start gate uses (allocation.containers.START_GATE) and vllm-ascend's
+# Ubuntu-based images carry; busybox-static has no flock applet. Copied into the image with the
+# shared libraries it loads.
+FLOCK = Path("/usr/bin/flock")
 
 NPU_SMI_MARKER = "ascend-fleet npu-sim: fake npu-smi"
 
@@ -155,6 +160,8 @@ def unavailable_reason() -> str | None:
         missing.append("sshd (apt package openssh-server)")
     if not BUSYBOX.exists():
         missing.append(f"{BUSYBOX} (apt package busybox-static)")
+    if not FLOCK.exists():
+        missing.append(f"{FLOCK} (apt package util-linux)")
     if missing:
         return "missing " + ", ".join(missing)
     if not _docker_daemon_up() and shutil.which("dockerd") is None:
@@ -199,7 +206,16 @@ def image_hash() -> str:
         if path.is_file():
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     digest.update(BUSYBOX.read_bytes())
+    for path in _flock_files():
+        digest.update(str(path).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def _flock_files() -> list[Path]:
+    """flock and the shared libraries it loads (ldd), by their real paths."""
+    out = subprocess.run(["ldd", str(FLOCK)], capture_output=True, text=True, check=True).stdout
+    libs = [Path(word) for line in out.splitlines() for word in line.split() if word.startswith("/")]
+    return [FLOCK, *dict.fromkeys(libs)]
 
 
 def live_claims() -> dict[Path, int]:
@@ -447,6 +463,10 @@ class SimHost:
                 if path.is_file():
                     shutil.copy2(path, context)
             shutil.copy2(BUSYBOX, Path(context) / "busybox")
+            for path in _flock_files():
+                target = Path(context) / "rootfs" / path.relative_to("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path.resolve(), target)
             env = {**os.environ, "DOCKER_BUILDKIT": "0"}
             env.pop("DOCKER_HOST", None)
             proc = subprocess.run(
@@ -743,6 +763,7 @@ class SimHost:
         self._ensure_dir(CLAIMS_DIR)
         self._ensure_dir(DEVICE_SHARE_DIR)
         self._ensure_dir(MODELS_DIR)
+        self._ensure_dir(GATE_LOCK_DIR)
 
     def _start_sshd(self) -> None:
         sshd = _sshd_binary()

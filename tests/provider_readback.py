@@ -113,3 +113,33 @@ def differences(inputs: Mapping[str, Any], state: Mapping[str, Any]) -> list[str
             {k: int(v) if k in ("internal", "external") else v for k, v in p.items()} for p in planned["ports"]
         ]
     return sorted(k for k in planned.keys() | state.keys() if planned.get(k) != state.get(k))
+
+
+# Which `docker_container` attributes re-create the container when they change: `ForceNew: true`
+# in the resource schema (internal/provider/resource_docker_container.go, v4.5.0); the others the
+# provider's `resourceDockerContainerUpdate` applies in place. Only the attributes the program sets
+# are listed. Transcribed from the source, independently of allocation/restarts.py, which the
+# tests check against it.
+FORCE_NEW = frozenset({
+    "name", "image", "command", "env", "privileged", "devices", "mounts", "ports", "host", "labels",
+    "shm_size", "log_driver", "log_opts", "sysctls", "ipc_mode", "stop_timeout",
+})  # fmt: skip
+UPDATED_IN_PLACE = frozenset({"restart", "wait", "wait_timeout", "must_run", "destroy_grace_seconds", "healthcheck"})
+# pulumi-docker's Python input names that differ from the Terraform attribute (sdk/python
+# pulumi_docker/container.py: `envs` is `env`, `hosts` is `host`); the rest are camelCase of it.
+PULUMI_NAMES = {"envs": "env", "hosts": "host"}
+
+
+def attribute(pulumi_key: str) -> str:
+    """The Terraform attribute a registered input (camelCase, as the engine receives it) sets."""
+    return PULUMI_NAMES.get(pulumi_key) or re.sub(r"(?<!^)([A-Z])", lambda m: "_" + m.group(1).lower(), pulumi_key)
+
+
+def recreates(before: Mapping[str, Any], after: Mapping[str, Any], replace_on_changes: tuple[str, ...] = ()) -> list[str]:
+    """The inputs whose change makes the engine replace the container: ForceNew attributes, and
+    those the program lists in `replace_on_changes`."""
+    keys = sorted(before.keys() | after.keys())
+    return [
+        k for k in keys
+        if before.get(k) != after.get(k) and (attribute(k) in FORCE_NEW or k in replace_on_changes)
+    ]  # fmt: skip

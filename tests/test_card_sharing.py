@@ -12,7 +12,7 @@ import json
 import pytest
 
 from allocation.config import VISIBLE_DEVICES_ENV
-from allocation.containers import START_AFTER_ENV, START_GATE_NAME
+from allocation.containers import CARDS_ENV, HEALTH_URL_ENV, LOCK_DIR, LOCK_DIR_HOST, START_GATE, START_GATE_NAME
 from allocation.deployment import deploy
 from allocation.diff import diff_plans, render_diff
 from allocation.errors import AllocationError
@@ -107,17 +107,22 @@ def test_privileged_makes_only_the_services_on_shared_cards_privileged_with_ever
         assert not any(s.privileged for s in specs(config).values())
 
 
-def test_a_service_after_another_on_its_card_runs_behind_the_start_gate():
+def test_every_container_runs_behind_the_same_start_gate_that_names_only_its_own_cards_and_port():
     got = specs(sharing_fleet())
-    beta = got["beta"]
-    assert beta.command[:2] == ("sh", "-c") and beta.command[3] == START_GATE_NAME
-    assert beta.command[4:6] == ("vllm", "serve")
-    alpha_port = got["alpha"].api_port
-    assert beta.env[START_AFTER_ENV] == f"alpha=http://host.docker.internal:{alpha_port}/health"
-    assert dict(beta.extra_hosts) == {"host.docker.internal": "host-gateway"}
-    for name in ("alpha", "gamma"):
-        assert got[name].command[:2] == ("vllm", "serve") and START_AFTER_ENV not in got[name].env
-        assert dict(got[name].extra_hosts) == {}
+    for name, spec in got.items():
+        assert spec.command[:4] == ("sh", "-c", START_GATE, START_GATE_NAME)
+        assert spec.command[4:6] == ("vllm", "serve")
+        assert spec.env[CARDS_ENV] == ",".join(map(str, sorted(spec_cards(spec))))
+        assert spec.env[HEALTH_URL_ENV] == f"http://127.0.0.1:{spec.api_port}/health"
+        lock = [m for m in spec.mounts if m.target == LOCK_DIR]
+        assert [(m.source, m.read_only) for m in lock] == [(LOCK_DIR_HOST, False)]
+        others = set(got) - {name}
+        text = " ".join([*spec.command[4:], *spec.env.values(), *spec.labels.values()])
+        assert not any(other in text.split() or f"={other}" in text for other in others), "no neighbour in its inputs"
+
+
+def spec_cards(spec) -> list[int]:
+    return [int(c) for c in spec.labels["ascend-fleet.devices"].split(",")]
 
 
 def test_exports_carry_the_gate_and_the_host_alias_and_docker_run_prepares_the_shared_cards():

@@ -18,7 +18,9 @@ import pytest
 
 from allocation.config import parse_fleet
 from allocation.errors import FleetError
-from allocation.containers import CONTROL_DEVICES, DRIVER_MOUNTS, START_GATE, START_GATE_NAME, container_spec
+from allocation.containers import (
+    CONTROL_DEVICES, DRIVER_MOUNTS, LOCK_DIR, LOCK_DIR_HOST, START_GATE, START_GATE_NAME, container_spec,
+)  # fmt: skip
 from allocation.planner import plan_fleet
 from allocation.deployment import deploy
 from allocation.report import plan_json
@@ -138,7 +140,7 @@ def test_every_service_becomes_one_container_built_from_its_container_spec(stack
         )  # fmt: skip
         assert (inputs["logDriver"], inputs["logOpts"]) == (spec.log_driver, dict(spec.log_opts))
         assert inputs["sysctls"] == dict(spec.sysctls)
-        assert inputs.get("hosts", []) == [{"host": h, "ip": ip} for h, ip in spec.extra_hosts.items()]
+        assert "hosts" not in inputs, "no neighbour's address: the start gate uses card locks"
         assert inputs["stopTimeout"] == inputs["destroyGraceSeconds"] == spec.stop_grace_seconds
         assert (inputs["wait"], inputs["waitTimeout"], inputs["mustRun"]) == (True, spec.start_timeout_seconds, True)
 
@@ -155,7 +157,11 @@ def test_the_prod_seed_containers_get_exactly_their_cards_ports_and_command():
                 for i in ids] + control  # fmt: skip
 
     def mounts(model):
-        return [{"type": "bind", "source": p, "target": p, "readOnly": True} for p in (*DRIVER_MOUNTS, model)]
+        return [
+            *({"type": "bind", "source": p, "target": p, "readOnly": True} for p in DRIVER_MOUNTS),
+            {"type": "bind", "source": LOCK_DIR_HOST, "target": LOCK_DIR, "readOnly": False},
+            {"type": "bind", "source": model, "target": model, "readOnly": True},
+        ]
 
     qwen_args = ["--quantization", "ascend", "--trust-remote-code", "--no-enable-prefix-caching"]
     expected = {
@@ -172,16 +178,14 @@ def test_the_prod_seed_containers_get_exactly_their_cards_ports_and_command():
         assert inputs["devices"] == devices
         assert inputs["mounts"] == mounts(model)
         assert inputs["ports"] == [{"internal": port, "external": port, "ip": "0.0.0.0", "protocol": "tcp"}]
-        # qwen-vl shares card 0 after bge-m3: its command runs behind the start gate.
-        gate = ["sh", "-c", START_GATE, START_GATE_NAME] if name == "qwen-vl" else []
+        # Every container runs behind the same start gate (card locks), neighbours or not.
+        gate = ["sh", "-c", START_GATE, START_GATE_NAME]
         assert inputs["command"] == [
             *gate, "vllm", "serve", model, "--served-model-name", name, "--host", "0.0.0.0", "--port", str(port),
             "--tensor-parallel-size", tp, "--gpu-memory-utilization", fraction, *extra,
         ]  # fmt: skip
         env = dict(e.split("=", 1) for e in inputs["envs"])
-        if gate:
-            assert env["ASCEND_FLEET_START_AFTER"] == "bge-m3=http://host.docker.internal:7007/health"
-            assert inputs["hosts"] == [{"host": "host.docker.internal", "ip": "host-gateway"}]
+        assert env["ASCEND_FLEET_CARDS"] == ",".join(str(d["hostPath"].removeprefix("/dev/davinci")) for d in devices[:-3])
         npu, host_range = a.windows["hcclNpuSocketPortRange"], a.windows["hcclHostSocketPortRange"]
         assert env["ASCEND_RT_VISIBLE_DEVICES"] == visible
         assert env["HCCL_NPU_SOCKET_PORT_RANGE"] == f"{npu[0]}-{npu[1]}"

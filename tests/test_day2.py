@@ -1,0 +1,135 @@
+"""Day two on a pinned fleet: each routine change re-creates exactly what it must, and
+`plan --against` names exactly those containers.
+
+Each scenario runs the real program twice under Pulumi's mocks (before and after the change)
+and asks the docker provider's own rule (tests/provider_readback.py: ForceNew attributes, and the
+program's `replace_on_changes`) which containers the engine would replace; the same two configs
+go through `plan --format json` and `diff_plans`, whose "will restart" list must be the same set.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from allocation.config import parse_fleet
+from allocation.deployment import deploy
+from allocation.diff import diff_plans
+from allocation.planner import plan_fleet
+from allocation.report import plan_json
+from tests.provider_readback import recreates
+from tests.pulumi_harness import CONTAINER, run_program
+from tests.test_program import _pinned, values_of
+
+
+def engine_recreated(stack: str, before: dict, after: dict) -> set[str]:
+    """Containers present in both runs that the engine would delete and create again."""
+    old, new = (run_program(stack, v).by_name(CONTAINER) for v in (before, after))
+    return {
+        name.removesuffix("-container")
+        for name in old.keys() & new.keys()
+        if recreates(old[name].inputs, new[name].inputs, new[name].replace_on_changes)
+    }
+
+
+def diff_recreated(stack: str, before: dict, after: dict) -> set[str]:
+    old, new = (plan_json(deploy(plan_fleet(parse_fleet(stack, v)))) for v in (before, after))
+    return {s.name for s in diff_plans(old, new).recreated()}
+
+
+def service_named(values: dict, name: str) -> dict:
+    return next(s for s in values["services"] if s["name"] == name)
+
+
+def add_first(values: dict) -> dict:
+    """A small newcomer whose name sorts before every other service."""
+    values["services"].append({"name": "a-embed", "model": "/models/a", "memoryFraction": 0.05, "maxModelLen": 2048})
+    return values
+
+
+def remove(name: str):
+    def change(values: dict) -> dict:
+        values["services"] = [s for s in values["services"] if s["name"] != name]
+        return values
+
+    return change
+
+
+def set_default(key: str, value):
+    def change(values: dict) -> dict:
+        values["defaults"] = {**values.get("defaults", {}), key: value}
+        return values
+
+    return change
+
+
+def set_on(name: str, key: str, value):
+    def change(values: dict) -> dict:
+        service_named(values, name)[key] = value
+        return values
+
+    return change
+
+
+PROD = ["bge-m3", "qwen-long", "qwen-vl"]
+SCENARIOS = {
+    # name: (stack, change, the containers re-created)
+    "prod: a newcomer named before every service": ("prod", add_first, set()),
+    "prod: the first service on card 0 removed": ("prod", remove("bge-m3"), set()),
+    "prod: the last service on card 0 removed": ("prod", remove("qwen-vl"), set()),
+    "prod: one service's image": ("prod", set_on("qwen-long", "image", "quay.io/ascend/vllm-ascend:v0.20.3"), {"qwen-long"}),
+    "prod: one service's start timeout": ("prod", set_on("bge-m3", "startTimeoutSeconds", 2400), {"bge-m3"}),
+    "prod: defaults.stopGraceSeconds": ("prod", set_default("stopGraceSeconds", 90), set(PROD)),
+    "prod: defaults.logOpts": ("prod", set_default("logOpts", {"max-size": "50m", "max-file": "3"}), set(PROD)),
+    "prod: defaults.restart, updated in place": ("prod", set_default("restart", "always"), set()),
+    "staging: a newcomer named before every service": ("staging", add_first, set()),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_a_change_to_a_pinned_fleet_recreates_exactly_the_expected_containers_and_the_diff_says_so(scenario):
+    stack, change, expected = SCENARIOS[scenario]
+    before = _pinned(values_of(stack), stack)
+    after = change(copy.deepcopy(before))
+    assert engine_recreated(stack, before, after) == expected
+    assert diff_recreated(stack, before, after) == expected
+
+
+def three_on_one_card() -> dict:
+    return {
+        "hosts": [{"name": "npu-a", "address": "192.0.2.10"}],
+        "services": [
+            {"name": n, "model": f"/models/{n}", "memoryFraction": 0.3, "devices": [0], "host": "npu-a", "apiPort": p}
+            for n, p in (("alpha", 8001), ("beta", 8002), ("gamma", 8003))
+        ],
+    }
+
+
+@pytest.mark.parametrize("gone", ["alpha", "beta", "gamma"])
+def test_removing_any_of_three_services_on_one_card_recreates_no_other(gone):
+    before = _pinned(three_on_one_card(), "three")
+    after = remove(gone)(copy.deepcopy(before))
+    assert engine_recreated("three", before, after) == set()
+    assert diff_recreated("three", before, after) == set()
+
+
+def test_three_services_on_one_card_are_created_one_after_the_other():
+    """During `pulumi up` each waits for the one before it on the card (a dependency, not an input)."""
+    run = run_program("three", _pinned(three_on_one_card(), "three"))
+    containers = run.by_name(CONTAINER)
+    urn = {name.removesuffix("-container"): r.urn for name, r in containers.items()}
+    assert urn["alpha"] not in containers["alpha-container"].dependencies
+    assert urn["alpha"] in containers["beta-container"].dependencies
+    assert urn["beta"] in containers["gamma-container"].dependencies
+    assert urn["alpha"] not in containers["gamma-container"].dependencies, "a chain, not a star"
+
+
+def test_a_restart_policy_change_is_reported_in_place_and_not_as_a_restart():
+    before = _pinned(values_of("prod"), "prod")
+    after = set_default("restart", "always")(copy.deepcopy(before))
+    old, new = (plan_json(deploy(plan_fleet(parse_fleet("prod", v)))) for v in (before, after))
+    diff = diff_plans(old, new)
+    assert diff.recreated() == []
+    for s in diff.changes():
+        assert s.kinds() == ["updated in place"] and s.in_place == ("restart unless-stopped -> always",)
