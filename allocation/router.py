@@ -12,9 +12,10 @@ import hashlib
 import shlex
 from types import MappingProxyType
 
-from allocation.config import FleetConfig, Router, image_of
+from allocation.config import FleetConfig, Mount, Router, image_of
 from allocation.containers import LABEL_PREFIX, LOG_OPTS, ContainerSpec, HealthCheck, http_probe
 from allocation.plan import RouterPlan
+from allocation.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
 
 VERSION = "0.1.17"
 # sha256 of the two wheels pip may pick (PyPI, vllm_router-0.1.17-cp38-abi3-manylinux_2_28_{x86_64,aarch64}.whl).
@@ -79,18 +80,19 @@ def _default_policy(args: list[str]) -> str:
     return "cache_aware" if prefix_caching(args) else "round_robin"
 
 
-def router_spec(fleet: FleetConfig, router: RouterPlan, workers: list[str], load_seconds: int) -> ContainerSpec:
-    """The router's container: every replica in `--worker-urls`; `load_seconds`: the replicas'
-    start timeout, which the router's wait for its workers must outlast."""
+def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> ContainerSpec:
+    """The router's container. Its command names no worker: `LAUNCH` passes the URLs in its worker
+    file as `--worker-urls` (allocation.rollout), so replicas come and go without a restart.
+    `load_seconds`: the replicas' start timeout, which the router's wait for its workers must outlast."""
     s, d = router.service, fleet.defaults
     settings = s.router or Router()
     timeout = settings.request_timeout_seconds or REQUEST_TIMEOUT_SECONDS
     wait = load_seconds + STARTUP_MARGIN_SECONDS
     command = (
+        "sh", "-c", LAUNCH, "ascend-fleet-router",
         "vllm-router",
         "--host", "0.0.0.0",
         "--port", str(router.port),
-        "--worker-urls", *workers,
         "--policy", settings.policy or _default_policy([*(d.args or ()), *(s.args or ())]),
         "--request-timeout-secs", str(timeout),
         "--worker-startup-timeout-secs", str(wait),
@@ -117,9 +119,9 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, workers: list[str], load
         name=router.name,
         image=image_tag(image_of(fleet, s)),
         command=command,
-        env=MappingProxyType({}),
+        env=MappingProxyType({WORKERS_ENV: WORKERS_FILE}),
         device_files=(),
-        mounts=(),
+        mounts=(Mount(source=workers_dir(router.name), target=WORKERS_MOUNT, read_only=True),),
         api_port=router.port,
         metrics_port=router.metrics_port,
         labels=MappingProxyType(labels),
