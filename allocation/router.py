@@ -19,12 +19,23 @@ from allocation.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT,
 
 VERSION = "0.1.17"
 # sha256 of the two wheels pip may pick (PyPI, vllm_router-0.1.17-cp38-abi3-manylinux_2_28_{x86_64,aarch64}.whl).
-# Its Python dependencies (fastapi, uvicorn, aiohttp, orjson, requests, setproctitle) are vLLM's own, so
-# the service's image has them and the wheel goes in alone (`--no-deps`).
 WHEEL_HASHES = (
     "85c96bea4d573a49b5a8ae4c72ee3dfe733aba26b6f1ff1256e6142f1f42694d",
     "1ec4d5ce14c19431cc84e36238507dff89020ab024d99f042f091f5e9f2c895a",
 )
+# What the wheel needs at run time beyond the service's image. vllm-router 0.1.17 requires setproctitle,
+# aiohttp, orjson, uvicorn, fastapi and requests (its METADATA); vLLM 0.20.2 declares all of them but orjson
+# (its wheel's Requires-Dist: requests, fastapi[standard] (which brings uvicorn), aiohttp, setproctitle;
+# vllm-ascend's requirements.txt adds no orjson either), and `vllm-router` starts in launch_router.py,
+# which imports mini_lb.py, which imports orjson at module level. So orjson goes in beside the wheel,
+# pinned by the sha256 of its cp311 wheels for x86_64 and aarch64 (orjson-3.13.0-cp311-cp311-
+# manylinux_2_17_{x86_64,aarch64}.manylinux2014_*.whl); the rest come from the image (`--no-deps`).
+RUNTIME_HASHES = {
+    "orjson==3.13.0": (
+        "89bcf2d4bc6c9a7e1763c8cf534f38712e66b76a0fefda7fb7785462f0d635e4",
+        "dd9d9a101bd8dbfad112170f009cd155e52bb8c936468821a0d03cbb96c0e426",
+    ),
+}
 IMAGE_REPOSITORY = "ascend-fleet-router"
 REQUEST_TIMEOUT_SECONDS = 3600
 HEALTH_INTERVAL_SECONDS = 10
@@ -34,16 +45,18 @@ STARTUP_MARGIN_SECONDS = 300
 """How much longer than the slowest replica's load the router waits for its first worker."""
 
 
-def requirement() -> str:
-    """The pip requirement line: the exact version, and every wheel's hash."""
-    return f"vllm-router=={VERSION} " + " ".join(f"--hash=sha256:{h}" for h in WHEEL_HASHES)
+def requirements() -> tuple[str, ...]:
+    """The pip requirement lines: exact versions, and the hash of every wheel pip may pick."""
+    pins = {f"vllm-router=={VERSION}": WHEEL_HASHES, **RUNTIME_HASHES}
+    return tuple(f"{pin} " + " ".join(f"--hash=sha256:{h}" for h in hashes) for pin, hashes in pins.items())
 
 
 def dockerfile(base_image: str) -> str:
-    """The router image: the service's image (it has Python and pip) plus the pinned wheel."""
+    """The router image: the service's image (it has Python, pip and most of the router's needs) plus
+    the pinned wheel and what vLLM does not declare."""
     return (
         f"FROM {base_image}\n"
-        f"RUN printf '%s\\n' {shlex.quote(requirement())} > /tmp/vllm-router.txt \\\n"
+        f"RUN printf '%s\\n' {' '.join(shlex.quote(line) for line in requirements())} > /tmp/vllm-router.txt \\\n"
         " && pip install --no-cache-dir --no-deps --require-hashes -r /tmp/vllm-router.txt \\\n"
         " && rm /tmp/vllm-router.txt\n"
     )

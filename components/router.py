@@ -26,6 +26,10 @@ from components.ascend_host import AscendHost, script
 from components.model_service import ModelService, container_args, container_options
 
 
+SERVES_SUFFIX = "-serves"
+"""A replica's serves step is named after it: `<replica>-serves`."""
+
+
 class Rollout:
     """Which serves step each replica's container waits for: its predecessor's.
 
@@ -83,7 +87,7 @@ class Router(pulumi.ComponentResource):
         )
         for handover, replica in zip(deployment.handovers, replicas, strict=True):
             step = script(
-                f"{handover.replica}-serves",
+                handover.replica + SERVES_SUFFIX,
                 handover.serve_script,
                 host.connection,
                 # Delete before replace: the drain of the old step must not follow the new step's registration.
