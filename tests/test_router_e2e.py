@@ -167,6 +167,8 @@ class Fleet:
         argv = list(self.router.spec.command)
         self.process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for("the router to be ready", lambda: get(f"{self.base}/readiness", 1)[0] == 200, 60)
+        cmdline = Path(f"/proc/{self.process.pid}/cmdline").read_bytes()
+        assert not cmdline.startswith(b"sh\0"), "sh execs vllm-router, which keeps its process (PID 1 in Docker)"
 
     def workers(self) -> dict[str, bool]:
         return {w["url"]: w["is_healthy"] for w in json.loads(get(f"{self.base}/workers")[1])["workers"]}
@@ -381,7 +383,7 @@ def test_scaling_rewrites_the_worker_list_and_reconciles_the_running_router_whos
         f3.stop()
 
 
-def test_a_replica_back_from_a_restart_serves_at_once_after_its_step_and_a_dead_one_stops_the_rollout(
+def test_a_re_created_replica_serves_at_once_after_its_step_a_drained_one_costs_nothing_and_a_dead_one_stops_the_rollout(
     tmp_path, monkeypatch
 ):
     deployment = stack(3, api_base=28250)
@@ -396,21 +398,25 @@ def test_a_replica_back_from_a_restart_serves_at_once_after_its_step_and_a_dead_
         victim, step = f.replicas["bge-2"], rd.handovers[1]
         assert step.replica == "bge-2" and step.url == victim.url
 
-        # Its old container goes: the drain takes it out of the router first, so no request meets it.
-        drained = host.run(step.drain_script)
-        assert drained.returncode == 0, drained.stderr
-        assert set(f.workers()) == set(rd.workers) - {victim.url}
+        # Its container re-created with no drain before (a crash, or a step that never ran): the
+        # router marks it down and the failed requests open its circuit breaker (60 s) ...
         victim.kill()
-        assert [r for r in traffic(f, 3) if r[1] != 200] == []
-
-        # Its new container is healthy; the step re-registers it, and it takes requests at once.
+        wait_for("the router to mark bge-2 down", lambda: traffic(f, 1) and f.workers()[victim.url] is False, 90, 0)
         victim.start()
+        # ... and its step re-registers it afresh: it takes its share of the very next requests.
         served = host.run(step.serve_script)
         assert served.returncode == 0, served.stderr
         assert f.workers()[victim.url] is True
         before = victim.served()
         assert [r for r in traffic(f, 6) if r[1] != 200] == []
         assert victim.served() - before >= 4, "no circuit breaker or stale health holds it back"
+
+        # Its container removed: the drain takes it out of the router first, so no request meets it.
+        drained = host.run(step.drain_script)
+        assert drained.returncode == 0, drained.stderr
+        assert set(f.workers()) == set(rd.workers) - {victim.url}
+        victim.kill()
+        assert [r for r in traffic(f, 3) if r[1] != 200] == []
 
         # A new image that never answers: the step fails with one paragraph, and the router keeps
         # serving through the others (the next replica's container is never touched).
