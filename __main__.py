@@ -32,7 +32,8 @@ async def main() -> None:
     for hd in (hd for hd in deployment.hosts if hd.services):
         for sd in hd.services:
             after = [services[name] for name in sd.after]
-            services[sd.name] = ModelService(sd.name, sd, hosts[hd.name], after=after, depends_on=rollout.waits_for(sd.name))
+            waits = rollout.waits_for(sd.name)
+            services[sd.name] = ModelService(sd.name, sd, hosts[hd.name], after=after, depends_on=waits)
     routers = {
         rd.plan.service.name: Router(
             rd.name, rd, hosts[rd.plan.host_name], [services[name] for name in rd.plan.replicas], rollout

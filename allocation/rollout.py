@@ -156,11 +156,8 @@ def handover(router: str, port: int, replica: str, url: str, start_timeout_secon
         "  exit 1\n"
         "}\n"
     )
-    drain = (
-        f"{_control(router, 'drain', port, url)} || "
-        f"echo {shlex.quote(f'ascend-fleet: could not take {replica} out of router {router} (not running?); continuing')} >&2\n"
-        "exit 0\n"
-    )
+    skipped = f"ascend-fleet: could not take {replica} out of router {router} (not running?); continuing"
+    drain = f"{_control(router, 'drain', port, url)} || echo {shlex.quote(skipped)} >&2\nexit 0\n"
     return Handover(replica=replica, url=url, serve_script=serve, drain_script=drain)
 
 

@@ -77,9 +77,8 @@ class Router(pulumi.ComponentResource):
         )
         image_id = build.stdout.apply(lambda out: out.strip().splitlines()[-1])
         # Updated in place when replicas come or go: the file and the running router change, the container does not.
-        workers = script(
-            f"{name}-workers", deployment.workers_script, host.connection, pulumi.ResourceOptions(parent=self, depends_on=[build])
-        )
+        after_build = pulumi.ResourceOptions(parent=self, depends_on=[build])
+        workers = script(f"{name}-workers", deployment.workers_script, host.connection, after_build)
         self.container = docker.Container(
             f"{name}-container",
             container_args(spec, image_id),

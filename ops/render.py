@@ -116,7 +116,8 @@ def _docker_run_script(deployment: Deployment) -> str:
         for sd in hd.services:
             lines += _replace(sd.spec)
         for rd in hd.routers:
-            lines += [_comment(f"router of {rd.plan.service.name}: its image is built on the host, its worker list written there, then it runs")]
+            what = "its image is built on the host, its worker list written there, then it runs"
+            lines += [_comment(f"router of {rd.plan.service.name}: {what}")]
             lines += _on_host(hd, rd.build_script, " >/dev/null")
             lines += _on_host(hd, rd.workers_script)
             lines += _replace(rd.spec)

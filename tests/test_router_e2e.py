@@ -425,7 +425,8 @@ def test_a_re_created_replica_serves_at_once_after_its_step_a_drained_one_costs_
         dead = rollout.handover(rd.name, rd.plan.port, "bge-2", victim.url, start_timeout_seconds=0)
         failed = host.run(dead.serve_script)
         assert failed.returncode == 1
-        assert "ascend-fleet: replica bge-2 (" + victim.url + ") does not serve through router bge-router within 5s" in failed.stderr
+        stopped = f"ascend-fleet: replica bge-2 ({victim.url}) does not serve through router bge-router within 5s"
+        assert stopped in failed.stderr
         assert "The rolling replacement stops here" in failed.stderr and "Traceback" not in failed.stderr
         assert [r for r in traffic(f, 3) if r[1] != 200] == []
     finally:
