@@ -12,7 +12,7 @@ import gc
 import pulumi
 
 from allocation.report import plan_json
-from components import AscendHost, ModelService, Router, fleet_deployment, ssh_private_key
+from components import AscendHost, ModelService, Rollout, Router, fleet_deployment, ssh_private_key
 
 # The SDK keeps ~90 futures and tasks per container alive until the engine answers,
 # so the heap only grows while the program runs, and CPython's default thresholds
@@ -28,12 +28,16 @@ async def main() -> None:
     key = ssh_private_key(deployment.ssh)
     services: dict[str, ModelService] = {}
     hosts = {hd.name: AscendHost(hd.name, hd, deployment.ssh, private_key=key) for hd in deployment.hosts if hd.in_use}
+    rollout = Rollout(deployment.routers)  # a replica's container waits for the one before it to serve again
     for hd in (hd for hd in deployment.hosts if hd.services):
         for sd in hd.services:
             after = [services[name] for name in sd.after]
-            services[sd.name] = ModelService(sd.name, sd, hosts[hd.name], after=after)
+            waits = rollout.waits_for(sd.name)
+            services[sd.name] = ModelService(sd.name, sd, hosts[hd.name], after=after, depends_on=waits)
     routers = {
-        rd.plan.service.name: Router(rd.name, rd, hosts[rd.plan.host_name], first=services[rd.first])
+        rd.plan.service.name: Router(
+            rd.name, rd, hosts[rd.plan.host_name], [services[name] for name in rd.plan.replicas], rollout
+        )
         for rd in deployment.routers
     }
 

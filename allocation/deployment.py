@@ -19,7 +19,8 @@ from allocation.device_share import device_share_script
 from allocation.host_check import host_check_script
 from allocation.known_hosts import find_host_key
 from allocation.plan import HostPlan, Plan, PlannedService, RouterPlan
-from allocation.router import build_script, router_spec
+from allocation.rollout import Handover, handover, workers_script
+from allocation.router import build_script, image_tag, router_spec
 from allocation.start_order import start_after
 from allocation.windows import KINDS
 
@@ -69,6 +70,12 @@ class RouterDeployment:
     """Builds the router image on its host (`allocation.router`); prints the image id."""
     workers: tuple[str, ...]
     """Each replica's URL, in the order of `plan.replicas`: the router's `--worker-urls`."""
+    workers_script: str
+    """Writes `workers` where the router reads it at start, and reconciles the running router
+    (`allocation.rollout`): the router's container never names its workers."""
+    handovers: tuple[Handover, ...]
+    """Per replica, in order: the step that confirms it serves again, which the next replica's
+    container waits for (one replica down at a time)."""
 
     @property
     def name(self) -> str:
@@ -157,11 +164,15 @@ def _router_deployment(plan: Plan, router: RouterPlan, services: Mapping[str, Se
     workers = tuple(sd.url for sd in replicas)
     return RouterDeployment(
         plan=router,
-        spec=router_spec(plan.fleet, router, list(workers), max(sd.spec.start_timeout_seconds for sd in replicas)),
+        spec=router_spec(plan.fleet, router, max(sd.spec.start_timeout_seconds for sd in replicas)),
         endpoint=f"http://{host.url_address()}:{router.port}/v1",
         base_image=base,
         build_script=build_script(base),
         workers=workers,
+        workers_script=workers_script(router.name, image_tag(base), router.port, workers),
+        handovers=tuple(
+            handover(router.name, router.port, sd.name, sd.url, sd.spec.start_timeout_seconds) for sd in replicas
+        ),
     )
 
 

@@ -12,18 +12,30 @@ import hashlib
 import shlex
 from types import MappingProxyType
 
-from allocation.config import FleetConfig, Router, image_of
+from allocation.config import FleetConfig, Mount, Router, image_of
 from allocation.containers import LABEL_PREFIX, LOG_OPTS, ContainerSpec, HealthCheck, http_probe
 from allocation.plan import RouterPlan
+from allocation.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
 
 VERSION = "0.1.17"
 # sha256 of the two wheels pip may pick (PyPI, vllm_router-0.1.17-cp38-abi3-manylinux_2_28_{x86_64,aarch64}.whl).
-# Its Python dependencies (fastapi, uvicorn, aiohttp, orjson, requests, setproctitle) are vLLM's own, so
-# the service's image has them and the wheel goes in alone (`--no-deps`).
 WHEEL_HASHES = (
     "85c96bea4d573a49b5a8ae4c72ee3dfe733aba26b6f1ff1256e6142f1f42694d",
     "1ec4d5ce14c19431cc84e36238507dff89020ab024d99f042f091f5e9f2c895a",
 )
+# What the wheel needs at run time beyond the service's image. vllm-router 0.1.17 requires setproctitle,
+# aiohttp, orjson, uvicorn, fastapi and requests (its METADATA); vLLM 0.20.2 declares all of them but orjson
+# (its wheel's Requires-Dist: requests, fastapi[standard] (which brings uvicorn), aiohttp, setproctitle;
+# vllm-ascend's requirements.txt adds no orjson either), and `vllm-router` starts in launch_router.py,
+# which imports mini_lb.py, which imports orjson at module level. So orjson goes in beside the wheel,
+# pinned by the sha256 of its cp311 wheels for x86_64 and aarch64 (orjson-3.13.0-cp311-cp311-
+# manylinux_2_17_{x86_64,aarch64}.manylinux2014_*.whl); the rest come from the image (`--no-deps`).
+RUNTIME_HASHES = {
+    "orjson==3.13.0": (
+        "89bcf2d4bc6c9a7e1763c8cf534f38712e66b76a0fefda7fb7785462f0d635e4",
+        "dd9d9a101bd8dbfad112170f009cd155e52bb8c936468821a0d03cbb96c0e426",
+    ),
+}
 IMAGE_REPOSITORY = "ascend-fleet-router"
 REQUEST_TIMEOUT_SECONDS = 3600
 HEALTH_INTERVAL_SECONDS = 10
@@ -33,16 +45,18 @@ STARTUP_MARGIN_SECONDS = 300
 """How much longer than the slowest replica's load the router waits for its first worker."""
 
 
-def requirement() -> str:
-    """The pip requirement line: the exact version, and every wheel's hash."""
-    return f"vllm-router=={VERSION} " + " ".join(f"--hash=sha256:{h}" for h in WHEEL_HASHES)
+def requirements() -> tuple[str, ...]:
+    """The pip requirement lines: exact versions, and the hash of every wheel pip may pick."""
+    pins = {f"vllm-router=={VERSION}": WHEEL_HASHES, **RUNTIME_HASHES}
+    return tuple(f"{pin} " + " ".join(f"--hash=sha256:{h}" for h in hashes) for pin, hashes in pins.items())
 
 
 def dockerfile(base_image: str) -> str:
-    """The router image: the service's image (it has Python and pip) plus the pinned wheel."""
+    """The router image: the service's image (it has Python, pip and most of the router's needs) plus
+    the pinned wheel and what vLLM does not declare."""
     return (
         f"FROM {base_image}\n"
-        f"RUN printf '%s\\n' {shlex.quote(requirement())} > /tmp/vllm-router.txt \\\n"
+        f"RUN printf '%s\\n' {' '.join(shlex.quote(line) for line in requirements())} > /tmp/vllm-router.txt \\\n"
         " && pip install --no-cache-dir --no-deps --require-hashes -r /tmp/vllm-router.txt \\\n"
         " && rm /tmp/vllm-router.txt\n"
     )
@@ -79,18 +93,19 @@ def _default_policy(args: list[str]) -> str:
     return "cache_aware" if prefix_caching(args) else "round_robin"
 
 
-def router_spec(fleet: FleetConfig, router: RouterPlan, workers: list[str], load_seconds: int) -> ContainerSpec:
-    """The router's container: every replica in `--worker-urls`; `load_seconds`: the replicas'
-    start timeout, which the router's wait for its workers must outlast."""
+def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> ContainerSpec:
+    """The router's container. Its command names no worker: `LAUNCH` passes the URLs in its worker
+    file as `--worker-urls` (allocation.rollout), so replicas come and go without a restart.
+    `load_seconds`: the replicas' start timeout, which the router's wait for its workers must outlast."""
     s, d = router.service, fleet.defaults
     settings = s.router or Router()
     timeout = settings.request_timeout_seconds or REQUEST_TIMEOUT_SECONDS
     wait = load_seconds + STARTUP_MARGIN_SECONDS
     command = (
+        "sh", "-c", LAUNCH, "ascend-fleet-router",
         "vllm-router",
         "--host", "0.0.0.0",
         "--port", str(router.port),
-        "--worker-urls", *workers,
         "--policy", settings.policy or _default_policy([*(d.args or ()), *(s.args or ())]),
         "--request-timeout-secs", str(timeout),
         "--worker-startup-timeout-secs", str(wait),
@@ -117,9 +132,9 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, workers: list[str], load
         name=router.name,
         image=image_tag(image_of(fleet, s)),
         command=command,
-        env=MappingProxyType({}),
+        env=MappingProxyType({WORKERS_ENV: WORKERS_FILE}),
         device_files=(),
-        mounts=(),
+        mounts=(Mount(source=workers_dir(router.name), target=WORKERS_MOUNT, read_only=True),),
         api_port=router.port,
         metrics_port=router.metrics_port,
         labels=MappingProxyType(labels),

@@ -93,10 +93,14 @@ def script(
     connection: command.remote.ConnectionArgs | None,
     opts: pulumi.ResourceOptions,
     delete: str | None = None,
+    triggers: Optional[pulumi.Input[list]] = None,
 ) -> pulumi.CustomResource:
     """A script run on the host: over SSH, or here for the dev stack's local daemon. A changed
     script runs again as an update (`update`), never as a replacement, whose create-then-delete
-    would run the new script and then the old one's `delete`; `delete` runs when the resource goes."""
+    would run the new script and then the old one's `delete`; `delete` runs when the resource goes.
+    A change of `triggers` replaces it: the script runs again as a create."""
     if connection is None:
-        return command.local.Command(name, create=text, update=text, delete=delete, opts=opts)
-    return command.remote.Command(name, connection=connection, create=text, update=text, delete=delete, opts=opts)
+        return command.local.Command(name, create=text, update=text, delete=delete, triggers=triggers, opts=opts)
+    return command.remote.Command(
+        name, connection=connection, create=text, update=text, delete=delete, triggers=triggers, opts=opts
+    )

@@ -64,7 +64,7 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
 
 
 def container_options(
-    spec: ContainerSpec, parent: pulumi.Resource, provider: docker.Provider, depends_on: list[pulumi.Resource]
+    spec: ContainerSpec, parent: pulumi.Resource, provider: docker.Provider, depends_on: list[pulumi.Input[pulumi.Resource]]
 ) -> pulumi.ResourceOptions:
     """How every container is created, replaced and deleted."""
     return pulumi.ResourceOptions(
@@ -97,6 +97,7 @@ class ModelService(pulumi.ComponentResource):
         deployment: ServiceDeployment,
         host: AscendHost,
         after: Sequence["ModelService"] = (),
+        depends_on: Sequence[pulumi.Input[pulumi.Resource]] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
         super().__init__("ascend-fleet:index:ModelService", name, None, opts)
@@ -109,7 +110,7 @@ class ModelService(pulumi.ComponentResource):
             # A new tag or a re-pulled image is a new id, so the container is replaced.
             container_args(spec, host.images[spec.image].image_id),
             opts=container_options(
-                spec, self, host.provider, [host.check, *_sharing(deployment, host), *(s.container for s in after)]
+                spec, self, host.provider, [host.check, *_sharing(deployment, host), *(s.container for s in after), *depends_on]
             ),
         )
         endpoint = deployment.endpoint

@@ -1,14 +1,22 @@
-"""Router: the vLLM router in front of a replicated service's replicas, on one host.
+"""Router: the vLLM router in front of a replicated service's replicas, on one host, and the
+steps that replace those replicas one at a time.
 
 Its image is built on the host by a script (the service's image plus the pinned wheel;
 `allocation.router`), which prints the image id; the container runs that id, so a rebuilt
-image replaces it. The container is created after the first replica is healthy: the router
-exits when no worker answers.
+image replaces it. Its worker list is a file on the host written by a second script
+(`allocation.rollout.workers_script`), which the container reads at start: scaling rewrites
+the file and reconciles the running router, and changes nothing of the container. The
+container is created after the first replica is healthy: the router exits when no worker answers.
+
+Per replica a "serves" step (`<replica>-serves`) re-registers it in the router and waits until
+the router lists it healthy; the next replica's container depends on it (`Rollout`), so an image
+upgrade takes one replica down at a time and a new image that never serves stops the chain.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import asyncio
+from typing import Optional, Sequence
 
 import pulumi
 import pulumi_docker as docker
@@ -16,6 +24,34 @@ import pulumi_docker as docker
 from allocation.deployment import RouterDeployment
 from components.ascend_host import AscendHost, script
 from components.model_service import ModelService, container_args, container_options
+
+
+SERVES_SUFFIX = "-serves"
+"""A replica's serves step is named after it: `<replica>-serves`."""
+
+
+class Rollout:
+    """Which serves step each replica's container waits for: its predecessor's.
+
+    Replica containers are declared before the routers that make those steps, so a replica gets
+    a future of its predecessor's step, set when its router is built; the SDK accepts any awaitable
+    in `depends_on` and sends the step's URN, known once the engine has run the step (a resource
+    option, never an input: adding the wait replaces nothing)."""
+
+    def __init__(self, routers: Sequence[RouterDeployment]) -> None:
+        loop = asyncio.get_running_loop()
+        self._steps = {h.replica: loop.create_future() for rd in routers for h in rd.handovers}
+        self._previous = {
+            later.replica: earlier.replica for rd in routers for earlier, later in zip(rd.handovers, rd.handovers[1:])
+        }
+
+    def waits_for(self, replica: str) -> list[asyncio.Future]:
+        """What the container of `replica` depends on beyond its host: its predecessor serving again."""
+        previous = self._previous.get(replica)
+        return [self._steps[previous]] if previous is not None else []
+
+    def served(self, replica: str, step: pulumi.Resource) -> None:
+        self._steps[replica].set_result(step)
 
 
 class Router(pulumi.ComponentResource):
@@ -27,7 +63,8 @@ class Router(pulumi.ComponentResource):
         name: str,
         deployment: RouterDeployment,
         host: AscendHost,
-        first: ModelService,
+        replicas: Sequence[ModelService],
+        rollout: Rollout,
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
         super().__init__("ascend-fleet:index:Router", name, None, opts)
@@ -39,11 +76,28 @@ class Router(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[host.images[deployment.base_image]]),
         )
         image_id = build.stdout.apply(lambda out: out.strip().splitlines()[-1])
+        # Updated in place when replicas come or go: the file and the running router change, the container does not.
+        after_build = pulumi.ResourceOptions(parent=self, depends_on=[build])
+        workers = script(f"{name}-workers", deployment.workers_script, host.connection, after_build)
         self.container = docker.Container(
             f"{name}-container",
             container_args(spec, image_id),
-            opts=container_options(spec, self, host.provider, [host.check, first.container]),
+            opts=container_options(spec, self, host.provider, [host.check, workers, replicas[0].container]),
         )
+        for handover, replica in zip(deployment.handovers, replicas, strict=True):
+            step = script(
+                handover.replica + SERVES_SUFFIX,
+                handover.serve_script,
+                host.connection,
+                # Delete before replace: the drain of the old step must not follow the new step's registration.
+                pulumi.ResourceOptions(
+                    parent=self, depends_on=[replica.container, self.container, workers], delete_before_replace=True
+                ),
+                delete=handover.drain_script,
+                # A re-created replica is a new container id: the step runs again.
+                triggers=[replica.container.id],
+            )
+            rollout.served(handover.replica, step)
         endpoint = deployment.endpoint
         plan = deployment.plan
         self.summary = {

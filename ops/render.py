@@ -117,8 +117,10 @@ def _docker_run_script(deployment: Deployment) -> str:
         for sd in hd.services:
             lines += _replace(sd.spec)
         for rd in hd.routers:
-            lines += [_comment(f"router of {rd.plan.service.name}: its image is built on the host, then it runs")]
+            what = "its image is built on the host, its worker list written there, then it runs"
+            lines += [_comment(f"router of {rd.plan.service.name}: {what}")]
             lines += _on_host(hd, rd.build_script, " >/dev/null")
+            lines += _on_host(hd, rd.workers_script)
             lines += _replace(rd.spec)
     return "\n".join(lines) + "\n"
 
@@ -163,7 +165,10 @@ def _compose_files(deployment: Deployment) -> str:
                 f"first put shared cards {list(hd.shared_cards)} into device-share mode: the docker-run export does it"
             )
         for rd in hd.routers:
-            header += "\n" + _comment(f"first build the image {rd.spec.image} on the host: the docker-run export does it")
+            header += "\n" + _comment(
+                f"first build the image {rd.spec.image} and write the worker list of {rd.name} on the host: "
+                "the docker-run export does both"
+            )
         documents.append(header + "\n" + buffer.getvalue())
     return "---\n".join(documents)
 

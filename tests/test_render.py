@@ -73,5 +73,7 @@ def test_the_docker_run_script_builds_each_router_image_on_its_host_then_runs_th
     block = script[script.index("# host npu-s1") : script.index("# host npu-s2")]
     assert rd.build_script.rstrip("\n") in block
     assert block.index(rd.build_script.rstrip("\n")) < block.index("--name bge-m3-router ")
+    assert block.index(rd.build_script.rstrip("\n")) < block.index(rd.workers_script.rstrip("\n"))
+    assert block.index(rd.workers_script.rstrip("\n")) < block.index("--name bge-m3-router "), "it reads the list at start"
     assert build < script.index("--name bge-m3-router ")
     assert shlex.join(["docker", "run", *docker_run_args(rd.spec)]) in block

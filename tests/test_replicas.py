@@ -20,9 +20,12 @@ from allocation.diff import diff_plans
 from allocation.errors import AllocationError, ConfigError
 from allocation.planner import plan_fleet
 from allocation.report import plan_json
+from allocation.rollout import LAUNCH, SERVE_MARGIN_SECONDS, WORKERS_ENV, WORKERS_MOUNT
 from allocation.router import VERSION, image_tag, prefix_caching
+from cli.pin import stack_pins
 from cli.stackfile import load_fleet
-from tests.pulumi_harness import CONTAINER, REMOTE_COMMAND, ROUTER, fake_image_id, run_program
+from components.router import SERVES_SUFFIX
+from tests.pulumi_harness import CONTAINER, REMOTE_COMMAND, ROUTER, fake_image_id, plain_occurrences, run_program, unwrap
 
 HOSTS = [{"name": f"npu-{i}", "address": f"192.0.2.{10 + i}"} for i in range(1, 4)]
 
@@ -150,12 +153,23 @@ def router_of(values: dict):
     return deployment, rd
 
 
-def test_the_router_lists_every_replica_and_binds_everything_it_serves_on_all_addresses():
+def vllm_router_argv(spec) -> list[str]:
+    """The vllm-router argv of the router's command, after the sh wrapper that adds the workers."""
+    argv = list(spec.command)
+    assert argv[:3] == ["sh", "-c", LAUNCH], "the wrapper reads the worker file and execs vllm-router"
+    return argv[4:]
+
+
+def test_the_router_reads_every_replica_from_its_worker_file_and_binds_everything_on_all_addresses():
     _, rd = router_of(fleet_of(bge(routerPort=7007, args=["--no-enable-prefix-caching"])))
-    argv = list(rd.spec.command)
-    assert argv[0] == "vllm-router"
-    workers = argv[argv.index("--worker-urls") + 1 : argv.index("--policy")]
-    assert workers == ["http://192.0.2.11:8000", "http://192.0.2.12:8000", "http://192.0.2.13:8000"]
+    argv = vllm_router_argv(rd.spec)
+    assert argv[0] == "vllm-router" and "--worker-urls" not in argv, "the command names no worker"
+    assert rd.workers == ("http://192.0.2.11:8000", "http://192.0.2.12:8000", "http://192.0.2.13:8000")
+    assert rd.spec.env == {WORKERS_ENV: f"{WORKERS_MOUNT}/workers"}
+    assert [(m.source, m.target, m.read_only) for m in rd.spec.mounts] == [
+        ("/var/lib/ascend-fleet/routers/bge-router", WORKERS_MOUNT, True)
+    ]
+    assert "printf '%s' 'http://192.0.2.11:8000\nhttp://192.0.2.12:8000\nhttp://192.0.2.13:8000\n' |" in rd.workers_script
     options = dict(zip(argv[1::2], argv[2::2]))
     assert options["--host"] == options["--prometheus-host"] == "0.0.0.0"
     assert (options["--port"], options["--prometheus-port"]) == ("7007", str(rd.plan.metrics_port))
@@ -167,6 +181,15 @@ def test_the_router_lists_every_replica_and_binds_everything_it_serves_on_all_ad
     assert rd.endpoint == "http://192.0.2.11:7007/v1"
     assert "/readiness" in rd.spec.healthcheck.test[1] and "/health " not in rd.spec.healthcheck.test[1]
     assert rd.first == "bge-1"
+
+
+def test_each_replica_has_a_step_that_re_registers_it_and_waits_its_start_timeout_plus_a_margin():
+    _, rd = router_of(fleet_of(bge(routerPort=7007, startTimeoutSeconds=600)))
+    assert [(h.replica, h.url) for h in rd.handovers] == list(zip(rd.plan.replicas, rd.workers))
+    serve = rd.handovers[1].serve_script
+    assert serve.startswith("set -u\ndocker exec bge-router python3 -c ")
+    assert f"serve 7007 {600 + SERVE_MARGIN_SECONDS} http://192.0.2.12:8000 bge-2 ||" in serve
+    assert rd.handovers[1].drain_script.rstrip().endswith("exit 0"), "a drain never fails a deletion"
 
 
 def test_the_policy_follows_prefix_caching_unless_set():
@@ -215,15 +238,13 @@ def test_pin_pins_every_replica_and_the_routers_ports(tmp_path, cli):
     assert "nothing new" in cli("pin", "--config", str(path)).stdout
 
 
-def test_the_diff_names_replicas_added_and_removed_and_router_changes():
+def test_the_diff_names_replicas_added_and_removed_and_leaves_the_router_alone():
     old = plan_json(deploy(plan_of(fleet_of(bge(replicas=2)))))
     new = plan_json(deploy(plan_of(fleet_of(bge(replicas=3)))))
     diff = {d.name: d for d in diff_plans(old, new).services}
     assert diff["bge-3"].added and ("added", "replica of bge, on npu-3 cards 0") in diff["bge-3"].lines()
-    assert diff["bge-router"].restart_reasons == (
-        "--worker-urls http://192.0.2.11:8000, http://192.0.2.12:8000 -> "
-        "http://192.0.2.11:8000, http://192.0.2.12:8000, http://192.0.2.13:8000",
-    )
+    router = diff["bge-router"]
+    assert router.restart_reasons == () and router.lines() == [], "the router's container stays: its workers are a file"
     back = {d.name: d for d in diff_plans(new, old).services}
     assert back["bge-3"].removed and back["bge-3"].lines()[0][1].startswith("replica of bge, was on")
 
@@ -252,13 +273,12 @@ def test_the_program_registers_replicas_on_their_hosts_and_one_router_in_front()
     (router,) = run.of_type(ROUTER)
     container = containers["bge-router-container"]
     assert container.parent == router.urn
-    argv = container.inputs["command"]
-    assert argv[argv.index("--worker-urls") + 1 : argv.index("--policy")] == [
-        "http://192.0.2.11:8000", "http://192.0.2.12:8000", "http://192.0.2.13:8000",
-    ]  # fmt: skip
+    assert "--worker-urls" not in container.inputs["command"]
     assert containers["bge-1-container"].urn in container.dependencies, "the router starts after a replica is healthy"
-    builds = [r for r in run.of_type(REMOTE_COMMAND) if r.name == "bge-router-image"]
-    assert len(builds) == 1 and builds[0].urn in container.dependencies
+    commands = run.by_name(REMOTE_COMMAND)
+    assert commands["bge-router-image"].urn in commands["bge-router-workers"].dependencies
+    assert commands["bge-router-workers"].urn in container.dependencies, "its worker file is written before it starts"
+    assert commands["bge-router-workers"].inputs["create"] == deploy(plan_of(values)).routers[0].workers_script
     assert container.inputs["image"] == fake_image_id(image_tag("quay.io/ascend/vllm-ascend:v0.20.2rc1"))
     ports = [(p["internal"], p["external"]) for p in container.inputs["ports"]]
     assert ports[0] == (7007, 7007) and len(ports) == 2
@@ -267,3 +287,70 @@ def test_the_program_registers_replicas_on_their_hosts_and_one_router_in_front()
     assert services["bge"]["endpoint"] == "http://192.0.2.11:7007/v1"
     assert services["bge"]["replicas"] == ["bge-1", "bge-2", "bge-3"]
     assert services["bge-2"]["endpoint"] == "http://192.0.2.12:8000/v1"
+
+
+def pinned_bge(**extra) -> dict:
+    """bge with every replica and the router's ports pinned where the planner put them."""
+    (pins,) = stack_pins(plan_of(fleet_of(bge(**extra)))).values()
+    return bge(**extra, **pins)
+
+
+def serves_steps(run) -> dict[str, object]:
+    return {r.name.removesuffix(SERVES_SUFFIX): r for r in run.of_type(REMOTE_COMMAND) if r.name.endswith(SERVES_SUFFIX)}
+
+
+def test_each_replica_waits_for_the_one_before_it_to_serve_again_through_the_router():
+    values = fleet_of(bge(routerPort=7007))
+    run = run_program("test", values)
+    containers, steps = run.by_name(CONTAINER), serves_steps(run)
+    (rd,) = deploy(plan_of(values)).routers
+    assert sorted(steps) == ["bge-1", "bge-2", "bge-3"]
+    router, workers = containers["bge-router-container"], run.by_name(REMOTE_COMMAND)["bge-router-workers"]
+
+    def waits(replica: str) -> list[str]:
+        deps = containers[f"{replica}-container"].dependencies
+        return [name for name, step in steps.items() if step.urn in deps]
+
+    assert {r: waits(r) for r in steps} == {"bge-1": [], "bge-2": ["bge-1"], "bge-3": ["bge-2"]}
+    for i, (name, step) in enumerate(sorted(steps.items())):
+        container = containers[f"{name}-container"]
+        # On the router's host, after its replica and the router; again whenever the replica's container is new.
+        assert unwrap(step.inputs["connection"])["host"] == "192.0.2.11"
+        assert {container.urn, router.urn, workers.urn} <= set(step.dependencies)
+        assert step.inputs["triggers"] == [f"{name}-container-id"]
+        assert step.inputs["create"] == rd.handovers[i].serve_script
+        assert step.inputs["delete"] == rd.handovers[i].drain_script
+        assert step.delete_before_replace, "the old step's drain runs before the new one registers"
+    # The chain is options, not inputs: a replica's container has the same inputs as a lone service's.
+    assert plain_occurrences(containers["bge-2-container"].inputs, "bge-1") == []
+
+
+@pytest.mark.parametrize(("before", "after", "created"), [(3, 4, {"bge-4"}), (3, 2, set()), (2, 3, {"bge-3"})])
+def test_scaling_a_pinned_service_re_creates_no_other_container_and_updates_the_worker_list_in_place(
+    before, after, created
+):
+    pins = pinned_bge(replicas=max(before, after))
+    values = {n: fleet_of({**pins, "replicas": n, "replicaPins": pins["replicaPins"][:n]}) for n in (before, after)}
+    runs = {n: run_program("test", v) for n, v in values.items()}
+    old, new = runs[before].containers(), runs[after].containers()
+    assert {n for n in old.keys() & new.keys() if old[n] != new[n]} == set(), "the router and every replica stay"
+    assert set(new) - set(old) == created and set(old) - set(new) == {f"bge-{i}" for i in range(after + 1, before + 1)}
+    old_workers, new_workers = (runs[n].by_name(REMOTE_COMMAND)["bge-router-workers"].inputs for n in (before, after))
+    assert old_workers["create"] != new_workers["create"] and new_workers["update"] == new_workers["create"]
+    (rd,) = deploy(plan_of(values[after])).routers
+    assert new_workers["create"] == rd.workers_script
+
+
+def test_an_image_change_re_creates_the_replicas_in_a_chain_and_the_router_once():
+    pins = pinned_bge()
+    old = run_program("test", fleet_of(pins))
+    new = run_program("test", fleet_of({**pins, "image": "quay.io/ascend/vllm-ascend:v0.20.3"}))
+    before, after = old.containers(), new.containers()
+    assert {n for n in before if before[n] != after[n]} == {"bge-1", "bge-2", "bge-3", "bge-router"}
+    containers, steps = new.by_name(CONTAINER), serves_steps(new)
+    chain = [
+        (name, next(s for s, step in steps.items() if step.urn in containers[f"{name}-container"].dependencies))
+        for name in ("bge-2", "bge-3")
+    ]
+    assert chain == [("bge-2", "bge-1"), ("bge-3", "bge-2")], "each waits for the one before it"
+    assert all(c.delete_before_replace for c in containers.values())

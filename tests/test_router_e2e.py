@@ -37,6 +37,8 @@ from cli.main import write_files
 from ops import prometheus
 from ops.doctor.facts import HostFacts
 from ops.doctor.findings import host_findings
+from allocation import rollout
+from allocation.rollout import WORKERS_ENV
 from ops.metric_names import NPU
 from tests.conftest import live_container, require_binary
 
@@ -47,12 +49,12 @@ PROMETHEUS_PORT = 28199
 MODEL = "bge"
 
 
-def stack() -> Deployment:
+def stack(replicas: int = 3, api_base: int = API_BASE) -> Deployment:
     values = {
         "hosts": [{"name": f"lo-{i}", "address": f"127.0.0.{i}"} for i in (1, 2, 3)],
-        "services": [{"name": MODEL, "model": "/m/bge", "memoryFraction": 0.1, "replicas": 3,
+        "services": [{"name": MODEL, "model": "/m/bge", "memoryFraction": 0.1, "replicas": replicas,
                       "router": {"policy": "round_robin"}}],
-        "ports": {"apiBase": API_BASE},
+        "ports": {"apiBase": api_base},
         "metrics": {"npuExporterPort": EXPORTER_PORT, "scrapeIntervalSeconds": 1},
     }  # fmt: skip
     return deploy(plan_fleet(parse_fleet("e2e", values)))
@@ -157,12 +159,16 @@ class Fleet:
     def base(self) -> str:
         return f"http://127.0.0.1:{self.router.plan.port}"
 
-    def start_router(self) -> None:
+    def start_router(self, workers_file: Path) -> None:
+        """The router container's own command, as Docker runs it: sh reads the worker file the
+        deployment writes (here `workers_file`) and execs the real vllm-router."""
+        env = {**os.environ, **self.router.spec.env, WORKERS_ENV: str(workers_file),
+               "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # fmt: skip
         argv = list(self.router.spec.command)
-        assert argv[0] == "vllm-router"
-        binary = Path(sys.executable).parent / "vllm-router"
-        self.process = subprocess.Popen([str(binary), *argv[1:]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for("the router to be ready", lambda: get(f"{self.base}/readiness", 1)[0] == 200, 60)
+        cmdline = Path(f"/proc/{self.process.pid}/cmdline").read_bytes()
+        assert not cmdline.startswith(b"sh\0"), "sh execs vllm-router, which keeps its process (PID 1 in Docker)"
 
     def workers(self) -> dict[str, bool]:
         return {w["url"]: w["is_healthy"] for w in json.loads(get(f"{self.base}/workers")[1])["workers"]}
@@ -178,12 +184,14 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def fleet() -> Iterator[Fleet]:
+def fleet(tmp_path_factory) -> Iterator[Fleet]:
     f = Fleet(stack())
     try:
         for replica in f.replicas.values():
             replica.start()
-        f.start_router()
+        workers = tmp_path_factory.mktemp("router") / "workers"
+        workers.write_text("".join(f"{url}\n" for url in f.router.workers))
+        f.start_router(workers)
         yield f
     finally:
         f.stop()
@@ -300,3 +308,126 @@ def test_a_killed_replica_costs_no_request_shows_unhealthy_and_rejoins_when_rest
     assert [r for r in traffic(fleet, 6) if r[1] != 200] == []
     assert victim.served() - before >= 4, "the restarted replica takes its share again"
 
+
+
+# --- scaling and rolling replacement, through the scripts the deployment runs on the router's host ---
+
+# Stands in for the docker CLI on the router's host, for the scripts of allocation.rollout:
+# `exec <container> cmd...` runs cmd here (the router "container" is the local process);
+# `inspect` says the router runs once $FAKE_DOCKER_ROOT/running exists; `run ... -v SRC:TARGET IMAGE -c SCRIPT` runs SCRIPT with
+# TARGET standing for $FAKE_DOCKER_ROOT/SRC. Anything else is refused.
+FAKE_DOCKER = """\
+import os, sys
+args = sys.argv[1:]
+if args[0] == "exec":
+    os.execvp(args[2], args[2:])
+if args[0] == "inspect":
+    print("true" if os.path.exists(os.environ["FAKE_DOCKER_ROOT"] + "/running") else "false")
+    sys.exit(0)
+if args[0] == "run":
+    source, target = args[args.index("-v") + 1].rsplit(":", 1)
+    local = os.environ["FAKE_DOCKER_ROOT"] + source
+    os.makedirs(local, exist_ok=True)
+    os.execvp("sh", ["sh", "-c", args[-1].replace(target + "/", local + "/")])
+sys.exit("fake docker: not supported: " + " ".join(args))
+"""
+
+
+class Host:
+    """The router's host: runs allocation.rollout's scripts with `sh`, docker as above."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        bin_dir = root / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "docker").write_text(f"#!{sys.executable}\n{FAKE_DOCKER}")
+        (bin_dir / "docker").chmod(0o755)
+        self.env = {**os.environ, "FAKE_DOCKER_ROOT": str(root),
+                    "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}"}  # fmt: skip
+
+    def run(self, script: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", "-c", script], env=self.env, capture_output=True, text=True, timeout=300)
+
+    def workers_file(self, router: str) -> Path:
+        return Path(f"{self.root}{rollout.workers_dir(router)}/workers")
+
+    def start_router(self, fleet: Fleet, router: str) -> None:
+        fleet.start_router(self.workers_file(router))  # reads the file the workers script wrote
+        (self.root / "running").touch()
+
+
+def test_scaling_rewrites_the_worker_list_and_reconciles_the_running_router_whose_container_stays(tmp_path):
+    two, three = stack(2, api_base=28200), stack(3, api_base=28200)
+    (r2,), (r3,) = two.routers, three.routers
+    assert r2.spec == r3.spec, "the router's container is the same for 2 and 3 replicas: scaling restarts nothing"
+    host = Host(tmp_path)
+    f2, f3 = Fleet(two), Fleet(three)
+    try:
+        for replica in f3.replicas.values():
+            replica.start()
+        assert host.run(r2.workers_script).returncode == 0
+        host.start_router(f2, r2.name)
+        assert f2.workers() == {url: True for url in r2.workers}
+
+        up = host.run(r3.workers_script)
+        assert up.returncode == 0, up.stderr
+        assert host.workers_file(r2.name).read_text().split() == list(r3.workers)
+        assert wait_for("the third replica in the running router", lambda: f2.workers() == dict.fromkeys(r3.workers, True))
+
+        down = host.run(r2.workers_script)
+        assert down.returncode == 0, down.stderr
+        assert wait_for("the third replica out again", lambda: set(f2.workers()) == set(r2.workers))
+        assert [r for r in traffic(f2, 3) if r[1] != 200] == []
+    finally:
+        f2.stop()
+        f3.stop()
+
+
+def test_a_re_created_replica_serves_at_once_after_its_step_a_drained_one_costs_nothing_and_a_dead_one_stops_the_rollout(
+    tmp_path, monkeypatch
+):
+    deployment = stack(3, api_base=28250)
+    (rd,) = deployment.routers
+    host = Host(tmp_path)
+    f = Fleet(deployment)
+    try:
+        for replica in f.replicas.values():
+            replica.start()
+        assert host.run(rd.workers_script).returncode == 0
+        host.start_router(f, rd.name)
+        victim, step = f.replicas["bge-2"], rd.handovers[1]
+        assert step.replica == "bge-2" and step.url == victim.url
+
+        # Its container re-created with no drain before (a crash, or a step that never ran): the
+        # router marks it down and the failed requests open its circuit breaker (60 s) ...
+        victim.kill()
+        wait_for("the router to mark bge-2 down", lambda: traffic(f, 1) and f.workers()[victim.url] is False, 90, 0)
+        victim.start()
+        # ... and its step re-registers it afresh: it takes its share of the very next requests.
+        served = host.run(step.serve_script)
+        assert served.returncode == 0, served.stderr
+        assert f.workers()[victim.url] is True
+        before = victim.served()
+        assert [r for r in traffic(f, 6) if r[1] != 200] == []
+        assert victim.served() - before >= 4, "no circuit breaker or stale health holds it back"
+
+        # Its container removed: the drain takes it out of the router first, so no request meets it.
+        drained = host.run(step.drain_script)
+        assert drained.returncode == 0, drained.stderr
+        assert set(f.workers()) == set(rd.workers) - {victim.url}
+        victim.kill()
+        assert [r for r in traffic(f, 3) if r[1] != 200] == []
+
+        # A new image that never answers: the step fails with one paragraph, and the router keeps
+        # serving through the others (the next replica's container is never touched).
+        victim.kill()
+        monkeypatch.setattr(rollout, "SERVE_MARGIN_SECONDS", 5)
+        dead = rollout.handover(rd.name, rd.plan.port, "bge-2", victim.url, start_timeout_seconds=0)
+        failed = host.run(dead.serve_script)
+        assert failed.returncode == 1
+        stopped = f"ascend-fleet: replica bge-2 ({victim.url}) does not serve through router bge-router within 5s"
+        assert stopped in failed.stderr
+        assert "The rolling replacement stops here" in failed.stderr and "Traceback" not in failed.stderr
+        assert [r for r in traffic(f, 3) if r[1] != 200] == []
+    finally:
+        f.stop()
