@@ -125,18 +125,18 @@ def spec_cards(spec) -> list[int]:
     return [int(c) for c in spec.labels["ascend-fleet.devices"].split(",")]
 
 
-def test_exports_carry_the_gate_and_the_host_alias_and_docker_run_prepares_the_shared_cards():
+def test_exports_carry_the_gate_and_its_lock_folder_and_docker_run_prepares_the_shared_cards():
     deployment = deploy(plan_fleet(sharing_fleet()))
     script = render(deployment, "docker-run")
-    assert "--add-host=host.docker.internal:host-gateway" in script
+    assert f"--volume={LOCK_DIR_HOST}:{LOCK_DIR}" in script and START_GATE_NAME in script
     prepare = script.index("set -t device-share")
     assert prepare < script.index("docker run"), "the cards are shared before any container starts"
     assert "ssh -o StrictHostKeyChecking=yes" in script and "-- root@npu-a.example 'sh -s' <<'" in script
     compose = render(deployment, "compose")
-    assert '"host.docker.internal:host-gateway"' in compose
+    assert f'"source": "{LOCK_DIR_HOST}"' in compose and '"create_host_path": true' in compose
     assert "device-share mode" in compose.splitlines()[1]
     alone = render(deploy(plan_fleet(fleet([host("npu-a")], [service("a")]))), "docker-run")
-    assert "device-share" not in alone and "--add-host" not in alone
+    assert "device-share" not in alone and "--add-host" not in alone and START_GATE_NAME in alone
 
 
 def test_the_diff_shows_a_new_start_gate_as_such_not_as_a_script():

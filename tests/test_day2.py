@@ -72,6 +72,18 @@ def set_on(name: str, key: str, value):
     return change
 
 
+def scale_down(name: str):
+    """One replica less, and the pin of the replica that goes (pins are per replica, in order)."""
+
+    def change(values: dict) -> dict:
+        service = service_named(values, name)
+        service["replicas"] -= 1
+        service["replicaPins"] = service["replicaPins"][:-1]
+        return values
+
+    return change
+
+
 PROD = ["bge-m3", "qwen-long", "qwen-vl"]
 SCENARIOS = {
     # name: (stack, change, the containers re-created)
@@ -84,6 +96,19 @@ SCENARIOS = {
     "prod: defaults.logOpts": ("prod", set_default("logOpts", {"max-size": "50m", "max-file": "3"}), set(PROD)),
     "prod: defaults.restart, updated in place": ("prod", set_default("restart", "always"), set()),
     "staging: a newcomer named before every service": ("staging", add_first, set()),
+    "staging: the first service removed": ("staging", remove("bge-m3"), set()),
+    "staging: one replica more": ("staging", set_on("bge-m3", "replicas", 4), set()),
+    "staging: one replica less (and its pin)": ("staging", scale_down("bge-m3"), set()),
+    "staging: a replicated service's image": (
+        "staging",
+        set_on("bge-m3", "image", "quay.io/ascend/vllm-ascend:v0.20.3"),
+        {"bge-m3-1", "bge-m3-2", "bge-m3-3", "bge-m3-router"},
+    ),
+    "staging: defaults.stopGraceSeconds": (
+        "staging",
+        set_default("stopGraceSeconds", 90),
+        {"bge-m3-1", "bge-m3-2", "bge-m3-3", "qwen-vl", "qwen-long", "qwen-72b"},
+    ),
 }
 
 

@@ -341,11 +341,14 @@ def test_markdown_cells_escape_pipes_so_the_table_keeps_its_columns():
     assert "a\\|b" in row
 
 
-def test_the_table_format_lists_one_line_per_fact_under_a_header():
+def test_the_table_format_lists_what_will_restart_first_then_one_line_per_fact_under_a_header():
     text = render_diff(sample_diff(), "table")
     lines = text.splitlines()
     assert lines[0] == "Allocation changes for stack prod against origin/main: 1 changed, 1 added, 1 removed, 1 unchanged"
-    assert lines[1].split() == ["HOST", "SERVICE", "CHANGE", "DETAILS"]
+    assert lines[1] == "Will restart: 1 container(s), each down for its model load:"
+    assert lines[2].split() == ["HOST", "CONTAINER", "RE-CREATED", "BY", "COST"]
+    assert lines[3].split()[:2] == ["npu-b", "qwen-vl"] and lines[3].endswith("down for the model load")
+    assert lines[5].split() == ["HOST", "SERVICE", "CHANGE", "DETAILS"]
     assert any(line.split()[:3] == ["npu-b", "qwen-vl", "moved"] for line in lines)
     assert any("apiPort 9009 -> 9010" in line for line in lines)
 
