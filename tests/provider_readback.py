@@ -67,16 +67,6 @@ def _log_opts(opts: Mapping[str, str], daemon: Mapping[str, Any]) -> dict[str, s
     return merged
 
 
-def _extra_hosts(hosts: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    # funcs.go:114 and structures.go:276-286 write each as "host:ip" into HostConfig.ExtraHosts; funcs.go:884 reads them back
-    # through structures.go:441-452 flattenExtraHosts, which splits on ":" and keeps parts 0 and 1.
-    out = []
-    for h in hosts:
-        parts = f"{h['host']}:{h['ip']}".split(":")
-        out.append({"host": parts[0], "ip": parts[1]})
-    return out
-
-
 def stored(inputs: Mapping[str, Any], daemon: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The provider's state for a container created from `inputs` on a daemon with `daemon` as daemon.json."""
     state = dict(inputs)
@@ -86,8 +76,6 @@ def stored(inputs: Mapping[str, Any], daemon: Mapping[str, Any] | None = None) -
         state["ports"] = _ports(inputs["ports"])
     if "logOpts" in inputs:
         state["logOpts"] = _log_opts(inputs["logOpts"], daemon or {})
-    if "hosts" in inputs:
-        state["hosts"] = _extra_hosts(inputs["hosts"])
     # funcs.go:945 shm_size = HostConfig.ShmSize/1024/1024: the MiB the input gave.
     # funcs.go:857 restart = RestartPolicy.Name; :900 privileged; :972 sysctls; :973 ipc_mode;
     # :977-978 stop_signal, stop_timeout; :849 command = Config.Cmd: all as given.

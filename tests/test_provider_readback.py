@@ -47,15 +47,6 @@ def test_a_port_without_an_ip_would_come_back_twice_on_a_dual_stack_daemon():
     assert differences(inputs, stored(inputs, DAEMON_DEFAULT)) == ["ports"]
 
 
-def test_an_extra_host_with_an_ipv6_address_would_come_back_cut_at_its_first_colon():
-    """Why the start gate maps its alias to `host-gateway`, a word, not an address."""
-    qwen_vl = next(c for c in stack_run("prod").of_type(CONTAINER) if c.inputs["name"] == "qwen-vl")
-    assert qwen_vl.inputs["hosts"] == [{"host": "host.docker.internal", "ip": "host-gateway"}]
-    inputs = copy.deepcopy(qwen_vl.inputs)
-    inputs["hosts"][0]["ip"] = "fd00::1"
-    assert differences(inputs, stored(inputs, DAEMON_DEFAULT)) == ["hosts"]
-
-
 def test_daemon_log_options_the_program_does_not_set_would_replace_the_container():
     """Why the host check refuses a daemon.json whose log-opts go beyond the containers' own."""
     inputs = stack_run("prod").of_type(CONTAINER)[0].inputs
