@@ -88,6 +88,22 @@ def test_the_boot_script_restores_the_mode_after_a_reboot(root):
     assert (root / "claims/device-share/card0").read_text().strip() == "1"
 
 
+def test_the_boot_script_fails_when_a_card_cannot_be_shared_so_systemd_shows_the_unit_failed(root):
+    """The unit is the only witness at boot: a card left unshared must fail it, not pass quietly."""
+    assert run(root, [0, 3]).returncode == 0
+    for card in (0, 3):
+        (root / "claims/device-share" / f"card{card}").unlink()  # what a reboot does
+    holder = hold(root, 3)
+    try:
+        boot = subprocess.run([str(root / BOOT_SCRIPT.lstrip("/"))], capture_output=True, text=True)
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert boot.returncode == 1, boot.stdout + boot.stderr
+    assert "card 0: device-share on" in boot.stdout and "card 3 could not be put into device-share mode" in boot.stdout
+    assert (root / "claims/device-share/card0").read_text().strip() == "1"
+
+
 def test_a_card_held_by_a_container_stops_the_deployment_naming_host_card_and_holder(root):
     holder = hold(root, 0)
     try:
