@@ -269,6 +269,13 @@ class Host(Model):
     before their containers start, and again at every boot. `privileged`: run only the services on
     shared cards privileged with every card visible, as the seed deployment did. `refuse`: a plan
     that shares a card here is an error."""
+    held_cards: Literal["refuse", "stopHolders"] = "refuse"
+    """When a card must go into device-share mode while running containers hold it (a service newly
+    pinned onto a running service's card; the mode can only change while no container uses the card).
+    `refuse` (default): the host check stops `pulumi up` before any container of this host changes,
+    naming the card and the containers holding it. `stopHolders`: `pulumi up` stops the holders (each
+    with its stop grace period), switches the card, starts them again (each reloads its model, one at
+    a time per card) and then starts the newcomer."""
     reserved_ports: list[PortRange] = []
     """Ports on this host the allocator must never hand out (in addition to `ascend-fleet:ports.reserved`)."""
     host_key: HostKey | None = None

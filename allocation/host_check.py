@@ -23,7 +23,7 @@ from typing import Sequence
 
 from allocation.config import Host
 from allocation.containers import DRIVER_DIR, DRIVER_MOUNTS, LOCK_DIR_HOST, NPU_SMI, ContainerSpec
-from allocation.device_share import CHIP, STATUS_KEY, UNSUPPORTED
+from allocation.device_share import CHIP, HOLDERS, STATUS_KEY, UNSUPPORTED
 from allocation.plan import PlannedService
 from allocation.windows import KINDS
 
@@ -134,9 +134,14 @@ def _board_warning(root: str) -> list[str]:
 
 def _sharing_checks(host: Host, shared_cards: Sequence[int], root: str) -> list[str]:
     """Shared cards need the container-sharing mode; a board without it is refused here, before
-    any pull (the mode itself is set by the device-share command that runs next)."""
+    any pull (the mode itself is set by the device-share command that runs next). So is a card not
+    yet in the mode that running containers hold, unless the host lets `pulumi up` stop them
+    (`heldCards: stopHolders`): the mode cannot change under them, and stopping here, before any
+    container of the host changes, never leaves the host half deployed."""
     npu_smi = _q(root + NPU_SMI)
-    lines = []
+    lines = [HOLDERS.rstrip("\n")] if shared_cards and host.held_cards == "refuse" else []
+    if lines and root:
+        lines.append(f"docker={_q(root + '/bin/docker')}")
     for card in shared_cards:
         text = (
             f"card {card} is shared but does not support container sharing (device-share): "
@@ -148,6 +153,17 @@ def _sharing_checks(host: Host, shared_cards: Sequence[int], root: str) -> list[
             f'sharing="$sharing card {int(card)} $(printf \'%s\' "$state" | '
             f"sed -n 's/.*{STATUS_KEY}[[:space:]]*:[[:space:]]*//p')\"",
         ]
+        if host.held_cards == "refuse":
+            before = f"card {card} must go into device-share mode, but running container(s) "
+            after = (
+                f" hold it, and the mode can only change while no container uses the card: stop them "
+                f"(docker stop NAME), or set host {host.name}'s heldCards to stopHolders to let pulumi up stop "
+                "them, switch the card and start them again"
+            )
+            lines += [
+                f'case $state in *{_q(STATUS_KEY)}*True*) ;; *) who=$(holders {int(card)}); '
+                f'[ -z "$who" ] || missing {_q(before)}"$who"{_q(after)} ;; esac',
+            ]
     return lines
 
 

@@ -16,6 +16,7 @@ import pytest
 from allocation.config import Host
 from allocation.device_share import BOOT_SCRIPT, UNIT_PATH, boot_unit, device_share_script
 from allocation.containers import NPU_SMI
+from allocation.host_check import host_check_script
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = Host(name="npu-a", address="192.0.2.10")
@@ -48,7 +49,11 @@ def root(tmp_path: Path) -> Path:
 
 
 def run(root: Path, cards: list[int]) -> subprocess.CompletedProcess:
-    script = device_share_script(HOST, cards, root=str(root))
+    return run_on(HOST, root, cards)
+
+
+def run_on(host: Host, root: Path, cards: list[int]) -> subprocess.CompletedProcess:
+    script = device_share_script(host, cards, root=str(root))
     env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
     return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
 
@@ -125,3 +130,52 @@ def test_a_board_without_the_mode_is_named_as_such(root):
     result = run(root, [0])
     assert result.returncode == 1
     assert "card 0 does not support container sharing (npu-smi: This device does not support querying device-share.)" in result.stderr
+
+
+def held_by_a_container(root: Path, card: int) -> subprocess.Popen:
+    """Card `card` held by a running container `qwen-long`, which the stand-in `docker stop` ends."""
+    holder = hold(root, card)
+    (root / "bin/docker").write_text(
+        "#!/bin/sh\n"
+        f'echo "docker $*" >> {root}/calls\n'
+        'case "$1" in\n'
+        "  ps) echo c0ffee ;;\n"
+        f'  inspect) echo "/qwen-long false /dev/davinci{card} /dev/davinci_manager " ;;\n'
+        f"  stop) kill -KILL -{holder.pid} ;;\n"
+        "esac\n"
+    )
+    return holder
+
+
+def test_with_stop_holders_the_script_stops_the_holder_switches_the_card_and_starts_it_again(root):
+    holder = held_by_a_container(root, 4)
+    try:
+        result = run_on(Host(name="npu-a", address="192.0.2.10", heldCards="stopHolders"), root, [4])
+    finally:
+        holder.wait()
+    assert result.returncode == 0, result.stderr
+    assert "card 4: device-share on; qwen-long started again" in result.stdout
+    calls = [c for c in (root / "calls").read_text().splitlines() if c.startswith(("docker stop", "docker start", "set"))]
+    assert calls == [
+        "set -t device-share -i 4 -c 0 -d 1",  # refused: the card is busy
+        "docker stop qwen-long",
+        "set -t device-share -i 4 -c 0 -d 1",
+        "docker start qwen-long",
+    ]
+    assert (root / "claims/device-share/card4").read_text().strip() == "1"
+
+
+def test_by_default_a_held_card_stops_pulumi_up_in_the_host_check_naming_card_and_holder(root):
+    holder = held_by_a_container(root, 4)
+    try:
+        for host, refused in ((HOST, True), (Host(name="npu-a", address="192.0.2.10", heldCards="stopHolders"), False)):
+            script = host_check_script(host, [], shared_cards=[4], root=str(root))
+            env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
+            check = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
+            line = "card 4 must go into device-share mode, but running container(s) qwen-long hold it"
+            assert check.returncode == 1  # the stand-in root has no driver either
+            assert (line in check.stderr) is refused, check.stderr
+        assert not any(c.startswith("docker stop") for c in (root / "calls").read_text().splitlines())
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
