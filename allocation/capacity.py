@@ -48,6 +48,12 @@ class Shape:
     """kv_lora_rank + qk_rope_head_dim, for MLA models; None for standard or grouped-query attention."""
     linear: GatedDeltaNet | None = None
     """The Gated DeltaNet layers of a hybrid; `layers` then counts its full-attention layers only."""
+    float32: bool = False
+    """A float32 checkpoint, which vLLM loads in 16 bits unless `--dtype float32`."""
+
+    def loaded_bytes(self, engine: Engine) -> int:
+        """The weights' bytes in memory: half the stored ones for a float32 checkpoint loaded in 16 bits."""
+        return self.weight_bytes // 2 if self.float32 and engine.dtype not in ("float32", "float") else self.weight_bytes
 
     def layer_token_bytes(self, tp: int) -> int:
         """KV bytes one token takes in one attention layer on one rank."""
@@ -147,7 +153,7 @@ def capacity(
     """The service's capacity; `Unsized` when the planner does not know the layout; a string when
     vLLM(-Ascend) would refuse the layout itself."""
     budget = int(fraction * total_bytes)
-    weights = -(-shape.weight_bytes // tp)
+    weights = -(-shape.loaded_bytes(engine) // tp)
     kv = budget - weights - overhead_bytes
     layout = shape.layout(tp, engine, max_model_len)
     if isinstance(layout, (Unsized, str)):
@@ -193,6 +199,7 @@ def shape_of(profile: ModelProfile) -> Shape | Unsized:
         head_dim=None if mla else profile.head_dim,
         mla_width=(profile.kv_lora_rank or 0) + (profile.qk_rope_head_dim or 0) if mla else None,
         linear=linear,
+        float32=profile.torch_dtype == "float32",
     )
 
 
@@ -288,6 +295,8 @@ def size_service(fleet: FleetConfig, host: Host, service: Service) -> Verdict:
             f"{wanted} blocks, more than its KV cache of {cap.kv_blocks}: {cap.max_concurrency:.2f} requests "
             "of maxModelLen at once, the rest queue"
         )
+    if profile.unverified:
+        notes.append(f"service {name}: sized with an unverified profile: {profile.unverified}")
     engine = engine_for(fleet, service)
     if isinstance(engine, Engine) and engine.speculative_tokens and not cap.encoder:
         notes.append(

@@ -174,6 +174,12 @@ class ModelProfile(Model):
     """`qk_rope_head_dim` (mla)."""
     kv_cache_dtype: Literal["bfloat16", "float16", "int8", "float8"] = "bfloat16"
     """Type of the KV cache entries; for a hybrid also the model's dtype, which its conv state takes."""
+    unverified: Text | None = None
+    """What in this profile was not read from the checkpoint, in words; the plan repeats it as a
+    warning. `profile` never writes it, so profiling the real folder clears it."""
+    torch_dtype: Literal["float32"] | None = None
+    """`torch_dtype` (or `dtype`), set only for a float32 checkpoint: vLLM's `--dtype auto` loads it
+    in 16 bits (vllm@0.20.2 `config/model.py` l. 1948), so its weights take half their stored bytes."""
     num_full_attention_layers: int | None = Field(default=None, ge=1, le=10_000)
     """Full-attention layers of a hybrid: `full_attention` entries of `layer_types`, else
     `num_hidden_layers / full_attention_interval`. The others are Gated DeltaNet layers."""

@@ -71,6 +71,8 @@ class Engine:
     """`--block-size`, if given."""
     speculative_tokens: int = 0
     """`num_speculative_tokens` of `--speculative-config`."""
+    dtype: str = "auto"
+    """`--dtype`."""
 
 
 def _flag_value(args: Sequence[str], i: int, flag: str) -> str | None:
@@ -86,6 +88,7 @@ def engine_of(args: Sequence[str], version: tuple[int, int] | None) -> Engine | 
     prefix = chunked = True
     block = None
     speculative = 0
+    dtype = "auto"
     for i, arg in enumerate(args):
         if arg in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
             prefix = arg == "--enable-prefix-caching"
@@ -103,7 +106,9 @@ def engine_of(args: Sequence[str], version: tuple[int, int] | None) -> Engine | 
             if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 <= tokens <= 64:
                 return f"--speculative-config's num_speculative_tokens {tokens!r} is not a count"
             speculative = tokens
-    return Engine(version or LATEST, prefix, chunked, block, speculative)
+        elif (text := _flag_value(args, i, "--dtype")) is not None:
+            dtype = text
+    return Engine(version or LATEST, prefix, chunked, block, speculative, dtype)
 
 
 @dataclass(frozen=True)

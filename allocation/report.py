@@ -68,7 +68,7 @@ def _capacity_cells(cap: Capacity | None) -> list[str]:
     return [
         f"{gib(cap.weight_bytes_per_card)} GiB",
         f"{gib(cap.kv_bytes_per_card)} GiB",
-        str(cap.block_tokens) if cap.block_tokens else "-",
+        str(cap.block_tokens) if cap.block_tokens else "no cache" if cap.encoder else "-",
         str(cap.kv_blocks) if cap.block_tokens else "-",
         str(cap.kv_tokens) if cap.block_tokens else "-",
         f"{concurrency:.2f}" if concurrency is not None else "-",
