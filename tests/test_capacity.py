@@ -155,6 +155,29 @@ def test_an_encoder_only_model_needs_weights_and_overhead_only():
     assert cap.kv_bytes_per_card == int(Decimal("0.1") * TOTAL_64) - GIB - 4 * GIB
 
 
+def test_an_encoder_with_max_model_len_and_auto_gets_the_smallest_fraction_holding_weights_and_allowance():
+    profile = {"weightBytes": 2 * GIB, "numHiddenLayers": 24, "attention": "encoder"}
+    svc = {**service("embed", 1, 0.1, maxModelLen=8192, maxNumSeqs=4, profile=profile), "memoryFraction": "auto"}
+    ps = plan_fleet(fleet([host("npu-a")], [svc])).hosts[0].services[0]
+    assert ps.service.memory_fraction == Decimal("0.10")  # 6.10 GiB holds 2 + 4; 0.09 (5.49 GiB) does not
+    assert ps.capacity.fits and ps.capacity.kv_tokens == 0 and ps.capacity.block_tokens is None
+    assert int(Decimal("0.09") * TOTAL_64) < 6 * GIB < int(Decimal("0.10") * TOTAL_64)
+
+
+def test_a_float32_checkpoint_takes_half_its_stored_bytes_unless_served_in_float32():
+    profile = {"weightBytes": 4 * GIB, "numHiddenLayers": 24, "attention": "encoder", "torchDtype": "float32"}
+    half = plan_fleet(fleet([host("npu-a")], [service("embed", 1, 0.1, profile=profile)])).hosts[0].services[0].capacity
+    full = plan_fleet(fleet([host("npu-a")], [service("embed", 1, 0.2, profile=profile, args=["--dtype", "float32"])]))
+    assert half.weight_bytes_per_card == 2 * GIB and full.hosts[0].services[0].capacity.weight_bytes_per_card == 4 * GIB
+
+
+def test_an_unverified_profile_is_sized_and_the_plan_repeats_what_is_unverified():
+    svc = service("chat", 4, 0.9, maxModelLen=32768, profile={"weightBytes": 30 * GIB, **QWEN3, "unverified": "weights guessed"})
+    plan = plan_fleet(fleet([host("npu-a")], [svc]))
+    assert plan.hosts[0].services[0].capacity.fits
+    assert plan.warnings == ("service chat: sized with an unverified profile: weights guessed",)
+
+
 def test_a_hybrid_without_gated_delta_net_fields_is_not_sized_and_the_plan_says_why():
     svc = service("qwen", 4, 0.9, profile={"weightBytes": GIB, "numHiddenLayers": 64, "attention": "hybrid"})
     plan = plan_fleet(fleet([host("npu-a")], [svc]))
@@ -273,6 +296,31 @@ def test_before_0_15_a_later_service_on_a_shared_card_gets_the_running_total():
     assert "vLLM-Ascend 0.11" in note and "--gpu-memory-utilization 0.95 (0.1 before it + its 0.85)" in note
     beta = next(s for s in plan_json(deploy(plan))["hosts"][0]["services"] if s["name"] == "beta")
     assert (beta["memoryFraction"], beta["gpuMemoryUtilization"]) == (0.85, 0.95)
+
+
+def sized_shared_card(image: str, fraction: float = 0.85):
+    profile = {"weightBytes": 30 * GIB, **QWEN3}
+    services = [service("alpha", 1, 0.1, devices=[0]),
+                service("beta", 4, fraction, devices=[0, 1, 2, 3], profile=profile, maxModelLen=32768)]  # fmt: skip
+    return fleet([host("npu-a")], services, defaults={"image": image})
+
+
+@pytest.mark.parametrize("image", ["quay.io/ascend/vllm-ascend:v0.15.0rc1", "quay.io/ascend/vllm-ascend:v0.17.0rc1"])
+def test_from_0_15_to_0_17_a_later_service_on_a_shared_card_is_warned_its_cache_is_smaller_and_by_how_much(image):
+    plan = plan_fleet(sized_shared_card(image))
+    assert utilization(plan, "beta") == "0.85"
+    beta = plan.hosts[0].services[1].capacity
+    held = int(Decimal("0.1") * TOTAL_64)
+    [warning] = plan.warnings
+    assert "before 0.18, vllm-ascend issue 7308" in warning and f"subtracts the {held / GIB:.2f} GiB" in warning
+    assert f"{(beta.kv_bytes_per_card - held) / GIB:.2f} GiB per card instead of the plan's {beta.kv_bytes_per_card / GIB:.2f} GiB" in warning
+    assert plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.18.0rc1")).warnings == ()
+
+
+def test_from_0_15_to_0_17_the_plan_stops_when_what_is_left_cannot_hold_one_request():
+    with pytest.raises(AllocationError, match=r"so vLLM will not start; use vLLM-Ascend 0.18 or later"):
+        plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.16.0rc1", fraction=0.25))
+    plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.18.0rc1", fraction=0.25))
 
 
 @pytest.mark.parametrize("image, configured", [(None, None), ("quay.io/ascend/vllm-ascend:latest", None),
