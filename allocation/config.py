@@ -262,8 +262,9 @@ class ContainerSettings(Model):
     service gets its own `ATB_SHARE_MEMORY_NAME_SUFFIX`."""
     vllm_ascend_version: Annotated[str, Field(pattern=r"^v?\d+\.\d+(\.\d+)?(rc\d+)?$")] | None = None
     """vLLM-Ascend version the image runs (`0.11.0`); default: read from the image tag (`:v0.20.2rc1`).
-    Before 0.15, vLLM-Ascend counts other processes' memory on a card as its own overhead, so the
-    plan gives each later service on a shared card the running total of the fractions there."""
+    It decides the KV cache layout the capacity check computes, and what a later service on a shared
+    card gets: before 0.15 the running total of the fractions there, until 0.18 a warning that the
+    others' memory comes off its KV cache."""
     stop_grace_seconds: int | None = Field(default=None, ge=0, le=3600)
     """How long `docker stop`, a replacement or a destroy waits after SIGTERM before SIGKILL, so vLLM
     releases its HBM before the next container starts. Default 60."""
