@@ -319,8 +319,8 @@ def test_from_0_15_to_0_17_a_later_service_on_a_shared_card_is_warned_its_cache_
 
 def test_from_0_15_to_0_17_the_plan_stops_when_what_is_left_cannot_hold_one_request():
     with pytest.raises(AllocationError, match=r"so vLLM will not start; use vLLM-Ascend 0.18 or later"):
-        plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.16.0rc1", fraction=0.25))
-    plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.18.0rc1", fraction=0.25))
+        plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.16.0rc1", fraction=0.3))  # 6.79 - 6.10 < 2 GiB
+    plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.18.0rc1", fraction=0.3))
 
 
 @pytest.mark.parametrize("image, configured", [(None, None), ("quay.io/ascend/vllm-ascend:latest", None),

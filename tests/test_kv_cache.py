@@ -87,6 +87,17 @@ def test_qwen36_27b_at_tp4_on_0_20_has_1536_token_blocks_four_groups_and_the_pad
     assert layout.blocks_per_request == -(-100_000 // 1536) + 3  # one block per state group, no prefix caching
 
 
+def test_groups_take_the_larger_layer_count_only_when_it_is_under_1_5_times_the_smaller_from_0_18():
+    """vllm@0.18.0 `_get_kv_cache_groups_uniform_page_size`: 12 full + 17 linear layers make one group of
+    each, 17 layers apiece (17 < 18); vllm@0.17.0's factor 1.25 makes groups of 12: one full, two linear."""
+    odd = replace(QWEN3_NEXT, full_layers=12, linear_layers=17)
+    new = hybrid(odd, kv_heads=2, tp=4, engine=Engine((0, 18), prefix_caching=False), max_model_len=4096)
+    old = hybrid(odd, kv_heads=2, tp=4, engine=Engine((0, 17), prefix_caching=False), max_model_len=4096)
+    assert (new.groups, new.layers_per_group) == (2, 17) and (old.groups, old.layers_per_group) == (3, 12)
+    big = hybrid(QWEN3_NEXT, kv_heads=2, tp=4, engine=Engine((0, 18), prefix_caching=False), max_model_len=4096)
+    assert (big.groups, big.layers_per_group) == (4, 12)
+
+
 def test_the_0_20_log_counts_what_requests_use_and_the_older_one_blocks_per_group():
     """vllm issue 40691 / PR 40694: vLLM 0.20 prints int(concurrency x L); 0.19 printed
     blocks // groups x the smallest block size (maxModelLen for the state groups)."""
@@ -94,6 +105,8 @@ def test_the_0_20_log_counts_what_requests_use_and_the_older_one_blocks_per_grou
     assert log(layout, 1602, 100_000, (0, 20)) == (
         "GPU KV cache size: 2,321,739 tokens", "Maximum concurrency for 100,000 tokens per request: 23.22x")
     assert log(layout, 1602, 100_000, (0, 19))[0] == f"GPU KV cache size: {1602 // 4 * 1536:,} tokens"
+    short = hybrid(QWEN36, kv_heads=4, tp=4, engine=Engine((0, 19), prefix_caching=False), max_model_len=1000)
+    assert log(short, 1602, 1000, (0, 19))[0] == f"GPU KV cache size: {1602 // 4 * 1000:,} tokens", "state groups' block is L"
 
 
 # ---- the version rules ----------------------------------------------------------------------
