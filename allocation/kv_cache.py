@@ -23,9 +23,9 @@ The layout, per tensor-parallel rank:
   `gated_delta_net_state_shape` l. 213, `_mamba_state_dtype`; `models/config.py` l. 609 copies
   `mamba_ssm_dtype` for Qwen3.5). vLLM-Ascend replaces vLLM's alignment
   (`vllm_ascend/patch/platform/patch_mamba_config.py`):
-  - up to 0.15 (vllm-ascend@v0.15.0rc1 l. 59): attention block = 128 x ceil(state page / (128 x
+  - up to 0.15 (vllm-ascend@v0.15.0rc1 l. 62): attention block = 128 x ceil(state page / (128 x
     K+V bytes of one token)); the page is that block of attention, the state padded up to it;
-  - from 0.16 (vllm-ascend@v0.16.0rc1 l. 58, unchanged at v0.20.2rc1 l. 76): attention block = 128 x
+  - from 0.16 (vllm-ascend@v0.16.0rc1 l. 59, unchanged at v0.20.2rc1 l. 72): attention block = 128 x
     ceil(recurrent page / (128 x K bytes of one token)), which must land exactly on the recurrent page
     (an assert); the state page is padded to `attention page + conv page`
     (`mamba_page_size_padded`), and the attention page is padded up to it
