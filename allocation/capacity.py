@@ -6,13 +6,16 @@ The arithmetic vLLM(-Ascend) does at start, per tensor-parallel rank (one card):
   (a 64 GB 910B: 65452113920 bytes), not its nominal size;
 - the KV cache gets `budget - weights on the card - runtime overhead`, the overhead being
   the activation peak of vLLM's profiling run plus non-torch memory (vllm
-  `v1/worker/gpu_worker.py` `determine_available_memory`; vllm-ascend `worker.py`);
+  `v1/worker/gpu_worker.py` `determine_available_memory`; vllm-ascend `worker/worker.py` l. 328);
 - one token costs, per layer, `2 x max(1, kv_heads // TP) x head_dim x dtype bytes` (keys
   and values; KV heads are replicated, not split, when there are fewer than ranks: vllm
   `config/model.py` `get_num_kv_heads`), or `(kv_lora_rank + qk_rope_head_dim) x dtype
   bytes` for MLA models, not split across ranks (vllm `v1/kv_cache_interface.py`);
-- the cache is whole blocks of 128 tokens on Ascend (vllm-ascend `refresh_block_size`).
+- the cache is whole blocks, laid out and logged as `allocation.kv_cache` says for the image's
+  version and the service's `args` (block size 16 or 128; Gated DeltaNet hybrids' padded pages).
 
+NPU graphs are captured after the cache is allocated (vllm-ascend@v0.20.2rc1 `worker/worker.py`
+`compile_or_warm_up_model` l. 508), outside the fraction: the per-card budget leaves room for them.
 Weights are taken as split evenly over the ranks; the overhead is one allowance per card
 (`runtimeOverheadGiB`), chosen from published startup logs so that the plan errs on the safe side.
 """
@@ -22,14 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from allocation.config import FleetConfig, Host, ModelProfile, Service
+from allocation.config import FleetConfig, Host, ModelProfile, Service, vllm_ascend_version
+from allocation.kv_cache import Engine, GatedDeltaNet, Layout, Unsized, dense_layout, engine_of, hybrid_layout, log_lines
 
 GIB = 1 << 30
-BLOCK_TOKENS = 128
 # What the runtime reports as a card's total HBM, by nominal size in GiB (vllm-ascend issues
 # 3843, 4594, 6250, 7352).
 RUNTIME_TOTAL_BYTES = {64: 65452113920, 32: 31662800896}
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "int8": 1, "float8": 1}
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "int8": 1, "float8": 1, "float32": 4}
 
 
 @dataclass(frozen=True)
@@ -43,15 +46,40 @@ class Shape:
     head_dim: int | None = None
     mla_width: int | None = None
     """kv_lora_rank + qk_rope_head_dim, for MLA models; None for standard or grouped-query attention."""
+    linear: GatedDeltaNet | None = None
+    """The Gated DeltaNet layers of a hybrid; `layers` then counts its full-attention layers only."""
+    float32: bool = False
+    """A float32 checkpoint, which vLLM loads in 16 bits unless `--dtype float32`."""
+
+    def loaded_bytes(self, engine: Engine) -> int:
+        """The weights' bytes in memory: half the stored ones for a float32 checkpoint loaded in 16 bits."""
+        return self.weight_bytes // 2 if self.float32 and engine.dtype not in ("float32", "float") else self.weight_bytes
+
+    def layer_token_bytes(self, tp: int) -> int:
+        """KV bytes one token takes in one attention layer on one rank."""
+        if self.mla_width is not None:
+            return self.mla_width * self.kv_dtype_bytes
+        assert self.kv_heads is not None and self.head_dim is not None
+        return 2 * max(1, self.kv_heads // tp) * self.head_dim * self.kv_dtype_bytes
 
     def token_bytes(self, tp: int) -> int:
-        """KV bytes one token takes on one rank, over all layers; 0 for an encoder-only model."""
+        """KV bytes one token takes on one rank, over all attention layers; 0 for an encoder-only model."""
+        return self.layers * self.layer_token_bytes(tp) if self.layers else 0
+
+    def layout(self, tp: int, engine: Engine, max_model_len: int | None) -> Layout | Unsized | str | None:
+        """The cache's layout on one rank (None: an encoder keeps no cache); `Unsized` or a string
+        (vLLM refuses) as `kv_cache.hybrid_layout` returns them."""
         if self.layers == 0:
-            return 0
-        if self.mla_width is not None:
-            return self.layers * self.mla_width * self.kv_dtype_bytes
+            return None
+        if self.linear is None:
+            return dense_layout(self.layer_token_bytes(tp), self.layers, engine, max_model_len)
+        if not max_model_len:
+            return Unsized("a hybrid's cache layout depends on maxModelLen: set it")
         assert self.kv_heads is not None and self.head_dim is not None
-        return 2 * self.layers * max(1, self.kv_heads // tp) * self.head_dim * self.kv_dtype_bytes
+        return hybrid_layout(
+            self.linear, kv_heads=self.kv_heads, head_dim=self.head_dim, dtype_bytes=self.kv_dtype_bytes, tp=tp,
+            engine=engine, max_model_len=max_model_len,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -64,36 +92,46 @@ class Capacity:
     kv_bytes_per_card: int
     """Negative when weights and overhead do not fit the budget."""
     kv_tokens: int
+    """"GPU KV cache size: N tokens" as the image's vLLM version prints it."""
     max_model_len: int | None
     max_num_seqs: int | None
 
     encoder: bool = False
     """An encoder-only model: no KV cache, so no token or sequence limit from it."""
+    block_tokens: int | None = None
+    kv_blocks: int = 0
+    blocks_per_request: int | None = None
+    """Blocks one request of max_model_len takes; None without max_model_len or a cache."""
+    bytes_per_request: int | None = None
+    concurrency: float | None = None
+    """"Maximum concurrency" unrounded: blocks / blocks per request."""
 
     @property
     def fits(self) -> bool:
-        """vLLM starts: the cache is positive and holds at least one sequence of max_model_len."""
+        """vLLM starts: the cache is positive and holds at least one request of max_model_len."""
         if self.encoder:
             return self.kv_bytes_per_card > 0
-        return self.kv_bytes_per_card > 0 and self.kv_tokens >= (self.max_model_len or 1)
+        return self.kv_bytes_per_card > 0 and self.kv_blocks >= (self.blocks_per_request or 1)
 
     @property
     def max_concurrency(self) -> float | None:
-        """Sequences of max_model_len the cache holds at once."""
-        return self.kv_tokens / self.max_model_len if self.max_model_len and not self.encoder else None
+        """Requests of max_model_len the cache holds at once, as vLLM's log prints it."""
+        return self.concurrency
 
     @property
     def queues(self) -> bool:
-        """It starts, but max_num_seqs sequences of max_model_len do not fit at once."""
-        wanted = (self.max_num_seqs or 1) * (self.max_model_len or 0)
-        return self.fits and not self.encoder and wanted > self.kv_tokens
+        """It starts, but max_num_seqs requests of max_model_len do not fit at once."""
+        if self.encoder or not self.blocks_per_request or not self.max_model_len:
+            return False
+        return self.fits and (self.max_num_seqs or 1) * self.blocks_per_request > self.kv_blocks
 
     def arithmetic(self) -> str:
         """The numbers behind the verdict, in GiB."""
+        cache = f" = {self.kv_blocks} blocks of {self.block_tokens} tokens" if self.block_tokens else ""
         return (
             f"{gib(self.budget_bytes)} GiB budget - {gib(self.weight_bytes_per_card)} GiB weights per card - "
             f"{gib(self.overhead_bytes)} GiB runtime overhead = {gib(self.kv_bytes_per_card)} GiB KV cache per card"
-            f" = {self.kv_tokens} tokens"
+            f"{cache}"
         )
 
 
@@ -110,22 +148,27 @@ def capacity(
     overhead_bytes: int,
     max_model_len: int | None,
     max_num_seqs: int | None,
-) -> Capacity:
+    engine: Engine = Engine(),
+) -> Capacity | Unsized | str:
+    """The service's capacity; `Unsized` when the planner does not know the layout; a string when
+    vLLM(-Ascend) would refuse the layout itself."""
     budget = int(fraction * total_bytes)
-    weights = -(-shape.weight_bytes // tp)
+    weights = -(-shape.loaded_bytes(engine) // tp)
     kv = budget - weights - overhead_bytes
-    token_bytes = shape.token_bytes(tp)
-    blocks = max(kv, 0) // (token_bytes * BLOCK_TOKENS) if token_bytes else 0
+    layout = shape.layout(tp, engine, max_model_len)
+    if isinstance(layout, (Unsized, str)):
+        return layout
+    sized = Capacity(budget, weights, overhead_bytes, kv, 0, max_model_len, max_num_seqs, encoder=layout is None)
+    if layout is None:
+        return sized
+    blocks = layout.blocks(kv)
+    tokens, concurrency = log_lines(layout, blocks, max_model_len, engine.version)
     return Capacity(
-        budget_bytes=budget,
-        weight_bytes_per_card=weights,
-        overhead_bytes=overhead_bytes,
-        kv_bytes_per_card=kv,
-        kv_tokens=blocks * BLOCK_TOKENS,
-        max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs,
-        encoder=shape.layers == 0,
-    )
+        budget, weights, overhead_bytes, kv, tokens, max_model_len, max_num_seqs,
+        block_tokens=layout.block_tokens, kv_blocks=blocks,
+        blocks_per_request=layout.blocks_per_request if max_model_len else None,
+        bytes_per_request=layout.bytes_per_request if max_model_len else None, concurrency=concurrency,
+    )  # fmt: skip
 
 
 def runtime_total(host: Host) -> int | None:
@@ -133,16 +176,47 @@ def runtime_total(host: Host) -> int | None:
     return host.hbm_bytes or RUNTIME_TOTAL_BYTES.get(host.hbm_gi_b)
 
 
-def shape_of(profile: ModelProfile) -> Shape:
-    """The profile's shape; an encoder-only model has no KV layers."""
+def shape_of(profile: ModelProfile) -> Shape | Unsized:
+    """The profile's shape: an encoder-only model has no KV layers, a Gated DeltaNet hybrid its
+    full-attention layers plus the linear ones; any other hybrid is not sized."""
     mla = profile.attention == "mla"
+    linear = None
+    if profile.attention == "hybrid":
+        if not profile.gated_delta_net:
+            return Unsized(
+                "its sliding-window or non-Gated-DeltaNet state layers keep state vLLM sizes per model, "
+                "and the planner does not guess it (a Gated DeltaNet profile has linearNumKeyHeads, ...)"
+            )
+        if profile.kv_cache_dtype not in ("bfloat16", "float16"):
+            return Unsized(f"a hybrid with a {profile.kv_cache_dtype} KV cache (vllm issue 26646) is not sized")
+        linear = _gated_delta_net(profile)
+    layers = {"encoder": 0, "hybrid": profile.num_full_attention_layers}.get(profile.attention, profile.num_hidden_layers)
     return Shape(
         weight_bytes=profile.weight_bytes,
-        layers=0 if profile.attention == "encoder" else profile.num_hidden_layers,
+        layers=layers or 0,
         kv_dtype_bytes=DTYPE_BYTES[profile.kv_cache_dtype],
         kv_heads=None if mla else profile.num_key_value_heads,
         head_dim=None if mla else profile.head_dim,
         mla_width=(profile.kv_lora_rank or 0) + (profile.qk_rope_head_dim or 0) if mla else None,
+        linear=linear,
+        float32=profile.torch_dtype == "float32",
+    )
+
+
+def _gated_delta_net(profile: ModelProfile) -> GatedDeltaNet:
+    full = profile.num_full_attention_layers
+    assert full is not None and profile.linear_num_key_heads is not None and profile.linear_num_value_heads is not None
+    assert profile.linear_key_head_dim and profile.linear_value_head_dim and profile.linear_conv_kernel_dim
+    return GatedDeltaNet(
+        full_layers=full,
+        linear_layers=profile.num_hidden_layers - full,
+        key_heads=profile.linear_num_key_heads,
+        value_heads=profile.linear_num_value_heads,
+        key_head_dim=profile.linear_key_head_dim,
+        value_head_dim=profile.linear_value_head_dim,
+        conv_kernel=profile.linear_conv_kernel_dim,
+        ssm_dtype_bytes=DTYPE_BYTES[profile.mamba_ssm_dtype or profile.kv_cache_dtype],
+        model_type=profile.model_type,
     )
 
 
@@ -155,19 +229,30 @@ class Verdict:
     """It starts, but not as configured: shown, the plan goes on."""
 
 
-def _sized(fleet: FleetConfig, service: Service, total: int, fraction: Decimal) -> Capacity:
-    """The service's capacity at `fraction` of a card of `total` bytes."""
+def engine_for(fleet: FleetConfig, service: Service) -> Engine | str:
+    """The engine the service runs: the image's version and the defaults' then the service's `args`."""
+    return engine_of([*(fleet.defaults.args or ()), *(service.args or ())], vllm_ascend_version(fleet, service))
+
+
+def _sized(fleet: FleetConfig, service: Service, total: int, fraction: Decimal) -> Capacity | Unsized | str:
+    """The service's capacity at `fraction` of a card of `total` bytes; `Unsized` or why vLLM refuses."""
     assert service.profile is not None
+    shape, engine = shape_of(service.profile), engine_for(fleet, service)
+    if isinstance(engine, str):
+        return f"args: {engine}"
+    if isinstance(shape, Unsized):
+        return shape
     overhead = service.runtime_overhead_gi_b
     overhead = fleet.runtime_overhead_gi_b if overhead is None else overhead
     return capacity(
-        shape_of(service.profile),
+        shape,
         tp=service.tensor_parallel_size,
         fraction=fraction,
         total_bytes=total,
         overhead_bytes=int(overhead * GIB),
         max_model_len=service.max_model_len,
         max_num_seqs=service.max_num_seqs,
+        engine=engine,
     )
 
 
@@ -176,9 +261,6 @@ def size_service(fleet: FleetConfig, host: Host, service: Service) -> Verdict:
     name, profile = service.name, service.profile
     if profile is None:
         return Verdict(None)
-    if profile.attention == "hybrid":
-        why = "layers keep state vLLM sizes per model, and the planner does not guess it"
-        return Verdict(None, warning=f"service {name}: not sized: its sliding-window or linear-attention {why}")
     total = runtime_total(host)
     if total is None:
         return Verdict(
@@ -187,6 +269,10 @@ def size_service(fleet: FleetConfig, host: Host, service: Service) -> Verdict:
             "(64, 32): set the host's hbmBytes to the total the runtime reports",
         )
     cap = _sized(fleet, service, total, service.memory_fraction)
+    if isinstance(cap, Unsized):
+        return Verdict(None, warning=f"service {name}: not sized: {cap.why}")
+    if isinstance(cap, str):
+        return Verdict(None, f"service {name}: {cap}")
     where = (
         f"service {name} (memoryFraction {service.memory_fraction} of {gib(total)} GiB "
         f"on each of {service.tensor_parallel_size} card(s))"
@@ -197,40 +283,58 @@ def size_service(fleet: FleetConfig, host: Host, service: Service) -> Verdict:
     if not cap.fits:
         return Verdict(
             cap,
-            f"{where}: its KV cache holds {cap.kv_tokens} tokens, less than one sequence of maxModelLen "
-            f"{service.max_model_len}, and vLLM refuses to start then: {cap.arithmetic()}; "
-            "raise memoryFraction or lower maxModelLen",
+            f"{where}: its KV cache holds {cap.kv_blocks} blocks, fewer than the {cap.blocks_per_request} one "
+            f"request of maxModelLen {service.max_model_len} needs ({gib(cap.bytes_per_request or 0)} GiB per card), "
+            f"and vLLM refuses to start then: {cap.arithmetic()}; raise memoryFraction or lower maxModelLen",
         )
+    notes = []
     if cap.queues:
-        wanted = (service.max_num_seqs or 1) * (service.max_model_len or 0)
-        return Verdict(
-            cap,
-            warning=f"{where}: maxNumSeqs {service.max_num_seqs} x maxModelLen {service.max_model_len} = {wanted} "
-            f"tokens is more than its KV cache of {cap.kv_tokens} tokens: {cap.max_concurrency:.2f} sequences "
-            "of maxModelLen at once, the rest queue",
+        wanted = (service.max_num_seqs or 1) * (cap.blocks_per_request or 0)
+        notes.append(
+            f"{where}: maxNumSeqs {service.max_num_seqs} requests of maxModelLen {service.max_model_len} need "
+            f"{wanted} blocks, more than its KV cache of {cap.kv_blocks}: {cap.max_concurrency:.2f} requests "
+            "of maxModelLen at once, the rest queue"
         )
-    return Verdict(cap)
+    if profile.unverified:
+        notes.append(f"service {name}: sized with an unverified profile: {profile.unverified}")
+    engine = engine_for(fleet, service)
+    if isinstance(engine, Engine) and engine.speculative_tokens and not cap.encoder:
+        notes.append(
+            f"service {name}: its cache counts --speculative-config's {engine.speculative_tokens} tokens but not "
+            "the draft model's own layers, which share the cache (not sized: unverified)"
+        )
+    return Verdict(cap, warning="; ".join(notes) or None)
 
 
 def auto_fraction(fleet: FleetConfig, service: Service) -> Decimal | str:
     """`memoryFraction: auto`: the smallest fraction, in hundredths, at which vLLM starts and the
-    cache holds `maxNumSeqs` (default 1) sequences of `maxModelLen`; else why none does. A service
-    the allocator places is sized for the smallest card of the stack, so it fits wherever it lands."""
+    cache holds `maxNumSeqs` (default 1) requests of `maxModelLen` (an encoder-only model: its weights
+    and the allowance); else why none does. A service the allocator places is sized for the smallest
+    card of the stack, so it fits wherever it lands."""
     hosts = [h for h in fleet.hosts if service.host in (None, h.name)]
     totals = [runtime_total(h) for h in hosts]
     if None in totals:
         return f"service {service.name}: memoryFraction auto needs every candidate host's hbmBytes (64 and 32 GiB are known)"
     total = min(t for t in totals if t is not None)
-    wanted = (service.max_num_seqs or 1) * (service.max_model_len or 0)
+    seqs = service.max_num_seqs or 1
     budget = min(fleet.budget(h) for h in hosts)
     cap = None
     for hundredths in range(1, int(budget * 100) + 1):
         fraction = Decimal(hundredths) / 100
         cap = _sized(fleet, service, total, fraction)
-        if cap.fits and cap.kv_tokens >= wanted:
+        if isinstance(cap, Unsized):
+            return f"service {service.name}: memoryFraction auto: not sized: {cap.why}"
+        if isinstance(cap, str):
+            return f"service {service.name}: {cap}"
+        if cap.fits and (cap.encoder or cap.kv_blocks >= seqs * (cap.blocks_per_request or 0)):
             return fraction
-    at = f"at {Decimal(int(budget * 100)) / 100}, {cap.arithmetic()}" if cap else "the budget is below 0.01"
+    at = f"at {Decimal(int(budget * 100)) / 100}, {cap.arithmetic()}" if isinstance(cap, Capacity) else "the budget is below 0.01"
+    encoder = service.profile is not None and service.profile.attention == "encoder"
+    wants = (
+        "holds its weights and the runtime allowance" if encoder
+        else f"holds {seqs} request(s) of maxModelLen {service.max_model_len} (maxNumSeqs x maxModelLen)"
+    )  # fmt: skip
     return (
-        f"service {service.name}: no memoryFraction within the per-card budget {budget} holds {wanted} tokens "
-        f"(maxNumSeqs x maxModelLen) on {service.tensor_parallel_size} card(s): {at}"
+        f"service {service.name}: no memoryFraction within the per-card budget {budget} {wants} "
+        f"on {service.tensor_parallel_size} card(s): {at}"
     )

@@ -147,7 +147,9 @@ class Mount(Model):
 
 
 class ModelProfile(Model):
-    """What sizes a model's memory, read from its checkpoint (`config.json` and the safetensors)."""
+    """What sizes a model's memory, read from its checkpoint (`config.json` and the safetensors).
+
+    Field names are `config.json`'s, camel-cased (under `text_config` for vision-language models)."""
 
     weight_bytes: int = Field(ge=1, le=1 << 50)
     """Bytes of the weights as stored: `metadata.total_size` of `model.safetensors.index.json`, or the
@@ -157,17 +159,43 @@ class ModelProfile(Model):
     attention: Literal["gqa", "mla", "encoder", "hybrid"] = "gqa"
     """`gqa`: standard or grouped-query attention; `mla`: DeepSeek-style multi-head latent attention;
     `encoder`: an encoder-only model (embeddings, rerankers), which keeps no KV cache; `hybrid`:
-    sliding-window or linear-attention/mamba layers, which the planner does not size."""
+    full-attention layers plus layers that keep other state. A hybrid with the Gated DeltaNet fields
+    below (Qwen3-Next, Qwen3.5, Qwen3.6) is sized; without them (sliding windows, other mamba kinds)
+    it is not, and the plan says why."""
+    model_type: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
+    """`model_type` (hybrid): vLLM-Ascend before 0.18 treats `qwen3_next` apart when it sets the block size."""
     num_key_value_heads: int | None = Field(default=None, ge=1, le=10_000)
-    """`num_key_value_heads` (gqa)."""
+    """`num_key_value_heads` (gqa, and the full-attention layers of a hybrid)."""
     head_dim: int | None = Field(default=None, ge=1, le=100_000)
-    """`head_dim`, else `hidden_size / num_attention_heads` (gqa)."""
+    """`head_dim`, else `hidden_size / num_attention_heads` (gqa, hybrid)."""
     kv_lora_rank: int | None = Field(default=None, ge=1, le=100_000)
     """`kv_lora_rank` (mla)."""
     qk_rope_head_dim: int | None = Field(default=None, ge=1, le=100_000)
     """`qk_rope_head_dim` (mla)."""
     kv_cache_dtype: Literal["bfloat16", "float16", "int8", "float8"] = "bfloat16"
-    """Type of the KV cache entries."""
+    """Type of the KV cache entries; for a hybrid also the model's dtype, which its conv state takes."""
+    unverified: Text | None = None
+    """What in this profile was not read from the checkpoint, in words; the plan repeats it as a
+    warning. `profile` never writes it, so profiling the real folder clears it."""
+    torch_dtype: Literal["float32"] | None = None
+    """`torch_dtype` (or `dtype`), set only for a float32 checkpoint: vLLM's `--dtype auto` loads it
+    in 16 bits (vllm@0.20.2 `config/model.py` l. 1948), so its weights take half their stored bytes."""
+    num_full_attention_layers: int | None = Field(default=None, ge=1, le=10_000)
+    """Full-attention layers of a hybrid: `full_attention` entries of `layer_types`, else
+    `num_hidden_layers / full_attention_interval`. The others are Gated DeltaNet layers."""
+    linear_num_key_heads: int | None = Field(default=None, ge=1, le=10_000)
+    """`linear_num_key_heads` (hybrid)."""
+    linear_num_value_heads: int | None = Field(default=None, ge=1, le=10_000)
+    """`linear_num_value_heads` (hybrid)."""
+    linear_key_head_dim: int | None = Field(default=None, ge=1, le=100_000)
+    """`linear_key_head_dim` (hybrid)."""
+    linear_value_head_dim: int | None = Field(default=None, ge=1, le=100_000)
+    """`linear_value_head_dim` (hybrid)."""
+    linear_conv_kernel_dim: int | None = Field(default=None, ge=1, le=1_000)
+    """`linear_conv_kernel_dim` (hybrid)."""
+    mamba_ssm_dtype: Literal["bfloat16", "float16", "float32"] | None = None
+    """`mamba_ssm_dtype` (hybrid): the type of the linear layers' recurrent state; the model's dtype
+    when `config.json` has none (vllm `model_executor/models/config.py`)."""
 
     @model_validator(mode="after")
     def _attention_fields(self) -> ModelProfile:
@@ -175,7 +203,30 @@ class ModelProfile(Model):
         missing = [to_camel(n) for n in need if getattr(self, n) is None]
         if missing:
             raise ValueError(f"attention {self.attention} needs {' and '.join(missing)}")
+        linear = [n for n in LINEAR_FIELDS if getattr(self, n) is not None]
+        if linear and self.attention != "hybrid":
+            raise ValueError(f"{', '.join(map(to_camel, linear))} belong to attention hybrid, not {self.attention}")
+        absent = [to_camel(n) for n in (*LINEAR_FIELDS, "num_key_value_heads", "head_dim") if getattr(self, n) is None]
+        if linear and absent:
+            raise ValueError(f"a Gated DeltaNet hybrid needs all of its fields; missing {', '.join(absent)}")
+        if linear and (self.num_full_attention_layers or 0) >= self.num_hidden_layers:
+            raise ValueError(
+                f"numFullAttentionLayers {self.num_full_attention_layers} leaves no linear layer of "
+                f"numHiddenLayers {self.num_hidden_layers}"
+            )
         return self
+
+    @property
+    def gated_delta_net(self) -> bool:
+        """A hybrid whose other layers are Gated DeltaNet ones with every size known: it can be sized."""
+        return self.attention == "hybrid" and self.linear_num_key_heads is not None
+
+
+# The fields only a Gated DeltaNet hybrid has (it also needs numKeyValueHeads and headDim).
+LINEAR_FIELDS = (
+    "num_full_attention_layers", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+    "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_ssm_dtype",
+)  # fmt: skip
 
 
 class ContainerSettings(Model):
@@ -211,8 +262,9 @@ class ContainerSettings(Model):
     service gets its own `ATB_SHARE_MEMORY_NAME_SUFFIX`."""
     vllm_ascend_version: Annotated[str, Field(pattern=r"^v?\d+\.\d+(\.\d+)?(rc\d+)?$")] | None = None
     """vLLM-Ascend version the image runs (`0.11.0`); default: read from the image tag (`:v0.20.2rc1`).
-    Before 0.15, vLLM-Ascend counts other processes' memory on a card as its own overhead, so the
-    plan gives each later service on a shared card the running total of the fractions there."""
+    It decides the KV cache layout the capacity check computes, and what a later service on a shared
+    card gets: before 0.15 the running total of the fractions there, until 0.18 a warning that the
+    others' memory comes off its KV cache."""
     stop_grace_seconds: int | None = Field(default=None, ge=0, le=3600)
     """How long `docker stop`, a replacement or a destroy waits after SIGTERM before SIGKILL, so vLLM
     releases its HBM before the next container starts. Default 60."""
@@ -439,8 +491,11 @@ class Service(ContainerSettings, _WindowPins):
         if self.memory_fraction == "auto":
             if self.profile is None:
                 raise ValueError("memoryFraction auto needs the model's profile (profile: weightBytes, ...)")
-            if self.profile.attention == "hybrid":
-                raise ValueError("memoryFraction auto cannot size a hybrid model: set the fraction")
+            if self.profile.attention == "hybrid" and not self.profile.gated_delta_net:
+                raise ValueError(
+                    "memoryFraction auto cannot size a hybrid model without its Gated DeltaNet fields "
+                    "(profile: linearNumKeyHeads, ...): set the fraction"
+                )
             if self.profile.attention != "encoder" and self.max_model_len is None:
                 raise ValueError("memoryFraction auto needs maxModelLen: the fraction is sized to hold it")
         return self

@@ -148,6 +148,9 @@ def _capacity_json(cap: Capacity | None) -> dict[str, Any] | None:
         "weightsGiBPerCard": round(cap.weight_bytes_per_card / GIB, 2),
         "kvCacheGiBPerCard": round(cap.kv_bytes_per_card / GIB, 2),
         "kvCacheTokens": cap.kv_tokens,
-        "maxConcurrency": round(concurrency, 2) if concurrency is not None else None,
+        "maxConcurrency": float(f"{concurrency:.2f}") if concurrency is not None else None,  # as the log's %.2f
         "fits": cap.fits,
+        "blockSizeTokens": cap.block_tokens,
+        "kvCacheBlocks": cap.kv_blocks,
+        "bytesPerRequest": cap.bytes_per_request,
     }

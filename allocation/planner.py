@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Decimal
 
-from allocation.capacity import auto_fraction, size_service
-from allocation.config import FleetConfig, Service, vllm_ascend_version
+from allocation.capacity import auto_fraction, gib, runtime_total, size_service
+from allocation.config import FleetConfig, Host, Service, vllm_ascend_version
 from allocation.errors import AllocationError, listing
 from allocation.placement import Placer
 from allocation.plan import HostPlan, Plan, PlannedService, RouterPlan
@@ -101,7 +101,7 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
             planned.append(
                 PlannedService(s, a, verdict.capacity, auto_fraction=s.name in auto, replica_of=replica_of.get(s.name))
             )
-        planned = _running_totals(fleet, planned, warnings)
+        planned = _running_totals(fleet, host, planned, warnings, problems)
         host_plans.append(HostPlan(host=host, budget=fleet.budget(host), services=tuple(planned)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
@@ -124,11 +124,19 @@ def _crowded(replicated: dict[str, Service], placed: dict[str, tuple[str, tuple[
     return notes
 
 
-def _running_totals(fleet: FleetConfig, services: list[PlannedService], notes: list[str]) -> list[PlannedService]:
-    """Before vLLM-Ascend 0.15 an instance counts every process's memory on its cards as its own
-    overhead (vllm-ascend issue 7308), so on a shared card a later service needs the fractions of
-    those before it (in start order: name order) plus its own as `--gpu-memory-utilization`."""
+def _running_totals(
+    fleet: FleetConfig, host: Host, services: list[PlannedService], notes: list[str], problems: list[str]
+) -> list[PlannedService]:
+    """What a later service on a shared card (in start order: name order) gets from the memory of
+    those before it, by vLLM-Ascend version (vllm-ascend issue 7308, fixed by PR 7427 in v0.18.0rc1):
+
+    - before 0.15 an instance counts every process's memory on its cards as its own overhead, so it
+      needs the fractions before it plus its own as `--gpu-memory-utilization`;
+    - 0.15 to 0.17 each asks for its own fraction, but the memory the others hold is still subtracted
+      from its KV cache (`non_torch_memory_cleared_by_empty_cache` in the PR's before/after logs): a
+      warning says by how much, and the plan stops if what is left cannot hold one request."""
     before: dict[int, Decimal] = {}
+    total = runtime_total(host)
     out = []
     for ps in services:  # name order, the start order on each card
         s, cards = ps.service, ps.assignment.cards
@@ -141,7 +149,28 @@ def _running_totals(fleet: FleetConfig, services: list[PlannedService], notes: l
                 f"before it on its cards as its own, so it gets --gpu-memory-utilization {ps.running_total} "
                 f"({prior} before it + its {s.memory_fraction})"
             )
+        elif prior and version is not None and version < (0, 18) and total is not None:
+            _subtracted(ps, version, int(prior * total), notes, problems)
         for c in cards:
             before[c] = before.get(c, Decimal(0)) + s.memory_fraction
         out.append(ps)
     return out
+
+
+def _subtracted(ps: PlannedService, version: tuple[int, int], held: int, notes: list[str], problems: list[str]) -> None:
+    """vLLM-Ascend 0.15-0.17 takes `held` bytes (the fractions before it on its cards) off its KV cache."""
+    cap = ps.capacity
+    why = (
+        f"service {ps.name}: vLLM-Ascend {version[0]}.{version[1]} (before 0.18, vllm-ascend issue 7308) subtracts the "
+        f"{gib(held)} GiB the services started before it hold on its cards from its own KV cache"
+    )
+    if cap is None or cap.encoder:
+        notes.append(f"{why}; its KV cache will be that much smaller than the plan's")
+        return
+    left = cap.kv_bytes_per_card - held
+    if left < (cap.bytes_per_request or 1):
+        need = f"the {gib(cap.bytes_per_request)} GiB one request of maxModelLen needs" if cap.bytes_per_request else "anything"
+        problems.append(f"{why}: {gib(cap.kv_bytes_per_card)} - {gib(held)} = {gib(left)} GiB per card, less than {need}, "
+                        "so vLLM will not start; use vLLM-Ascend 0.18 or later, or give it cards of its own")  # fmt: skip
+    else:
+        notes.append(f"{why}: {gib(left)} GiB per card instead of the plan's {gib(cap.kv_bytes_per_card)} GiB")

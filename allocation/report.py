@@ -58,18 +58,21 @@ def _card_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-CAPACITY_COLUMNS = ["weights/card", "KV/card", "KV tokens", "seqs at maxModelLen"]
+CAPACITY_COLUMNS = ["weights/card", "KV/card", "block", "KV blocks", "KV tokens", "seqs at maxModelLen", "per request"]
 
 
 def _capacity_cells(cap: Capacity | None) -> list[str]:
     if cap is None:
         return ["-"] * len(CAPACITY_COLUMNS)
-    concurrency = cap.max_concurrency
+    concurrency, per_request = cap.max_concurrency, cap.bytes_per_request
     return [
         f"{gib(cap.weight_bytes_per_card)} GiB",
         f"{gib(cap.kv_bytes_per_card)} GiB",
-        str(cap.kv_tokens),
+        str(cap.block_tokens) if cap.block_tokens else "no cache" if cap.encoder else "-",
+        str(cap.kv_blocks) if cap.block_tokens else "-",
+        str(cap.kv_tokens) if cap.block_tokens else "-",
         f"{concurrency:.2f}" if concurrency is not None else "-",
+        f"{gib(per_request)} GiB" if per_request is not None else "-",
     ]
 
 

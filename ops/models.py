@@ -104,6 +104,46 @@ def _hybrid(text: dict[str, Any]) -> bool:
     )
 
 
+def _full_attention_layers(text: dict[str, Any]) -> int:
+    """Full-attention layers: `full_attention` entries of `layer_types`, else one in every
+    `full_attention_interval` layers (vllm `qwen3_next.py`'s layer_types property)."""
+    layer_types = text.get("layer_types")
+    if layer_types:
+        return sum(1 for t in layer_types if t == "full_attention")
+    return int(text["num_hidden_layers"]) // int(text["full_attention_interval"])
+
+
+def _gated_delta_net(text: dict[str, Any], dtype: str) -> dict[str, Any] | None:
+    """A hybrid's Gated DeltaNet fields (`linear_*` in `config.json`), or None when its other layers
+    are not Gated DeltaNet ones (sliding windows, other mamba kinds), which stay "not sized"."""
+    layer_types = set(text.get("layer_types") or ())
+    if "linear_num_value_heads" not in text or not layer_types <= {"full_attention", "linear_attention"}:
+        return None
+    heads = int(text["num_attention_heads"])
+    full = _full_attention_layers(text)
+    return {
+        "modelType": str(text["model_type"]) if "model_type" in text else None,
+        "numFullAttentionLayers": full,
+        "numKeyValueHeads": int(text.get("num_key_value_heads") or heads),
+        "headDim": int(text.get("head_dim") or int(text["hidden_size"]) // heads),
+        "linearNumKeyHeads": int(text["linear_num_key_heads"]),
+        "linearNumValueHeads": int(text["linear_num_value_heads"]),
+        "linearKeyHeadDim": int(text["linear_key_head_dim"]),
+        "linearValueHeadDim": int(text["linear_value_head_dim"]),
+        "linearConvKernelDim": int(text["linear_conv_kernel_dim"]),
+        "mambaSsmDtype": str(text.get("mamba_ssm_dtype") or dtype),
+    }
+
+
+def _dtype(config: dict[str, Any], text: dict[str, Any]) -> str:
+    """The model's dtype: `dtype` (newer transformers) or `torch_dtype`, the text model's first."""
+    for source in (text, config):
+        for key in ("dtype", "torch_dtype"):
+            if source.get(key):
+                return str(source[key])
+    return "bfloat16"
+
+
 def read_profile(model: Path | Folder) -> dict[str, Any]:
     """The `profile:` keys of one model folder."""
     folder = Folder.local(model) if isinstance(model, Path) else model
@@ -113,10 +153,16 @@ def read_profile(model: Path | Folder) -> dict[str, Any]:
     text = config.get("text_config") or config
     try:
         profile: dict[str, Any] = {"weightBytes": weight_bytes(folder), "numHiddenLayers": int(text["num_hidden_layers"])}
+        if _dtype(config, text) == "float32":
+            profile["torchDtype"] = "float32"
         if text.get("model_type", config.get("model_type")) in ENCODERS:
             return profile | {"attention": "encoder"}
         if _hybrid(text):
-            return profile | {"attention": "hybrid"}
+            linear = _gated_delta_net(text, _dtype(config, text))
+            if linear is None:
+                return profile | {"attention": "hybrid"}
+            profile |= {"attention": "hybrid", **{k: v for k, v in linear.items() if v is not None}}
+            return profile | ({"kvCacheDtype": "float16"} if _dtype(config, text) == "float16" else {})
         if "kv_lora_rank" in text:
             return profile | {"attention": "mla", "kvLoraRank": int(text["kv_lora_rank"]),
                               "qkRopeHeadDim": int(text["qk_rope_head_dim"])}  # fmt: skip
@@ -125,7 +171,7 @@ def read_profile(model: Path | Folder) -> dict[str, Any]:
         profile |= {"numKeyValueHeads": int(text.get("num_key_value_heads") or heads), "headDim": int(head_dim)}
     except (KeyError, TypeError, ValueError) as exc:
         raise ProfileError(f"{folder.where}/config.json lacks or garbles {exc}") from None
-    if str(text.get("torch_dtype", config.get("torch_dtype"))) == "float16":
+    if _dtype(config, text) == "float16":
         profile["kvCacheDtype"] = "float16"
     return profile
 

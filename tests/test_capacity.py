@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from allocation.capacity import BLOCK_TOKENS, GIB, RUNTIME_TOTAL_BYTES, Shape, capacity
+from allocation.capacity import GIB, RUNTIME_TOTAL_BYTES, Shape, capacity
+from allocation.kv_cache import Engine
 from allocation.deployment import deploy
 from allocation.errors import AllocationError
 from allocation.planner import plan_fleet
@@ -31,9 +32,10 @@ def test_the_kv_cache_is_the_budget_less_weights_and_overhead_in_whole_blocks():
     weights = int(30 * GIB) // 4
     assert cap.kv_bytes_per_card == budget - weights - 4 * GIB
     per_token = 2 * 64 * (8 // 4) * 128 * 2  # K and V, 2 of the 8 KV heads per rank, bf16
-    assert cap.kv_tokens == cap.kv_bytes_per_card // (per_token * BLOCK_TOKENS) * BLOCK_TOKENS
-    assert cap.kv_tokens % BLOCK_TOKENS == 0
-    assert cap.fits and cap.max_concurrency == pytest.approx(cap.kv_tokens / 32768)
+    assert cap.block_tokens == 128 and cap.kv_blocks == cap.kv_bytes_per_card // (per_token * 128)
+    assert cap.blocks_per_request == 32768 // 128 and cap.bytes_per_request == 256 * 128 * per_token
+    assert cap.fits and cap.max_concurrency == cap.kv_blocks / 256
+    assert cap.kv_tokens == int(cap.kv_blocks / 256 * 32768)  # vLLM 0.20's log
 
 
 def test_kv_heads_are_replicated_not_split_when_there_are_fewer_than_ranks():
@@ -80,11 +82,15 @@ def test_the_plan_reports_capacity_per_service_and_the_runtime_total_per_host():
     [npu_a] = doc["hosts"]
     assert npu_a["hbmBytes"] == 65452113920
     cap = npu_a["services"][0]["capacity"]
-    assert set(cap) == {"weightsGiBPerCard", "kvCacheGiBPerCard", "kvCacheTokens", "maxConcurrency", "fits"}
-    assert cap["weightsGiBPerCard"] == 7.5 and cap["fits"] is True
-    assert cap["kvCacheTokens"] > 32768
+    assert set(cap) == {"weightsGiBPerCard", "kvCacheGiBPerCard", "kvCacheTokens", "maxConcurrency", "fits",
+                        "blockSizeTokens", "kvCacheBlocks", "bytesPerRequest"}  # fmt: skip
+    assert cap["weightsGiBPerCard"] == 7.5 and cap["fits"] is True and cap["blockSizeTokens"] == 128
+    assert cap["kvCacheTokens"] > 32768 and cap["maxConcurrency"] == round(cap["kvCacheBlocks"] / 256, 2)
+    assert cap["bytesPerRequest"] == 32768 * 2 * 64 * 2 * 128 * 2 == 2 * GIB  # K and V, 64 layers, 2 heads per rank
     table = render_plan(deploy(plan), "table")
-    assert "KV tokens" in table and str(cap["kvCacheTokens"]) in table
+    for column, value in [("KV tokens", cap["kvCacheTokens"]), ("KV blocks", cap["kvCacheBlocks"]), ("block", 128),
+                          ("seqs at maxModelLen", f"{cap['maxConcurrency']:.2f}"), ("per request", "2.00 GiB")]:
+        assert column in table and str(value) in table
     assert "0.9 (54.86 GiB)" in table, "HBM/card from the runtime total, not 64 GiB"
     unprofiled = plan_json(deploy(plan_fleet(fleet([host("npu-a")], [service("chat")]))))
     assert unprofiled["hosts"][0]["services"][0]["capacity"] is None
@@ -99,14 +105,16 @@ def test_weights_and_overhead_over_the_fraction_stop_the_plan_with_the_arithmeti
 
 
 def test_a_cache_smaller_than_one_sequence_stops_the_plan_as_vllm_would():
-    with pytest.raises(AllocationError, match=r"less than one sequence of maxModelLen 1000000"):
+    with pytest.raises(AllocationError, match=r"holds 2429 blocks, fewer than the 7813 one request of maxModelLen "
+                                              r"1000000 needs \(61.04 GiB per card\), and vLLM refuses to start"):
         plan_fleet(profiled(0.5, max_model_len=1_000_000))
 
 
 def test_more_sequences_than_the_cache_holds_is_a_warning_not_an_error():
     plan = plan_fleet(profiled(0.5, max_model_len=100_000, max_num_seqs=64))
     [warning] = plan.warnings
-    assert "maxNumSeqs 64 x maxModelLen 100000 = 6400000 tokens is more than its KV cache" in warning
+    assert "maxNumSeqs 64 requests of maxModelLen 100000 need 50048 blocks, more than its KV cache of 2429" in warning
+    assert "3.11 requests of maxModelLen at once" in warning
     assert plan_fleet(profiled(0.9)).warnings == ()
 
 
@@ -147,12 +155,35 @@ def test_an_encoder_only_model_needs_weights_and_overhead_only():
     assert cap.kv_bytes_per_card == int(Decimal("0.1") * TOTAL_64) - GIB - 4 * GIB
 
 
-def test_a_hybrid_model_is_not_sized_and_the_plan_says_so():
+def test_an_encoder_with_max_model_len_and_auto_gets_the_smallest_fraction_holding_weights_and_allowance():
+    profile = {"weightBytes": 2 * GIB, "numHiddenLayers": 24, "attention": "encoder"}
+    svc = {**service("embed", 1, 0.1, maxModelLen=8192, maxNumSeqs=4, profile=profile), "memoryFraction": "auto"}
+    ps = plan_fleet(fleet([host("npu-a")], [svc])).hosts[0].services[0]
+    assert ps.service.memory_fraction == Decimal("0.10")  # 6.10 GiB holds 2 + 4; 0.09 (5.49 GiB) does not
+    assert ps.capacity.fits and ps.capacity.kv_tokens == 0 and ps.capacity.block_tokens is None
+    assert int(Decimal("0.09") * TOTAL_64) < 6 * GIB < int(Decimal("0.10") * TOTAL_64)
+
+
+def test_a_float32_checkpoint_takes_half_its_stored_bytes_unless_served_in_float32():
+    profile = {"weightBytes": 4 * GIB, "numHiddenLayers": 24, "attention": "encoder", "torchDtype": "float32"}
+    half = plan_fleet(fleet([host("npu-a")], [service("embed", 1, 0.1, profile=profile)])).hosts[0].services[0].capacity
+    full = plan_fleet(fleet([host("npu-a")], [service("embed", 1, 0.2, profile=profile, args=["--dtype", "float32"])]))
+    assert half.weight_bytes_per_card == 2 * GIB and full.hosts[0].services[0].capacity.weight_bytes_per_card == 4 * GIB
+
+
+def test_an_unverified_profile_is_sized_and_the_plan_repeats_what_is_unverified():
+    svc = service("chat", 4, 0.9, maxModelLen=32768, profile={"weightBytes": 30 * GIB, **QWEN3, "unverified": "weights guessed"})
+    plan = plan_fleet(fleet([host("npu-a")], [svc]))
+    assert plan.hosts[0].services[0].capacity.fits
+    assert plan.warnings == ("service chat: sized with an unverified profile: weights guessed",)
+
+
+def test_a_hybrid_without_gated_delta_net_fields_is_not_sized_and_the_plan_says_why():
     svc = service("qwen", 4, 0.9, profile={"weightBytes": GIB, "numHiddenLayers": 64, "attention": "hybrid"})
     plan = plan_fleet(fleet([host("npu-a")], [svc]))
     assert plan.hosts[0].services[0].capacity is None
     [warning] = plan.warnings
-    assert "not sized" in warning and "does not guess" in warning
+    assert "not sized" in warning and "sliding-window" in warning and "does not guess" in warning
 
 
 def test_the_diff_shows_what_a_change_does_to_the_capacity():
@@ -185,23 +216,23 @@ def auto_fleet(max_model_len: int = 32768, max_num_seqs: int | None = 8, **host_
 @given(max_model_len=st.integers(1024, 200_000), max_num_seqs=st.integers(1, 64))
 def test_auto_is_the_smallest_hundredth_that_holds_max_num_seqs_sequences(max_model_len, max_num_seqs):
     config = auto_fleet(max_model_len, max_num_seqs)
-    wanted = max_model_len * max_num_seqs
+    wanted = -(-max_model_len // 128) * max_num_seqs  # blocks
     try:
         plan = plan_fleet(config)
     except AllocationError as error:
         assert "no memoryFraction within the per-card budget 0.95 holds" in str(error)
         at_budget = capacity(dense(), tp=4, fraction=Decimal("0.95"), total_bytes=TOTAL_64, overhead_bytes=4 * GIB,
                              max_model_len=max_model_len, max_num_seqs=max_num_seqs)  # fmt: skip
-        assert at_budget.kv_tokens < wanted
+        assert at_budget.kv_blocks < wanted
         return
     ps = plan.hosts[0].services[0]
     chosen = ps.service.memory_fraction
     assert ps.auto_fraction and chosen * 100 == int(chosen * 100)
-    assert ps.capacity.fits and ps.capacity.kv_tokens >= wanted
+    assert ps.capacity.fits and ps.capacity.kv_blocks >= wanted
     if chosen > Decimal("0.01"):
         below = capacity(dense(), tp=4, fraction=chosen - Decimal("0.01"), total_bytes=TOTAL_64, overhead_bytes=4 * GIB,
                          max_model_len=max_model_len, max_num_seqs=max_num_seqs)  # fmt: skip
-        assert not (below.fits and below.kv_tokens >= wanted), "a hundredth less would do"
+        assert not (below.fits and below.kv_blocks >= wanted), "a hundredth less would do"
 
 
 def test_auto_goes_into_the_command_and_pin_writes_the_number(tmp_path):
@@ -238,10 +269,8 @@ def test_the_token_count_matches_a_published_startup_log():
     memory: 31662800896` then `GPU KV cache size: 72,448 tokens`. Qwen3-8B: 36 layers, 8 KV heads of 128."""
     qwen3_8b = Shape(weight_bytes=0, layers=36, kv_dtype_bytes=2, kv_heads=8, head_dim=128)
     available = 10700878950
-    blocks = available // (qwen3_8b.token_bytes(tp=1) * BLOCK_TOKENS)
-    assert blocks * BLOCK_TOKENS == 72448
     cap = capacity(qwen3_8b, tp=1, fraction=Decimal(1), total_bytes=available, overhead_bytes=0,
-                   max_model_len=10000, max_num_seqs=None)  # fmt: skip
+                   max_model_len=10000, max_num_seqs=None, engine=Engine((0, 13)))  # fmt: skip
     assert cap.kv_tokens == 72448 and RUNTIME_TOTAL_BYTES[32] == 31662800896
 
 
@@ -269,9 +298,34 @@ def test_before_0_15_a_later_service_on_a_shared_card_gets_the_running_total():
     assert (beta["memoryFraction"], beta["gpuMemoryUtilization"]) == (0.85, 0.95)
 
 
+def sized_shared_card(image: str, fraction: float = 0.85):
+    profile = {"weightBytes": 30 * GIB, **QWEN3}
+    services = [service("alpha", 1, 0.1, devices=[0]),
+                service("beta", 4, fraction, devices=[0, 1, 2, 3], profile=profile, maxModelLen=32768)]  # fmt: skip
+    return fleet([host("npu-a")], services, defaults={"image": image})
+
+
+@pytest.mark.parametrize("image", ["quay.io/ascend/vllm-ascend:v0.15.0rc1", "quay.io/ascend/vllm-ascend:v0.17.0rc1"])
+def test_from_0_15_to_0_17_a_later_service_on_a_shared_card_is_warned_its_cache_is_smaller_and_by_how_much(image):
+    plan = plan_fleet(sized_shared_card(image))
+    assert utilization(plan, "beta") == "0.85"
+    beta = plan.hosts[0].services[1].capacity
+    held = int(Decimal("0.1") * TOTAL_64)
+    [warning] = plan.warnings
+    assert "before 0.18, vllm-ascend issue 7308" in warning and f"subtracts the {held / GIB:.2f} GiB" in warning
+    assert f"{(beta.kv_bytes_per_card - held) / GIB:.2f} GiB per card instead of the plan's {beta.kv_bytes_per_card / GIB:.2f} GiB" in warning
+    assert plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.18.0rc1")).warnings == ()
+
+
+def test_from_0_15_to_0_17_the_plan_stops_when_what_is_left_cannot_hold_one_request():
+    with pytest.raises(AllocationError, match=r"so vLLM will not start; use vLLM-Ascend 0.18 or later"):
+        plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.16.0rc1", fraction=0.3))  # 6.79 - 6.10 < 2 GiB
+    plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.18.0rc1", fraction=0.3))
+
+
 @pytest.mark.parametrize("image, configured", [(None, None), ("quay.io/ascend/vllm-ascend:latest", None),
-                                                ("quay.io/ascend/vllm-ascend:v0.11.0", "0.15.0")])  # fmt: skip
-def test_from_0_15_or_unknown_each_service_asks_for_its_own_fraction(image, configured):
+                                                ("quay.io/ascend/vllm-ascend:v0.11.0", "0.18.0")])  # fmt: skip
+def test_from_0_18_or_unknown_each_service_asks_for_its_own_fraction_and_gets_it(image, configured):
     config = shared_card(image)
     if configured:
         config = config.model_copy(update={"defaults": config.defaults.model_copy(update={"vllm_ascend_version": configured})})

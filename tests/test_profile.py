@@ -130,3 +130,16 @@ def test_the_remote_script_reads_the_same_folder_as_a_local_read(tmp_path):
     assert read_profile(folders[str(indexed)])["weightBytes"] == 777
     with pytest.raises(ProfileError, match=f"no npu-a:{tmp_path}/gone/config.json"):
         read_profile(folders[str(tmp_path / "gone")])
+
+
+def test_a_gated_delta_net_hybrid_counts_its_full_attention_layers_from_layer_types_or_the_interval(tmp_path):
+    linear = {"linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+              "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4}  # fmt: skip
+    halves = {**QWEN3, **linear, "num_hidden_layers": 16, "layer_types": ["linear_attention", "full_attention"] * 8}
+    profile = read_profile(model(tmp_path, "halves", {"model_type": "x_vl", "text_config": halves}, index_total=10))
+    assert profile["numFullAttentionLayers"] == 8 and profile["mambaSsmDtype"] == "bfloat16"
+    interval = {**QWEN3, **linear, "model_type": "qwen3_next", "num_hidden_layers": 48, "full_attention_interval": 4}
+    profile = read_profile(model(tmp_path, "next", interval, index_total=10))
+    assert profile["numFullAttentionLayers"] == 12 and profile["modelType"] == "qwen3_next"
+    swa = {**QWEN3, **linear, "layer_types": ["sliding_attention", "full_attention"] * 32}
+    assert "linearNumKeyHeads" not in read_profile(model(tmp_path, "swa", swa, index_total=10)), "not sized"

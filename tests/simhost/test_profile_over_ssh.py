@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from ruamel.yaml import YAML
 
@@ -11,13 +12,11 @@ from tests.simhost.test_prod_layout import prod_on_the_simulated_host
 from tests.simhost.test_shared_cards import allocation
 from tests.test_profile import safetensors
 
-# bge-m3's config.json (an XLM-RoBERTa encoder); Qwen3.6-27B's text_config: Gated DeltaNet layers
-# (linear attention) with full attention every fourth layer, as its model card describes.
+# bge-m3's config.json (an XLM-RoBERTa encoder); Qwen3.6-27B's config as published (Gated DeltaNet
+# layers with full attention every fourth layer: tests/data/qwen3.6-27b/SOURCES.md).
 BGE_M3 = {"architectures": ["XLMRobertaModel"], "model_type": "xlm-roberta", "num_hidden_layers": 24,
           "num_attention_heads": 16, "hidden_size": 1024}  # fmt: skip
-QWEN36 = {"model_type": "qwen3_5", "text_config": {"num_hidden_layers": 64, "num_attention_heads": 24,
-          "num_key_value_heads": 4, "head_dim": 256, "hidden_size": 5120,
-          "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 16}}  # fmt: skip
+QWEN36 = json.loads((Path(__file__).resolve().parent.parent / "data" / "qwen3.6-27b" / "config.json").read_text())
 
 
 def test_profile_reads_the_models_on_their_host_over_ssh_and_writes_the_stack_file(sim_host: SimHost, tmp_path):
@@ -34,10 +33,14 @@ def test_profile_reads_the_models_on_their_host_over_ssh_and_writes_the_stack_fi
     profiles = {s["name"]: s["profile"] for s in services}
     assert profiles["bge-m3"] == {"weightBytes": bge_bytes, "numHiddenLayers": 24, "attention": "encoder"}
     assert profiles["qwen-vl"] == profiles["qwen-long"] == {
-        "weightBytes": 29_000_000_000, "numHiddenLayers": 64, "attention": "hybrid",
+        "weightBytes": 29_000_000_000, "numHiddenLayers": 64, "attention": "hybrid", "modelType": "qwen3_5_text",
+        "numFullAttentionLayers": 16, "numKeyValueHeads": 4, "headDim": 256, "linearNumKeyHeads": 16,
+        "linearNumValueHeads": 48, "linearKeyHeadDim": 128, "linearValueHeadDim": 128, "linearConvKernelDim": 4,
+        "mambaSsmDtype": "float32",
     }  # fmt: skip
     plan = allocation("plan", "--config", str(config), "--format", "json")
     assert plan.returncode == 0, plan.stderr
     services = {s["name"]: s for s in json.loads(plan.stdout)["hosts"][0]["services"]}
     assert services["bge-m3"]["capacity"]["fits"] is True
-    assert services["qwen-vl"]["capacity"] is None and "not sized" in plan.stderr
+    assert services["qwen-vl"]["capacity"]["blockSizeTokens"] == 1536 and services["qwen-vl"]["capacity"]["fits"]
+    assert "unverified" not in plan.stderr, "profiling the real folder replaces the unverified profile"
