@@ -48,7 +48,10 @@ IN_PLACE = "updated in place"
 # change, not again as a restart reason.
 PLACEMENT_KEYS = frozenset({"deviceFiles", "ports", "labels", "sysctls", "healthcheck"})
 CAPACITY = "capacity"
-CAPACITY_FIELDS = ("fits", "kvCacheTokens", "maxConcurrency", "kvCacheGiBPerCard", "weightsGiBPerCard")
+CAPACITY_FIELDS = (
+    "fits", "kvCacheTokens", "maxConcurrency", "kvCacheGiBPerCard", "weightsGiBPerCard",
+    "blockSizeTokens", "kvCacheBlocks", "bytesPerRequest",
+)  # fmt: skip
 HOST_FIELDS = ("address", "npus", "hbmGiB", "memoryBudget", "sharedCards", "cardSharing")
 
 
@@ -293,7 +296,9 @@ def _service_diff(name: str, before: Mapping[str, Any], after: Mapping[str, Any]
     # A key the old revision's plan did not print is unknown then, not changed.
     sized = (before.get("capacity") or {}, after.get("capacity") or {}) if "capacity" in before else ({}, {})
     capacity = tuple(
-        FieldChange(k, sized[0].get(k), sized[1].get(k)) for k in CAPACITY_FIELDS if sized[0].get(k) != sized[1].get(k)
+        FieldChange(k, sized[0].get(k), sized[1].get(k))
+        for k in CAPACITY_FIELDS
+        if (k in sized[0] or not sized[0]) and sized[0].get(k) != sized[1].get(k)
     )
     return ServiceDiff(
         name,

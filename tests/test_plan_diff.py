@@ -590,3 +590,16 @@ def test_a_revision_with_an_absolute_symlink_is_refused_in_one_paragraph(history
     git(history, "commit", "--quiet", "-m", "a link out of the tree")
     with pytest.raises(FleetError, match="cannot be unpacked safely"):
         plan_at_revision(history, "HEAD", "test", None)
+
+
+def test_capacity_keys_an_older_plan_did_not_print_are_not_changes_but_new_values_of_known_ones_are():
+    old, new = fleet(), fleet()
+    for doc, extra in ((old, {}), (new, {"blockSizeTokens": 128, "kvCacheBlocks": 10})):
+        for h in doc["hosts"]:
+            for s in h["services"]:
+                s["capacity"] = {"fits": True, "kvCacheTokens": 1280, **extra}
+    assert not diff_plans(old, new).has_changes
+    new["hosts"][0]["services"][0]["capacity"]["kvCacheTokens"] = 2560
+    bge = by_name(diff_plans(old, new))["bge-m3"]
+    assert [(c.key, c.old, c.new) for c in bge.capacity] == [("kvCacheTokens", 1280, 2560)]
+    assert not bge.recreated, "a capacity verdict re-creates nothing"
