@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from allocation.capacity import GIB, RUNTIME_TOTAL_BYTES, Shape, capacity
+from allocation.capacity import GIB, RUNTIME_TOTAL_BYTES, Capacity, Shape, capacity
 from allocation.kv_cache import Engine
 from allocation.deployment import deploy
 from allocation.errors import AllocationError
@@ -331,3 +331,15 @@ def test_from_0_18_or_unknown_each_service_asks_for_its_own_fraction_and_gets_it
         config = config.model_copy(update={"defaults": config.defaults.model_copy(update={"vllm_ascend_version": configured})})
     plan = plan_fleet(config)
     assert utilization(plan, "beta") == "0.85" and plan.warnings == ()
+
+
+def test_requests_queue_only_when_max_num_seqs_requests_need_more_blocks_than_the_cache_has():
+    def cap(blocks: int) -> Capacity:
+        return Capacity(
+            budget_bytes=10 * GIB, weight_bytes_per_card=GIB, overhead_bytes=GIB, kv_bytes_per_card=GIB,
+            kv_tokens=blocks * 128, max_model_len=640, max_num_seqs=2, block_tokens=128, kv_blocks=blocks,
+            blocks_per_request=5,
+        )  # fmt: skip
+
+    assert not cap(10).queues, "two requests of five blocks fill ten exactly: nothing waits"
+    assert cap(9).queues
