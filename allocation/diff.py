@@ -194,13 +194,15 @@ class HostDiff:
     added: bool = False
     removed: bool = False
     fields: tuple[FieldChange, ...] = ()
+    stops: tuple[str, ...] = ()
+    """Per card that becomes shared while a running container holds it: who must stop for the switch."""
 
     def detail(self) -> str:
         if self.added:
             return "host added"
         if self.removed:
             return "host removed"
-        return "; ".join(str(f) for f in self.fields)
+        return "; ".join([*(str(f) for f in self.fields), *self.stops])
 
 
 @dataclass(frozen=True)
@@ -455,8 +457,26 @@ def _host_diffs(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[HostDif
                 # A key the old plan predates is new output, not a change.
                 if k in before[name] and before[name].get(k) != after[name].get(k)
             )
-            if fields:
-                out.append(HostDiff(name, fields=fields))
+            stops = _device_share_stops(before[name], after[name])
+            if fields or stops:
+                out.append(HostDiff(name, fields=fields, stops=stops))
+    return tuple(out)
+
+
+def _device_share_stops(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, ...]:
+    """A card that turns shared goes into device-share mode, which npu-smi refuses while a container
+    uses the card: the containers the old plan put on it must stop for the switch."""
+    if after.get("cardSharing", "deviceShare") != "deviceShare" or "sharedCards" not in before:
+        return ()
+    out = []
+    for card in sorted(set(after.get("sharedCards") or ()) - set(before.get("sharedCards") or ())):
+        holders = sorted(s["name"] for s in before.get("services", ()) if card in (s.get("devices") or ()))
+        if holders:
+            verb = "holds" if len(holders) == 1 else "hold"
+            out.append(
+                f"card {card} becomes shared: {', '.join(holders)} {verb} it and must stop while the card "
+                "switches to device-share mode"
+            )
     return tuple(out)
 
 
@@ -581,6 +601,7 @@ def _render_json(diff: PlanDiff) -> str:
                 "added": h.added,
                 "removed": h.removed,
                 "changes": [{"key": f.key, "old": f.old, "new": f.new} for f in h.fields],
+                "stops": list(h.stops),
             }
             for h in diff.hosts
         ],

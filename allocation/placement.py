@@ -2,8 +2,12 @@
 
 Services are placed largest first (pinned cards, then pinned hosts, then the
 rest; within each, by tensor-parallel size and memory fraction, descending,
-then by name), so the order of the YAML never matters. A service goes on the
-aligned block of cards that leaves the least memory unused (best fit), and an
+then by name), so the order of the YAML never matters. A service without
+`devices` shares a card only when no host in use (one that already holds a
+service) has an aligned block of cards nobody uses that fits it: putting a
+newcomer on a running service's card means switching that card to device-share
+mode, which needs the running service stopped. Failing that it goes on the
+aligned block that leaves the least memory unused (best fit), and an
 auto-placed service on the first host, by name, that has such a block. Memory
 is counted in exact integer units (see `config.units`).
 """
@@ -11,6 +15,7 @@ is counted in exact integer units (see `config.units`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Mapping
 
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service, units
@@ -52,6 +57,17 @@ class Cards:
         if avoid.intersection(block) or (not service.hccl_port_ranges and any(self.users[c] for c in block)):
             return False
         return all(self.free[c] >= need and not self.alone(c) for c in block)
+
+    @property
+    def in_use(self) -> bool:
+        """A service is placed here already."""
+        return any(self.users)
+
+    def free_block(self, service: Service, avoid: frozenset[int] = frozenset()) -> Block | None:
+        """The lowest aligned block of cards no service uses, none of them in `avoid`: placing
+        `service` there stops no one."""
+        blocks = self.aligned_blocks(service.tensor_parallel_size)
+        return next((g for g in blocks if not any(self.users[c] for c in g) and self.fits(g, service, avoid)), None)
 
     def best_block(self, service: Service, avoid: frozenset[int] = frozenset()) -> Block | None:
         """The aligned block leaving the least memory unused, none of its cards in `avoid`; the
@@ -117,6 +133,12 @@ class LeftmostAtLeast:
         return i - self.size
 
 
+def _free_capacity(cards: Cards, tp: int) -> int:
+    """The memory a TP group of this size could get on cards nobody uses, on a host in use; -1
+    when the host is empty or has no such block."""
+    return cards.capacity(tp, alone=True) if cards.in_use else -1
+
+
 def _order(service: Service) -> tuple:
     pin_rank = 0 if service.devices is not None else 1 if service.host is not None else 2
     return (pin_rank, -service.tensor_parallel_size, -units(service.memory_fraction), service.name)
@@ -145,6 +167,7 @@ class Placer:
         self.cards = {h.name: Cards(h, units(fleet.budget(h))) for h in self.hosts}
         self.index = {h.name: i for i, h in enumerate(self.hosts)}
         self.trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
+        self.free_trees: dict[int, LeftmostAtLeast] = {}
         self.problems: list[str] = []
         self.placed: dict[str, tuple[str, Block]] = {}
         self.max_budget = max(c.budget for c in self.cards.values())
@@ -172,16 +195,24 @@ class Placer:
             return
         if s.host is not None:
             cards = self.cards[s.host]
-            block = cards.best_block(s, self._avoid(s, s.host))
-            if block is None:
+            choice = self._choose(s, [cards.host])
+            if choice is None:
                 self.problems.append(
                     f"host {s.host}: service {s.name} needs {_need_text(s)} (aligned); "
                     f"free per card: {cards.describe()}"
                 )
                 return
+            self._commit(s, *choice)
+            return
+        tp = s.tensor_parallel_size
+        i = self._free_tree(tp).first_at_least(need)
+        if i is not None:
+            cards = self.cards[self.hosts[i].name]
+            block = cards.free_block(s)
+            assert block is not None, "Cards.capacity and Cards.free_block disagree"
             self._commit(s, cards, block)
             return
-        i = self._tree(s.tensor_parallel_size, not s.hccl_port_ranges).first_at_least(need)
+        i = self._tree(tp, not s.hccl_port_ranges).first_at_least(need)
         if i is not None:
             cards = self.cards[self.hosts[i].name]
             block = cards.best_block(s)
@@ -210,11 +241,11 @@ class Placer:
         among those with the fewest replicas of its service (none first), so replicas spread evenly."""
         candidates = self._candidates(s)
         group = self.siblings.get(self.replica_of.get(s.name, ""), {})
-        for host in sorted(candidates, key=lambda h: len(group.get(h.name, ()))):  # stable: name order within
-            cards = self.cards[host.name]
-            block = cards.best_block(s, self._avoid(s, host.name))
-            if block is not None:
-                self._commit(s, cards, block)
+        fewest_first = sorted(candidates, key=lambda h: len(group.get(h.name, ())))  # stable: name order within
+        for _, tier in groupby(fewest_first, key=lambda h: len(group.get(h.name, ()))):
+            choice = self._choose(s, list(tier))
+            if choice is not None:
+                self._commit(s, *choice)
                 return
         where = f"hosts {', '.join(h.name for h in candidates)}" if s.hosts else "any host"
         shown = "; ".join(f"{h.name}: {self.cards[h.name].describe()}" for h in candidates[:5])
@@ -223,6 +254,21 @@ class Placer:
             + (", on cards no other replica of its service uses" if s.name in self.replica_of else "")
             + f"; free per card: {shown}"
         )
+
+    def _choose(self, s: Service, hosts: list[Host]) -> tuple[Cards, Block] | None:
+        """Where `s` goes among `hosts` (in order of preference): a block of unused cards on the
+        first host in use that has one; else the best-fitting block on the first host with room."""
+        for host in hosts:
+            cards = self.cards[host.name]
+            block = cards.free_block(s, self._avoid(s, host.name)) if cards.in_use else None
+            if block is not None:
+                return cards, block
+        for host in hosts:
+            cards = self.cards[host.name]
+            block = cards.best_block(s, self._avoid(s, host.name))
+            if block is not None:
+                return cards, block
+        return None
 
     def _place_pinned(self, s: Service, block: Block) -> None:
         for host in self._candidates(s):
@@ -275,6 +321,14 @@ class Placer:
         i = self.index[cards.host.name]
         for (tp, alone), tree in self.trees.items():
             tree.update(i, cards.capacity(tp, alone))
+        for tp, tree in self.free_trees.items():
+            tree.update(i, _free_capacity(cards, tp))
+
+    def _free_tree(self, tp: int) -> LeftmostAtLeast:
+        """Hosts in use by whether they have a block of `tp` unused cards (its budget), else -1."""
+        if tp not in self.free_trees:
+            self.free_trees[tp] = LeftmostAtLeast([_free_capacity(self.cards[h.name], tp) for h in self.hosts])
+        return self.free_trees[tp]
 
     def _tree(self, tp: int, alone: bool) -> LeftmostAtLeast:
         key = (tp, alone)

@@ -75,6 +75,34 @@ def test_auto_placed_services_go_to_the_first_host_with_room():
     assert got["small"]["host"] == "npu-b"  # 0.45 left on npu-b's cards, 0.05 on npu-a's
 
 
+def test_a_newcomer_takes_free_cards_before_a_running_services_card_even_where_it_would_fit_better():
+    # Best fit alone would put it beside `running` on card 0 (0.15 left instead of 0.65).
+    values = {"hosts": [host()], "services": [service("running", 4, 0.5, devices=[0, 1, 2, 3]), service("new", 1, 0.3)]}
+    assert assignments(values)["new"]["devices"] == [4]
+    values["services"][1] = service("new", 4, 0.3)
+    assert assignments(values)["new"]["devices"] == [4, 5, 6, 7]
+
+
+def test_a_newcomer_shares_a_card_only_when_no_host_in_use_has_free_cards_for_it():
+    pinned = service("running", 8, 0.5, host="npu-a", devices=list(range(8)))
+    values = {"hosts": [host("npu-a"), host("npu-b"), host("npu-c")], "services": [pinned, service("new", 2, 0.3)]}
+    # npu-a is the only host in use and has no free pair: as before, the first host by name with room.
+    assert (assignments(values)["new"]["host"], assignments(values)["new"]["devices"]) == ("npu-a", [0, 1])
+    # Once npu-c is in use and has a free pair, the newcomer goes there rather than share npu-a's cards.
+    values["services"].append(service("other", 1, 0.3, host="npu-c", devices=[0]))
+    got = assignments(values)
+    assert (got["new"]["host"], got["new"]["devices"]) == ("npu-c", [2, 3])
+
+
+def test_a_newcomer_pinned_to_a_host_takes_its_free_cards_and_shares_only_a_full_host():
+    running = service("running", 4, 0.5, host="npu-a", devices=[4, 5, 6, 7])
+    values = {"hosts": [host("npu-a", npus=8)], "services": [running, service("new", 4, 0.4, host="npu-a")]}
+    assert assignments(values)["new"]["devices"] == [0, 1, 2, 3]
+    values["services"].append(service("third", 4, 0.4, host="npu-a"))
+    got = assignments(values)
+    assert (got["new"]["devices"], got["third"]["devices"]) == ([0, 1, 2, 3], [4, 5, 6, 7]), "third shares: no free quad"
+
+
 def test_a_service_without_hccl_port_ranges_gets_its_cards_to_itself():
     values = {
         "hosts": [host(npus=2)],

@@ -121,17 +121,26 @@ def test_generated_fleets_are_planned_without_conflicts_or_rejected_with_a_messa
     assert plan_json(deploy(plan_fleet(parse_fleet("gen", shuffled)))) == plan_json(deploy(plan))
 
 
-@settings(max_examples=100, deadline=None)
-@given(fleets(), st.integers(1, 8).map(lambda n: 1 << (n % 4)), st.sampled_from(FRACTIONS))
-def test_a_pinned_fleet_never_moves_when_a_service_is_added(values, tp, fraction):
+def planned_and_pinned(values: dict) -> tuple[Plan, dict] | None:
+    """The fleet's plan and its values with every service pinned to it; None if it does not plan."""
     try:
         plan = plan_fleet(parse_fleet("gen", values))
     except FleetError:
-        return
+        return None
     pinned = copy.deepcopy(values)
     for entry in pinned["services"]:
         ps = next(p for _, p in plan.services() if p.name == entry["name"])
         entry.update({k: list(v) if isinstance(v, list) else v for k, v in pins_of(ps).items()})
+    return plan, pinned
+
+
+@settings(max_examples=100, deadline=None)
+@given(fleets(), st.integers(1, 8).map(lambda n: 1 << (n % 4)), st.sampled_from(FRACTIONS))
+def test_a_pinned_fleet_never_moves_when_a_service_is_added(values, tp, fraction):
+    planned = planned_and_pinned(values)
+    if planned is None:
+        return
+    plan, pinned = planned
     pinned["services"].append({"name": "newcomer", "model": "/m", "tensorParallelSize": tp, "memoryFraction": float(fraction)})
     try:
         grown = plan_fleet(parse_fleet("gen", pinned))
@@ -141,6 +150,47 @@ def test_a_pinned_fleet_never_moves_when_a_service_is_added(values, tp, fraction
     old = {ps.name: ps.assignment for _, ps in plan.services()}
     new = {ps.name: ps.assignment for _, ps in grown.services()}
     assert all(new[name] == a for name, a in old.items())
+
+
+def _free_blocks(plan: Plan, host: str, tp: int) -> list[tuple[int, ...]]:
+    """The aligned blocks of `tp` cards on `host` that no service of `plan` uses."""
+    hp = next(hp for hp in plan.hosts if hp.host.name == host)
+    load = hp.card_load()
+    blocks = [tuple(range(start, start + tp)) for start in range(0, hp.host.npus - tp + 1, tp)]
+    return [b for b in blocks if not any(load[c] for c in b)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(fleets(), st.sampled_from([1, 1, 2, 4, 8]), st.sampled_from(SMALL), st.booleans())
+def test_a_newcomer_never_shares_a_card_while_a_host_in_use_has_a_free_aligned_block_for_it(values, tp, fraction, on_host):
+    """Sharing a running service's card needs that card switched to device-share mode, which needs the
+    running service stopped; so a newcomer to a pinned fleet shares only when it must."""
+    planned = planned_and_pinned(values)
+    if planned is None:
+        return
+    plan, pinned = planned
+    newcomer = {"name": "newcomer", "model": "/m", "tensorParallelSize": tp, "memoryFraction": float(fraction)}
+    in_use = sorted({hp.host.name for hp in plan.hosts if hp.services})
+    if on_host and in_use:
+        newcomer["host"] = in_use[0]
+    pinned["services"].append(newcomer)
+    try:
+        grown = plan_fleet(parse_fleet("gen", pinned))
+    except FleetError:
+        return
+    hp, ps = next((hp, ps) for hp, ps in grown.services() if ps.name == "newcomer")
+    load = hp.card_load()
+    shared = [c for c in ps.assignment.cards if len(load[c]) > 1]
+    note(f"newcomer on {hp.host.name} cards {ps.assignment.cards}, shared {shared}")
+    if not shared:
+        event("the newcomer got cards of its own")
+        return
+    event("the newcomer shares a card")
+    candidates = [newcomer["host"]] if "host" in newcomer else in_use
+    for name in candidates:
+        host = grown.fleet.host(name)
+        if tp <= host.npus and fraction <= grown.fleet.budget(host):
+            assert not _free_blocks(plan, name, tp), f"{name} had free cards {_free_blocks(plan, name, tp)}"
 
 
 def test_planning_twice_gives_the_same_plan():

@@ -153,6 +153,40 @@ def test_a_service_gone_from_the_new_plan_is_reported_removed_with_where_it_was(
     assert diff.summary() == "0 changed, 0 added, 1 removed, 2 unchanged"
 
 
+def with_shared_cards(doc: dict[str, Any], sharing: str = "deviceShare") -> dict[str, Any]:
+    """The plan with each host's `sharedCards` and `cardSharing`, as `plan --format json` prints them."""
+    for h in doc["hosts"]:
+        cards = [c for s in h["services"] for c in s["devices"]]
+        h["sharedCards"] = sorted({c for c in cards if cards.count(c) > 1})
+        h["cardSharing"] = sharing
+    return doc
+
+
+def test_a_card_that_becomes_shared_names_the_container_that_must_stop_for_device_share_mode():
+    new = fleet()
+    new["hosts"][0]["services"].append(service("tiny", devices=[4], api_port=7008, slot=3))
+    diff = diff_plans(with_shared_cards(fleet()), with_shared_cards(new))
+    stop = "card 4 becomes shared: qwen-long holds it and must stop while the card switches to device-share mode"
+    assert [h.detail() for h in diff.hosts] == [f"sharedCards [0] -> [0,4]; {stop}"]
+    assert f"| `npu-a` |  | host | `sharedCards [0] -> [0,4]; {stop}` |" in render_diff(diff, "markdown")
+    assert json.loads(render_diff(diff, "json"))["hosts"][0]["stops"] == [stop]
+
+
+def test_no_one_must_stop_for_a_card_nobody_held_or_on_a_host_that_shares_by_privilege():
+    new = fleet()
+    new["hosts"][0]["services"] += [
+        service("tiny", devices=[5], api_port=7008, slot=3),
+        service("tinier", devices=[5], api_port=7009, slot=4),
+    ]
+    old = fleet()
+    old["hosts"][0]["services"] = [s for s in old["hosts"][0]["services"] if s["name"] != "qwen-long"]
+    diff = diff_plans(with_shared_cards(old), with_shared_cards(new))
+    assert [(h.detail(), h.stops) for h in diff.hosts] == [("sharedCards [0] -> [0,5]", ())]
+    new["hosts"][0]["services"][-1]["devices"] = [4]
+    privileged = diff_plans(with_shared_cards(fleet(), "privileged"), with_shared_cards(new, "privileged"))
+    assert [h.stops for h in privileged.hosts] == [()]
+
+
 def test_a_service_on_other_cards_is_reported_moved_from_and_to():
     old = fleet()
     new = plan(
@@ -386,6 +420,7 @@ config:
       model: /models/bge-m3
       memoryFraction: 0.1
       apiPort: 7007
+      devices: [0]
     - name: qwen
       model: /models/qwen
       tensorParallelSize: 4
@@ -402,7 +437,7 @@ config:
 """
 
 # qwen shrinks to a pair of cards (moved), qwen-long gets a longer context (restarted),
-# old-embed is gone, rerank is new, bge-m3 is untouched.
+# old-embed is gone, rerank is new, bge-m3 (pinned) is untouched.
 STACK_AFTER = """\
 config:
   ascend-fleet:hosts:
@@ -413,6 +448,7 @@ config:
       model: /models/bge-m3
       memoryFraction: 0.1
       apiPort: 7007
+      devices: [0]
     - name: qwen
       model: /models/qwen
       tensorParallelSize: 2
