@@ -389,7 +389,13 @@ class Service(ContainerSettings, _WindowPins):
     """One entry of `ascend-fleet:services`: a `vllm serve` instance."""
 
     name: Name
-    """Unique service name in the stack; also the container name."""
+    """Unique service name in the stack; also the container name (see `previousNames`)."""
+    previous_names: list[Name] | None = Field(default=None, min_length=1)
+    """Names the service had before, oldest first. Its Pulumi resources get aliases to them, so a
+    rename updates them in place instead of creating new ones beside the old (which would need the
+    same cards and ports). Its container keeps everything that reaches Docker under the first name
+    (docker's container name, the default `--served-model-name`, labels), since the docker provider
+    re-creates a container whose name changes; drop that entry and the container is re-created."""
     model: AbsPath
     """Absolute path of the weights on the host, mounted read-only at the same path."""
     host: Name | None = None
@@ -461,9 +467,26 @@ class Service(ContainerSettings, _WindowPins):
             raise ValueError("; ".join(problems))
         return self
 
-    def replica_names(self) -> list[str]:
-        """The containers of the service: its own name, or `<name>-1` ... `<name>-N`."""
-        return [f"{self.name}-{i}" for i in range(1, self.replicas + 1)] if self.replicas > 1 else [self.name]
+    def replica_names(self, name: str | None = None) -> list[str]:
+        """The containers of the service: its own name, or `<name>-1` ... `<name>-N`; `name`: those
+        it had under a previous name."""
+        name = name or self.name
+        return [f"{name}-{i}" for i in range(1, self.replicas + 1)] if self.replicas > 1 else [name]
+
+    @property
+    def original_name(self) -> str:
+        """The name its containers were created with, and keep across renames: the first of
+        `previousNames`, else `name`."""
+        return self.previous_names[0] if self.previous_names else self.name
+
+    def names(self, name: str | None = None) -> list[str]:
+        """The service's name and those of its replicas and router; `name`: under that name."""
+        name = name or self.name
+        return [name, *self.replica_names(name), f"{name}-router"] if self.replicas > 1 else [name]
+
+    def old_names(self) -> list[str]:
+        """Every name the service, its replicas and its router had under its previous names."""
+        return [n for old in self.previous_names or () for n in self.names(old)]
 
     @model_validator(mode="after")
     def _pins_agree(self) -> Service:
@@ -622,6 +645,7 @@ class FleetConfig(Model):
             for n in [*s.replica_names(), f"{s.name}-router"]
             if n in services
         ]
+        problems += _previous_name_problems(self.services)
         hosts = {h.name: h for h in self.hosts}
         for s in self.services:
             for what, name, devices in _host_references(s):
@@ -652,6 +676,25 @@ class FleetConfig(Model):
 
     def budget(self, host: Host) -> Decimal:
         return host.memory_budget if host.memory_budget is not None else self.memory_budget
+
+
+def _previous_name_problems(services: list[Service]) -> list[str]:
+    """`previousNames` that would alias two resources to one old one: a name listed twice, or one
+    (or an old replica or router name it implies) that a service, replica or router has now."""
+    current = {n for s in services for n in s.names()}
+    problems, seen = [], {}
+    for s in services:
+        for old in s.previous_names or ():
+            if old in seen:
+                problems.append(f"service {s.name}: previousNames lists {old}, which service {seen[old]} lists too")
+            seen.setdefault(old, s.name)
+        taken = sorted({n for n in s.old_names() if n in current})
+        problems += [
+            f"service {s.name}: previousNames gives {n}, the name of a current service, replica or router; "
+            "a previous name must be one no container has now"
+            for n in taken
+        ]
+    return problems
 
 
 def _host_references(s: Service) -> list[tuple[str, str, list[int]]]:

@@ -180,7 +180,7 @@ def _first(*values: int | None) -> int:
 def _command(planned: PlannedService, defaults: Defaults) -> tuple[str, ...]:
     """`vllm serve` with what the plan owns first, then defaults' and the service's `args`."""
     s = planned.service
-    command = ["vllm", "serve", s.model, "--served-model-name", s.served_model_name or s.name]
+    command = ["vllm", "serve", s.model, "--served-model-name", s.served_model_name or s.original_name]
     command += ["--host", "0.0.0.0", "--port", str(planned.assignment.api_port)]
     utilization = planned.gpu_memory_utilization
     command += ["--tensor-parallel-size", str(s.tensor_parallel_size), "--gpu-memory-utilization", str(utilization)]
@@ -205,7 +205,7 @@ def _env_and_labels(stack: str, planned: PlannedService, defaults: Defaults, all
     env = dict(TUNING_ENV)
     if (s.ipc_mode or defaults.ipc_mode) == "host":
         # One /dev/shm for every service and the host: ATB's shared-memory names must not meet.
-        env["ATB_SHARE_MEMORY_NAME_SUFFIX"] = f"_{s.name}"
+        env["ATB_SHARE_MEMORY_NAME_SUFFIX"] = f"_{s.original_name}"
     if s.tensor_parallel_size > 1:
         env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
     env.update(defaults.env or {})
@@ -216,7 +216,7 @@ def _env_and_labels(stack: str, planned: PlannedService, defaults: Defaults, all
     env[VISIBLE_DEVICES_ENV] = ",".join(map(str, visible))
     labels = {
         f"{LABEL_PREFIX}.stack": stack,
-        f"{LABEL_PREFIX}.service": s.name,
+        f"{LABEL_PREFIX}.service": s.original_name,
         f"{LABEL_PREFIX}.host": a.host_name,
         f"{LABEL_PREFIX}.devices": ",".join(map(str, a.cards)),
     }
@@ -244,6 +244,8 @@ def container_spec(fleet: FleetConfig, planned: PlannedService, *, shared: bool 
     about its neighbours reaches it: adding, removing or renaming one leaves this container as it is."""
     s, a, d = planned.service, planned.assignment, fleet.defaults
     host = fleet.host(a.host_name)
+    # What reaches Docker carries the name the container was created with: a renamed service
+    # (`previousNames`) keeps its container, whose name the docker provider cannot change in place.
     all_devices = bool(s.all_devices if s.all_devices is not None else d.all_devices)
     all_devices = all_devices or (shared and host.card_sharing == "privileged")
     env, labels = _env_and_labels(fleet.stack, planned, d, all_devices)
@@ -257,7 +259,7 @@ def container_spec(fleet: FleetConfig, planned: PlannedService, *, shared: bool 
     command = _gated(_command(planned, d), env, a.cards, a.api_port, start_timeout)
     reserved = ",".join(span_text(a.windows[k.key]) for k in KINDS if k.netns and k.key in a.windows)
     return ContainerSpec(
-        name=s.name,
+        name=s.original_name,
         image=image_of(fleet, s),
         command=command,
         env=MappingProxyType(dict(sorted(env.items()))),

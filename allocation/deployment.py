@@ -45,6 +45,11 @@ class ServiceDeployment:
         return self.planned.name
 
     @property
+    def previous_names(self) -> tuple[str, ...]:
+        """Its names under the service's previous names: what its resources get aliases to."""
+        return tuple(self.planned.service.previous_names or ())
+
+    @property
     def url(self) -> str:
         """Where the service answers, `http://address:apiPort`: its router's worker URL."""
         return self.endpoint.removesuffix("/v1")
@@ -80,6 +85,11 @@ class RouterDeployment:
     @property
     def name(self) -> str:
         return self.plan.name
+
+    @property
+    def previous_names(self) -> tuple[str, ...]:
+        """Its names under the service's previous names: what its resources get aliases to."""
+        return self.plan.previous_names
 
     @property
     def first(self) -> str:
@@ -169,9 +179,11 @@ def _router_deployment(plan: Plan, router: RouterPlan, services: Mapping[str, Se
         base_image=base,
         build_script=build_script(base),
         workers=workers,
-        workers_script=workers_script(router.name, image_tag(base), router.port, workers),
+        # Docker's names, which a renamed service keeps: the scripts reach the router by its container.
+        workers_script=workers_script(router.container_name, image_tag(base), router.port, workers),
         handovers=tuple(
-            handover(router.name, router.port, sd.name, sd.url, sd.spec.start_timeout_seconds) for sd in replicas
+            handover(router.container_name, router.port, sd.name, sd.url, sd.spec.start_timeout_seconds, sd.spec.name)
+            for sd in replicas
         ),
     )
 

@@ -102,6 +102,8 @@ class ServiceDiff:
     """Where an added service lands, or where a removed one was."""
     replica_of: str | None = None
     """The replicated service a replica or router belongs to."""
+    renamed_from: str | None = None
+    """Its name in the old plan, found through its `previousNames`; None when it kept its name."""
 
     @property
     def moved(self) -> bool:
@@ -118,7 +120,7 @@ class ServiceDiff:
     def changed(self) -> bool:
         """Kept, but placed, wired, started or sized differently; all but a capacity change re-create
         its container."""
-        return self.recreated or bool(self.in_place) or bool(self.capacity)
+        return self.recreated or bool(self.in_place) or bool(self.capacity) or self.renamed_from is not None
 
     @property
     def unchanged(self) -> bool:
@@ -135,6 +137,8 @@ class ServiceDiff:
     def kinds(self) -> list[str]:
         """The kinds of change, in the order they are reported."""
         out = [k for k, on in (("added", self.added), ("removed", self.removed)) if on]
+        if self.renamed_from is not None:
+            out.append("renamed")
         if self.moved:
             out.append("moved")
         if self.ports:
@@ -157,6 +161,8 @@ class ServiceDiff:
             out.append(("added", of + (f"on {self.placement}" if self.placement else "")))
         if self.removed:
             out.append(("removed", of + (f"was on {self.placement}" if self.placement else "")))
+        if self.renamed_from is not None:
+            out.append(("renamed", f"{self.renamed_from} -> {self.name}"))
         if self.moved:
             out.append(("moved", f"{self.moved_from} -> {self.moved_to}"))
         out += [("ports changed", str(p)) for p in self.ports]
@@ -171,6 +177,7 @@ class ServiceDiff:
             "name": self.name,
             "host": self.host,
             "status": self.status,
+            "renamedFrom": self.renamed_from,
             "changes": [k for k in self.kinds() if k != "unchanged"],
             "placement": _placement_json(self.placement),
             "moved": (
@@ -243,9 +250,10 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
     """Compare two plan JSON documents; `old` is None when the stack did not exist before."""
     old_services = _services(old) if old is not None else {}
     new_services = _services(new)
+    renames = _renames(old_services, new_services)
     diffs = []
-    for name in old_services.keys() | new_services.keys():
-        before, after = old_services.get(name), new_services.get(name)
+    for name in (old_services.keys() - renames.values()) | new_services.keys():
+        before, after = old_services.get(renames.get(name, name)), new_services.get(name)
         if before is None:
             of = after.get("replicaOf")
             diffs.append(ServiceDiff(name, after["host"], added=True, placement=_placement(after), replica_of=of))
@@ -253,7 +261,7 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
             of = before.get("replicaOf")
             diffs.append(ServiceDiff(name, before["host"], removed=True, placement=_placement(before), replica_of=of))
         else:
-            diffs.append(_service_diff(name, before, after))
+            diffs.append(_service_diff(name, before, after, renamed_from=renames.get(name)))
     diffs.sort(key=lambda d: (d.host, d.name))
     return PlanDiff(
         stack=str(new.get("stack", "")),
@@ -275,6 +283,18 @@ def _services(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _renames(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, str]:
+    """New name -> old name, for a service, replica or router of the new plan that the old plan knew
+    under one of its `previousNames` (and that no longer has that name)."""
+    out = {}
+    for name, svc in new.items():
+        if name not in old:
+            found = [p for p in svc.get("previousNames") or () if p in old and p not in new]
+            if found:
+                out[name] = found[-1]  # the most recent name the old plan has
+    return out
+
+
 def _placement(svc: Mapping[str, Any]) -> Placement:
     return Placement(svc["host"], tuple(svc.get("devices") or ()))
 
@@ -283,7 +303,9 @@ def _placement_json(p: Placement | None) -> dict[str, Any] | None:
     return {"host": p.host, "devices": list(p.devices)} if p else None
 
 
-def _service_diff(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> ServiceDiff:
+def _service_diff(
+    name: str, before: Mapping[str, Any], after: Mapping[str, Any], renamed_from: str | None = None
+) -> ServiceDiff:
     was, now = _placement(before), _placement(after)
     moved = was != now
     ports = tuple(
@@ -314,6 +336,7 @@ def _service_diff(name: str, before: Mapping[str, Any], after: Mapping[str, Any]
         recreate_keys=tuple(recreate),
         capacity=capacity,
         replica_of=after.get("replicaOf"),
+        renamed_from=renamed_from,
     )
 
 

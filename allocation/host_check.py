@@ -45,18 +45,19 @@ Containers = Sequence[tuple[PlannedService, ContainerSpec]]
 
 
 def _needs(containers: Containers) -> tuple[dict, dict, dict]:
-    """Paths the host's containers need -> the services needing them, by kind."""
+    """Paths the host's containers need -> the containers needing them (by the docker name, which
+    `docker ps` shows and a rename keeps, so a rename leaves the check as it was), by kind."""
     devices: dict[str, list[str]] = {}
     models: dict[str, list[str]] = {}
     mounts: dict[str, list[str]] = {}
     for ps, spec in containers:
         for path in spec.device_files:
-            devices.setdefault(path, []).append(ps.name)
+            devices.setdefault(path, []).append(spec.name)
         for mount in spec.mounts:
             if mount.source in DRIVER_MOUNTS or mount.source == LOCK_DIR_HOST:
                 continue  # checked once, for every service
             kind = models if mount.source == ps.service.model else mounts
-            kind.setdefault(mount.source, []).append(ps.name)
+            kind.setdefault(mount.source, []).append(spec.name)
     return devices, models, mounts
 
 

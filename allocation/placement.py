@@ -15,7 +15,6 @@ is counted in exact integer units (see `config.units`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import groupby
 from typing import Mapping
 
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service, units
@@ -241,9 +240,9 @@ class Placer:
         among those with the fewest replicas of its service (none first), so replicas spread evenly."""
         candidates = self._candidates(s)
         group = self.siblings.get(self.replica_of.get(s.name, ""), {})
-        fewest_first = sorted(candidates, key=lambda h: len(group.get(h.name, ())))  # stable: name order within
-        for _, tier in groupby(fewest_first, key=lambda h: len(group.get(h.name, ()))):
-            choice = self._choose(s, list(tier))
+        held = {h.name: len(group.get(h.name, ())) for h in candidates}
+        for fewest in sorted(set(held.values())):  # hosts with fewer replicas first, name order within
+            choice = self._choose(s, [h for h in candidates if held[h.name] == fewest])
             if choice is not None:
                 self._commit(s, *choice)
                 return

@@ -63,6 +63,7 @@ class PlannedService:
         a = self.assignment
         return {
             "name": self.name,
+            "previousNames": list(self.service.previous_names or ()),
             "replicaOf": self.replica_of,
             "host": a.host_name,
             "devices": list(a.cards),
@@ -108,13 +109,30 @@ class RouterPlan:
 
     @property
     def name(self) -> str:
-        """The router's container name."""
+        """The router's name: its component's, and its container's unless the service was renamed."""
         return f"{self.service.name}-router"
+
+    @property
+    def container_name(self) -> str:
+        """The docker container's name, kept across renames of the service (`previousNames`)."""
+        return f"{self.service.original_name}-router"
+
+    @property
+    def previous_names(self) -> tuple[str, ...]:
+        """The names the router had under the service's previous names."""
+        return tuple(f"{old}-router" for old in self.service.previous_names or ())
+
+    @property
+    def previous_replicas(self) -> tuple[tuple[str, ...], ...]:
+        """Per replica, in order, the names it had under the service's previous names."""
+        old = [self.service.replica_names(p) for p in self.service.previous_names or ()]
+        return tuple(tuple(names[i] for names in old) for i in range(len(self.replicas)))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "service": self.service.name,
             "name": self.name,
+            "previousNames": list(self.previous_names),
             "host": self.host_name,
             "routerPort": self.port,
             "routerMetricsPort": self.metrics_port,

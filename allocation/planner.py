@@ -36,8 +36,8 @@ def _resolve_auto(fleet: FleetConfig, problems: list[str]) -> tuple[FleetConfig,
 
 def _replicas(fleet: FleetConfig) -> tuple[FleetConfig, dict[str, Service], dict[str, str]]:
     """The fleet with each replicated service replaced by its replicas, each an ordinary service
-    with that replica's pins and the service's model name; the replicated services by name; and
-    each replica's service."""
+    with that replica's pins, the service's model name and its own previous names; the replicated
+    services by name; and each replica's service."""
     services, replicated, replica_of = [], {}, {}
     for s in fleet.services:
         if s.replicas == 1:
@@ -45,9 +45,11 @@ def _replicas(fleet: FleetConfig) -> tuple[FleetConfig, dict[str, Service], dict
             continue
         replicated[s.name] = s
         pins = list(s.replica_pins or ())
+        old = [s.replica_names(p) for p in s.previous_names or ()]  # per previous name, its replicas' names
         for i, name in enumerate(s.replica_names()):
             own = {k: getattr(pins[i], k) for k in type(pins[i]).model_fields} if i < len(pins) else {}
-            update = {"name": name, "served_model_name": s.served_model_name or s.name, "replicas": 1}
+            update = {"name": name, "served_model_name": s.served_model_name or s.original_name, "replicas": 1}
+            update |= {"previous_names": [names[i] for names in old] or None}
             update |= {"replica_pins": None, "router": None, "router_port": None, "router_metrics_port": None}
             services.append(s.model_copy(update=update | own))
             replica_of[name] = s.name

@@ -146,17 +146,22 @@ def workers_dir(router: str) -> str:
     return f"{WORKERS_DIR}/{router}"
 
 
-def handover(router: str, port: int, replica: str, url: str, start_timeout_seconds: int) -> Handover:
-    """The serve and drain scripts of `replica` behind `router` (its container name) on `port`."""
+def handover(
+    router: str, port: int, replica: str, url: str, start_timeout_seconds: int, container: str | None = None
+) -> Handover:
+    """The serve and drain scripts of `replica` behind `router` (its container name) on `port`;
+    `container`: the replica's container name when it is not `replica` (a renamed service keeps it),
+    which the scripts name, so a rename changes no script."""
     wait = start_timeout_seconds + SERVE_MARGIN_SECONDS
+    shown = container or replica
     serve = (
         "set -u\n"
-        f"{_control(router, 'serve', port, wait, url, replica)} || {{\n"
-        f"  echo {shlex.quote(_stopped(router, replica, url, wait))} >&2\n"
+        f"{_control(router, 'serve', port, wait, url, shown)} || {{\n"
+        f"  echo {shlex.quote(_stopped(router, shown, url, wait))} >&2\n"
         "  exit 1\n"
         "}\n"
     )
-    skipped = f"ascend-fleet: could not take {replica} out of router {router} (not running?); continuing"
+    skipped = f"ascend-fleet: could not take {shown} out of router {router} (not running?); continuing"
     drain = f"{_control(router, 'drain', port, url)} || echo {shlex.quote(skipped)} >&2\nexit 0\n"
     return Handover(replica=replica, url=url, serve_script=serve, drain_script=drain)
 

@@ -122,19 +122,19 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
     probe = http_probe(router.port, "/readiness")
     labels = {
         f"{LABEL_PREFIX}.stack": fleet.stack,
-        f"{LABEL_PREFIX}.service": router.name,
-        f"{LABEL_PREFIX}.router-of": s.name,
+        f"{LABEL_PREFIX}.service": router.container_name,
+        f"{LABEL_PREFIX}.router-of": s.original_name,
         f"{LABEL_PREFIX}.host": router.host_name,
         f"{LABEL_PREFIX}.router-port": str(router.port),
         f"{LABEL_PREFIX}.router-metrics-port": str(router.metrics_port),
     }
     return ContainerSpec(
-        name=router.name,
+        name=router.container_name,
         image=image_tag(image_of(fleet, s)),
         command=command,
         env=MappingProxyType({WORKERS_ENV: WORKERS_FILE}),
         device_files=(),
-        mounts=(Mount(source=workers_dir(router.name), target=WORKERS_MOUNT, read_only=True),),
+        mounts=(Mount(source=workers_dir(router.container_name), target=WORKERS_MOUNT, read_only=True),),
         api_port=router.port,
         metrics_port=router.metrics_port,
         labels=MappingProxyType(labels),

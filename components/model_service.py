@@ -63,14 +63,29 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
     )
 
 
+def renamed(previous: Sequence[str], suffix: str = "") -> list[pulumi.Alias]:
+    """Aliases to a resource's names under the service's previous names (`previousNames`), so a rename
+    updates it instead of creating a new one before the old is deleted. A component's aliases reach
+    its children only through the engine's guess that a child's name starts with its parent's (pulumi
+    pkg/resource/deploy/step_generator.go, generateAliases and inheritedChildAlias, which also drops
+    duplicates), so every child names its own. The alias keeps the current parent: a child's URN holds
+    its parent's type, not its name, and the component's type does not change."""
+    return [pulumi.Alias(name=f"{old}{suffix}") for old in previous]
+
+
 def container_options(
-    spec: ContainerSpec, parent: pulumi.Resource, provider: docker.Provider, depends_on: list[pulumi.Input[pulumi.Resource]]
+    spec: ContainerSpec,
+    parent: pulumi.Resource,
+    provider: docker.Provider,
+    depends_on: list[pulumi.Input[pulumi.Resource]],
+    previous: Sequence[str] = (),
 ) -> pulumi.ResourceOptions:
-    """How every container is created, replaced and deleted."""
+    """How every container is created, replaced and deleted; `previous`: its parent's previous names."""
     return pulumi.ResourceOptions(
         parent=parent,
         provider=provider,
         depends_on=depends_on,
+        aliases=renamed(previous, "-container"),
         # The replacement needs the same cards and host ports as the old container,
         # so the old one must go first (else "port is already allocated").
         delete_before_replace=True,
@@ -100,7 +115,8 @@ class ModelService(pulumi.ComponentResource):
         depends_on: Sequence[pulumi.Input[pulumi.Resource]] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
-        super().__init__("ascend-fleet:index:ModelService", name, None, opts)
+        renames = pulumi.ResourceOptions(aliases=renamed(deployment.previous_names))
+        super().__init__("ascend-fleet:index:ModelService", name, None, pulumi.ResourceOptions.merge(opts, renames))
         spec = deployment.spec
         self.container = docker.Container(
             f"{name}-container",
@@ -110,7 +126,11 @@ class ModelService(pulumi.ComponentResource):
             # A new tag or a re-pulled image is a new id, so the container is replaced.
             container_args(spec, host.images[spec.image].image_id),
             opts=container_options(
-                spec, self, host.provider, [host.check, *_sharing(deployment, host), *(s.container for s in after), *depends_on]
+                spec,
+                self,
+                host.provider,
+                [host.check, *_sharing(deployment, host), *(s.container for s in after), *depends_on],
+                deployment.previous_names,
             ),
         )
         endpoint = deployment.endpoint

@@ -23,7 +23,7 @@ import pulumi_docker as docker
 
 from allocation.deployment import RouterDeployment
 from components.ascend_host import AscendHost, script
-from components.model_service import ModelService, container_args, container_options
+from components.model_service import ModelService, container_args, container_options, renamed
 
 
 SERVES_SUFFIX = "-serves"
@@ -67,31 +67,38 @@ class Router(pulumi.ComponentResource):
         rollout: Rollout,
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
-        super().__init__("ascend-fleet:index:Router", name, None, opts)
+        previous = deployment.previous_names
+        renames = pulumi.ResourceOptions(aliases=renamed(previous))
+        super().__init__("ascend-fleet:index:Router", name, None, pulumi.ResourceOptions.merge(opts, renames))
         spec = deployment.spec
         build = script(
             f"{name}-image",
             deployment.build_script,
             host.connection,
-            pulumi.ResourceOptions(parent=self, depends_on=[host.images[deployment.base_image]]),
+            pulumi.ResourceOptions(
+                parent=self, depends_on=[host.images[deployment.base_image]], aliases=renamed(previous, "-image")
+            ),
         )
         image_id = build.stdout.apply(lambda out: out.strip().splitlines()[-1])
         # Updated in place when replicas come or go: the file and the running router change, the container does not.
-        after_build = pulumi.ResourceOptions(parent=self, depends_on=[build])
+        after_build = pulumi.ResourceOptions(parent=self, depends_on=[build], aliases=renamed(previous, "-workers"))
         workers = script(f"{name}-workers", deployment.workers_script, host.connection, after_build)
         self.container = docker.Container(
             f"{name}-container",
             container_args(spec, image_id),
-            opts=container_options(spec, self, host.provider, [host.check, workers, replicas[0].container]),
+            opts=container_options(spec, self, host.provider, [host.check, workers, replicas[0].container], previous),
         )
-        for handover, replica in zip(deployment.handovers, replicas, strict=True):
+        for handover, replica, old in zip(deployment.handovers, replicas, deployment.plan.previous_replicas, strict=True):
             step = script(
                 handover.replica + SERVES_SUFFIX,
                 handover.serve_script,
                 host.connection,
                 # Delete before replace: the drain of the old step must not follow the new step's registration.
                 pulumi.ResourceOptions(
-                    parent=self, depends_on=[replica.container, self.container, workers], delete_before_replace=True
+                    parent=self,
+                    depends_on=[replica.container, self.container, workers],
+                    delete_before_replace=True,
+                    aliases=renamed(old, SERVES_SUFFIX),
                 ),
                 delete=handover.drain_script,
                 # A re-created replica is a new container id: the step runs again.

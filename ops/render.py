@@ -149,10 +149,11 @@ def _compose_files(deployment: Deployment) -> str:
     documents = []
     for hd in deployment.hosts:
         services = {sd.spec.name: compose_service(sd.spec) for sd in hd.services}
+        container = {sd.name: sd.spec.name for sd in hd.services}  # a renamed service keeps its container's
         for rd in hd.routers:
             services[rd.spec.name] = compose_service(rd.spec)
-            if rd.first in services:  # the router exits when no replica answers
-                services[rd.spec.name]["depends_on"] = {rd.first: {"condition": "service_healthy"}}
+            if rd.first in container:  # the router exits when no replica answers
+                services[rd.spec.name]["depends_on"] = {container[rd.first]: {"condition": "service_healthy"}}
         project = {
             "name": f"ascend-fleet-{deployment.stack}".lower(),
             "services": {name: _literal(service) for name, service in services.items()},

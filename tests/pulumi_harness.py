@@ -106,6 +106,9 @@ class Registration:
     replace_on_changes: tuple[str, ...]
     inputs: dict
     """Deserialized with secrets kept as `{sig: secret, value: ...}` wrappers."""
+    aliases: tuple[dict, ...] = ()
+    """The aliases the SDK sent, each `{"urn"}` or an alias spec `{"name", "type", "parentUrn", "noParent"}`
+    (empty strings: the resource's own; the engine computes the old URN from them)."""
 
     @property
     def provider_urn(self) -> str:
@@ -165,6 +168,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             },
             replace_on_changes=tuple(request.replaceOnChanges),
             inputs=rpc.deserialize_properties(request.object, keep_unknowns=True),
+            aliases=tuple(_alias(a) for a in request.aliases),
         )
         with self._lock:
             self._run.registrations.append(reg)
@@ -175,6 +179,13 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         with self._lock:
             self._run.outputs[request.urn] = outputs
         return super().RegisterResourceOutputs(request)
+
+
+def _alias(alias) -> dict:
+    if alias.WhichOneof("alias") == "urn":
+        return {"urn": alias.urn}
+    spec = alias.spec
+    return {"name": spec.name, "type": spec.type, "parentUrn": spec.parentUrn, "noParent": spec.noParent}
 
 
 class _ListHandler(logging.Handler):

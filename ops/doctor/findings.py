@@ -117,7 +117,8 @@ def planned(deployment: HostDeployment) -> list[tuple[str, ContainerSpec, str]]:
 
 def view_of(deployment: HostDeployment, facts: HostFacts) -> HostView:
     by_name = {c.name: c for c in facts.containers}
-    live = {name: by_name[name] for name, _, _ in planned(deployment) if name in by_name}
+    # By the docker name, which a renamed service keeps (`previousNames`).
+    live = {name: by_name[spec.name] for name, spec, _ in planned(deployment) if spec.name in by_name}
     service_of = {c.id: name for name, c in live.items()}
     active = [c for c in facts.containers if c.active]
     card_services: dict[int, tuple[str, ...]] = {}
