@@ -24,8 +24,10 @@ from allocation.planner import plan_fleet
 from allocation.report import plan_json
 from cli.pin import pin_stack_file, stack_pins
 from cli.stackfile import StackFile, stack_values
-from tests.pulumi_harness import CONTAINER, MODEL_SERVICE, PROJECT, PROJECT_ROOT, ROUTER, Registration, Run, run_program
+from ops.render import render
+from tests import test_doctor
 from tests.fleets import host, service
+from tests.pulumi_harness import CONTAINER, MODEL_SERVICE, PROJECT, PROJECT_ROOT, ROUTER, Registration, Run, run_program
 
 STACK = "urn:pulumi:{stack}::" + PROJECT + "::"
 
@@ -196,8 +198,12 @@ def test_pin_writes_a_renamed_services_pins_under_its_new_name_and_keeps_its_pre
     assert "previousNames: [qwen-vl]" in path.read_text()
 
 
+def plan_deployment(stack: str, values: dict):
+    return deploy(plan_fleet(parse_fleet(stack, values)))
+
+
 def plan_doc(stack: str, values: dict) -> dict:
-    return plan_json(deploy(plan_fleet(parse_fleet(stack, values))))
+    return plan_json(plan_deployment(stack, values))
 
 
 def test_plan_against_reports_a_rename_as_renamed_not_as_removed_and_added():
@@ -217,3 +223,22 @@ def test_plan_against_reports_each_replica_and_the_router_of_a_renamed_service_a
         n: [("renamed", f"{n.replace('bge-embed', 'bge-m3')} -> {n}")]
         for n in ("bge-embed-1", "bge-embed-2", "bge-embed-3", "bge-embed-router")
     }
+
+
+def test_doctor_finds_the_containers_a_renamed_service_kept_and_reports_nothing():
+    original = test_doctor.deployed(test_doctor.make_fleet())
+    values = {"hosts": [host("npu-a")], "services": [
+        service("alpha", 1, 0.4, devices=[0]),
+        service("beta", 1, 0.4, devices=[0]),
+        service("delta", 2, 0.5, devices=[2, 3], previousNames=["gamma"]),
+    ]}  # fmt: skip
+    after = deploy(plan_fleet(parse_fleet("test", values)))
+    live = test_doctor.clean_facts(original)  # the host as it runs since before the rename
+    assert test_doctor.findings(original, live) == []
+    assert test_doctor.findings(after, live) == []
+
+
+def test_a_renamed_replicated_service_renders_the_same_compose_file():
+    before = pinned("staging")
+    old = render(plan_deployment("staging", before), "compose")
+    assert render(plan_deployment("staging", renamed(before, "bge-m3", "bge-embed")), "compose") == old
