@@ -2,14 +2,16 @@
 
 Services are placed largest first (pinned cards, then pinned hosts, then the
 rest; within each, by tensor-parallel size and memory fraction, descending,
-then by name), so the order of the YAML never matters. A service without
-`devices` shares a card only when no host in use (one that already holds a
-service) has an aligned block of cards nobody uses that fits it: putting a
-newcomer on a running service's card means switching that card to device-share
-mode, which needs the running service stopped. Failing that it goes on the
-aligned block that leaves the least memory unused (best fit), and an
-auto-placed service on the first host, by name, that has such a block. Memory
-is counted in exact integer units (see `config.units`).
+then by name), so the order of the YAML never matters. A pinned service
+(`devices`) is taken to be running: a service without `devices` goes on a card
+one holds only when no host in use (one that already holds a service) has an
+aligned block without such cards that fits it, because a newcomer on a running
+service's card means switching that card to device-share mode, which needs the
+running service stopped. Among the blocks allowed it takes the one that leaves
+the least memory unused (best fit); an auto-placed service goes to the first
+host in use, by name, with such a block, else to the first host by name with
+any block that fits. Memory is counted in exact integer units (see
+`config.units`).
 """
 
 from __future__ import annotations
@@ -62,17 +64,20 @@ class Cards:
         """A service is placed here already."""
         return any(self.users)
 
-    def free_block(self, service: Service, avoid: frozenset[int] = frozenset()) -> Block | None:
-        """The lowest aligned block of cards no service uses, none of them in `avoid`: placing
-        `service` there stops no one."""
-        blocks = self.aligned_blocks(service.tensor_parallel_size)
-        return next((g for g in blocks if not any(self.users[c] for c in g) and self.fits(g, service, avoid)), None)
+    def held(self, card: int) -> bool:
+        """A pinned service (`devices`) uses the card: it runs there, and putting another service
+        beside it means switching the card to device-share mode, which needs it stopped."""
+        return any(u.devices is not None for u in self.users[card])
 
-    def best_block(self, service: Service, avoid: frozenset[int] = frozenset()) -> Block | None:
-        """The aligned block leaving the least memory unused, none of its cards in `avoid`; the
-        lowest cards on a tie."""
+    def best_block(self, service: Service, avoid: frozenset[int] = frozenset(), unheld: bool = False) -> Block | None:
+        """The aligned block leaving the least memory unused, none of its cards in `avoid` (nor, with
+        `unheld`, held by a pinned service); the lowest cards on a tie."""
         need = units(service.memory_fraction)
-        fitting = [g for g in self.aligned_blocks(service.tensor_parallel_size) if self.fits(g, service, avoid)]
+        fitting = [
+            g
+            for g in self.aligned_blocks(service.tensor_parallel_size)
+            if self.fits(g, service, avoid) and not (unheld and any(self.held(c) for c in g))
+        ]
         return min(fitting, key=lambda g: (sum(self.free[c] - need for c in g), g), default=None)
 
     def take(self, block: Block, service: Service) -> None:
@@ -80,11 +85,12 @@ class Cards:
             self.free[c] -= units(service.memory_fraction)
             self.users[c].append(service)
 
-    def capacity(self, tp: int, alone: bool) -> int:
-        """Largest memory fraction (units) a TP group of this size could still get here."""
+    def capacity(self, tp: int, alone: bool, unheld: bool = False) -> int:
+        """Largest memory fraction (units) a TP group of this size could still get here (with
+        `unheld`: on cards no pinned service holds)."""
         best = -1
         for g in self.aligned_blocks(tp):
-            if any(self.alone(c) for c in g) or (alone and any(self.users[c] for c in g)):
+            if any(self.alone(c) or (unheld and self.held(c)) for c in g) or (alone and any(self.users[c] for c in g)):
                 continue
             best = max(best, min(self.free[c] for c in g))
         return best
@@ -132,10 +138,10 @@ class LeftmostAtLeast:
         return i - self.size
 
 
-def _free_capacity(cards: Cards, tp: int) -> int:
-    """The memory a TP group of this size could get on cards nobody uses, on a host in use; -1
-    when the host is empty or has no such block."""
-    return cards.capacity(tp, alone=True) if cards.in_use else -1
+def _unheld_capacity(cards: Cards, tp: int, alone: bool) -> int:
+    """The memory a TP group of this size could get on cards no pinned service holds, on a host
+    in use; -1 when the host is empty or has no such block."""
+    return cards.capacity(tp, alone, unheld=True) if cards.in_use else -1
 
 
 def _order(service: Service) -> tuple:
@@ -166,7 +172,7 @@ class Placer:
         self.cards = {h.name: Cards(h, units(fleet.budget(h))) for h in self.hosts}
         self.index = {h.name: i for i, h in enumerate(self.hosts)}
         self.trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
-        self.free_trees: dict[int, LeftmostAtLeast] = {}
+        self.unheld_trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
         self.problems: list[str] = []
         self.placed: dict[str, tuple[str, Block]] = {}
         self.max_budget = max(c.budget for c in self.cards.values())
@@ -203,15 +209,15 @@ class Placer:
                 return
             self._commit(s, *choice)
             return
-        tp = s.tensor_parallel_size
-        i = self._free_tree(tp).first_at_least(need)
+        tp, alone = s.tensor_parallel_size, not s.hccl_port_ranges
+        i = self._unheld_tree(tp, alone).first_at_least(need)
         if i is not None:
             cards = self.cards[self.hosts[i].name]
-            block = cards.free_block(s)
-            assert block is not None, "Cards.capacity and Cards.free_block disagree"
+            block = cards.best_block(s, unheld=True)
+            assert block is not None, "Cards.capacity and Cards.fits disagree"
             self._commit(s, cards, block)
             return
-        i = self._tree(tp, not s.hccl_port_ranges).first_at_least(need)
+        i = self._tree(tp, alone).first_at_least(need)
         if i is not None:
             cards = self.cards[self.hosts[i].name]
             block = cards.best_block(s)
@@ -255,11 +261,12 @@ class Placer:
         )
 
     def _choose(self, s: Service, hosts: list[Host]) -> tuple[Cards, Block] | None:
-        """Where `s` goes among `hosts` (in order of preference): a block of unused cards on the
-        first host in use that has one; else the best-fitting block on the first host with room."""
+        """Where `s` goes among `hosts` (in order of preference): the best-fitting block of cards no
+        pinned service holds on the first host in use that has one; else the best-fitting block on the
+        first host with room."""
         for host in hosts:
             cards = self.cards[host.name]
-            block = cards.free_block(s, self._avoid(s, host.name)) if cards.in_use else None
+            block = cards.best_block(s, self._avoid(s, host.name), unheld=True) if cards.in_use else None
             if block is not None:
                 return cards, block
         for host in hosts:
@@ -320,14 +327,16 @@ class Placer:
         i = self.index[cards.host.name]
         for (tp, alone), tree in self.trees.items():
             tree.update(i, cards.capacity(tp, alone))
-        for tp, tree in self.free_trees.items():
-            tree.update(i, _free_capacity(cards, tp))
+        for (tp, alone), tree in self.unheld_trees.items():
+            tree.update(i, _unheld_capacity(cards, tp, alone))
 
-    def _free_tree(self, tp: int) -> LeftmostAtLeast:
-        """Hosts in use by whether they have a block of `tp` unused cards (its budget), else -1."""
-        if tp not in self.free_trees:
-            self.free_trees[tp] = LeftmostAtLeast([_free_capacity(self.cards[h.name], tp) for h in self.hosts])
-        return self.free_trees[tp]
+    def _unheld_tree(self, tp: int, alone: bool) -> LeftmostAtLeast:
+        """Hosts by the memory a block of `tp` cards no pinned service holds offers, if in use."""
+        key = (tp, alone)
+        if key not in self.unheld_trees:
+            values = [_unheld_capacity(self.cards[h.name], tp, alone) for h in self.hosts]
+            self.unheld_trees[key] = LeftmostAtLeast(values)
+        return self.unheld_trees[key]
 
     def _tree(self, tp: int, alone: bool) -> LeftmostAtLeast:
         key = (tp, alone)

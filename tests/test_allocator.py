@@ -94,13 +94,28 @@ def test_a_newcomer_shares_a_card_only_when_no_host_in_use_has_free_cards_for_it
     assert (got["new"]["host"], got["new"]["devices"]) == ("npu-c", [2, 3])
 
 
-def test_a_newcomer_pinned_to_a_host_takes_its_free_cards_and_shares_only_a_full_host():
+def test_a_newcomer_pinned_to_a_host_keeps_off_a_running_services_cards_but_packs_beside_other_newcomers():
     running = service("running", 4, 0.5, host="npu-a", devices=[4, 5, 6, 7])
     values = {"hosts": [host("npu-a", npus=8)], "services": [running, service("new", 4, 0.4, host="npu-a")]}
     assert assignments(values)["new"]["devices"] == [0, 1, 2, 3]
+    # `new` is not pinned, so not running yet: the next newcomer packs beside it (best fit) as before.
     values["services"].append(service("third", 4, 0.4, host="npu-a"))
     got = assignments(values)
-    assert (got["new"]["devices"], got["third"]["devices"]) == ([0, 1, 2, 3], [4, 5, 6, 7]), "third shares: no free quad"
+    assert (got["new"]["devices"], got["third"]["devices"]) == ([0, 1, 2, 3], [0, 1, 2, 3])
+    # Pinned, `new` runs too; a quad left for `third` only on running cards: it shares the fuller one.
+    values["services"][1] = service("new", 4, 0.4, host="npu-a", devices=[0, 1, 2, 3])
+    assert assignments(values)["third"]["devices"] == [4, 5, 6, 7]
+
+
+def test_services_planned_together_still_pack_so_a_later_large_one_fits():
+    # Pinned hosts are placed before auto-placed services, whatever their size: had `small` kept off
+    # `big`'s card (which is not pinned, so not running yet), `later` would find no free quad.
+    values = {
+        "hosts": [host()],
+        "services": [service("big", 4, 0.85, host="npu-a"), service("small", 1, 0.1, host="npu-a"), service("later", 4, 0.9)],
+    }
+    got = assignments(values)
+    assert (got["big"]["devices"], got["small"]["devices"], got["later"]["devices"]) == ([0, 1, 2, 3], [0], [4, 5, 6, 7])
 
 
 def test_a_service_without_hccl_port_ranges_gets_its_cards_to_itself():

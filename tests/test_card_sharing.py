@@ -78,13 +78,11 @@ def test_refuse_makes_a_pinned_shared_card_an_error_naming_the_card_and_both_ser
 
 def test_refuse_keeps_auto_placed_services_on_cards_of_their_own():
     services = [service("alpha", 1, 0.4), service("beta", 1, 0.4)]
-    packed = plan_fleet(fleet([host("npu-a", npus=1), host("npu-b", npus=1)], services))
-    # No host in use has a free card for beta, so it goes to the first host with room: alpha's card.
-    assert packed.hosts[0].shared_cards() == (0,), "by default both share npu-a's one card"
-    refused = [host("npu-a", npus=1, cardSharing="refuse"), host("npu-b", npus=1, cardSharing="refuse")]
-    apart = plan_fleet(fleet(refused, services))
-    assert [hp.shared_cards() for hp in apart.hosts] == [(), ()]
-    assert [[ps.name for ps in hp.services] for hp in apart.hosts] == [["alpha"], ["beta"]]
+    packed = plan_fleet(fleet([host("npu-a")], services))
+    assert packed.hosts[0].shared_cards() == (0,), "best fit packs both onto one card by default"
+    apart = plan_fleet(fleet([host("npu-a", cardSharing="refuse")], services))
+    assert apart.hosts[0].shared_cards() == ()
+    assert sorted(ps.assignment.cards for ps in apart.hosts[0].services) == [(0,), (1,)]
 
 
 def test_refuse_reports_a_full_host_as_in_use_not_as_a_port_16666_problem():

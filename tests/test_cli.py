@@ -125,7 +125,7 @@ def test_pin_writes_the_plan_back_keeping_comments_and_key_order(cli, tmp_path):
     assert json.loads(cli("plan", "--config", str(path), "--format", "json").stdout)["hosts"] == before["hosts"]
 
     # Pinned, the existing services stay put when a larger service arrives first in the order.
-    path.write_text(text + "    - name: aaa-big\n      model: /m/big\n      tensorParallelSize: 2\n      memoryFraction: 0.9\n")
+    path.write_text(text + "    - name: aaa-big\n      model: /m/big\n      tensorParallelSize: 4\n      memoryFraction: 0.9\n")
     after = json.loads(cli("plan", "--config", str(path), "--format", "json").stdout)
     old = {s["name"]: s for s in before["hosts"][0]["services"]}
     new = {s["name"]: s for s in after["hosts"][0]["services"]}

@@ -31,7 +31,7 @@ QWEN_PINS = """\
 """
 BGE_PINS = """\
       host: npu-a
-      devices: [4]
+      devices: [0]
       apiPort: 8000
       hcclNpuSocketPortRange: [16666, 16681]
       hcclHostSocketPortRange: [60032, 60047]
@@ -228,7 +228,7 @@ def test_repinning_a_pinned_file_changes_no_byte_does_not_rewrite_it_and_returns
 def test_stale_pins_are_replaced_in_place_keeping_their_comments_and_the_other_keys(tmp_path):
     plan = plan_of(write(tmp_path, SEED, "Pulumi.seed.yaml"))
     stale = PINNED.replace("      apiPort: 8000\n", "      apiPort: 0x1F41   # stale, but the comment stays\n")
-    stale = stale.replace("      devices: [4]\n", "      devices:\n        - 7\n        - 6\n")
+    stale = stale.replace("      devices: [0]\n", "      devices:\n        - 7\n        - 6\n")
     stale = stale.replace("      vllmPort: 62000\n", "")
     path = write(tmp_path, stale)
     assert pin_stack_file(path, plan) == ["bge"]
@@ -246,7 +246,7 @@ def test_flow_style_service_entries_get_their_pins_inside_the_braces(tmp_path):
     assert pin(path) == ["qwen", "bge"]
     text = path.read_text()
     assert text.endswith(
-        "    - {name: bge, model: /m/bge, memoryFraction: 0.1, host: npu-a, devices: [4], apiPort: 8000, "
+        "    - {name: bge, model: /m/bge, memoryFraction: 0.1, host: npu-a, devices: [0], apiPort: 8000, "
         "hcclNpuSocketPortRange: [16666, 16681], hcclHostSocketPortRange: [60032, 60047], "
         "hcclIfBasePort: 61000, vllmPort: 62000}   # on one line\n"
     )
