@@ -167,7 +167,7 @@ def _compose_files(deployment: Deployment) -> str:
             )
         for rd in hd.routers:
             header += "\n" + _comment(
-                f"first build the image {rd.spec.image} and write the worker list of {rd.name} on the host: "
+                f"first build the image {rd.spec.image} and write the worker list of {rd.spec.name} on the host: "
                 "the docker-run export does both"
             )
         documents.append(header + "\n" + buffer.getvalue())

@@ -70,7 +70,8 @@ def fake_image_id(name: str) -> str:
 
 
 class Mocks(pulumi.runtime.Mocks):
-    """Resources echo their inputs; RemoteImage gets a deterministic image id."""
+    """Resources echo their inputs; RemoteImage gets a deterministic image id; a container's id follows
+    its docker name."""
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[Optional[str], dict]:
         state = dict(args.inputs)
@@ -83,6 +84,10 @@ class Mocks(pulumi.runtime.Mocks):
             built = IMAGE_BUILT.search(args.inputs.get("create", ""))
             if built:  # the router image build prints the image id last, as `docker image inspect` would
                 state.update(stdout=f"Successfully built\n{fake_image_id(built.group(1))}\n")
+        if args.typ == CONTAINER:
+            # Docker's id lives as long as the container, whose name a rename keeps (previousNames); the
+            # engine keeps an aliased resource's id. `<name>-container-id`, as for any resource, otherwise.
+            return f"{args.inputs['name']}-container-id", state
         return f"{args.name}-id", state
 
     def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, Optional[list]]:

@@ -146,7 +146,9 @@ def test_renaming_a_replicated_service_aliases_its_replicas_router_and_their_chi
         **{f"bge-embed-{i}-container": f"bge-m3-{i}-container" for i in (1, 2, 3)},
         "bge-embed-router": "bge-m3-router",
         "bge-embed-router-image": "bge-m3-router-image",
+        "bge-embed-router-workers": "bge-m3-router-workers",
         "bge-embed-router-container": "bge-m3-router-container",
+        **{f"bge-embed-{i}-serves": f"bge-m3-{i}-serves" for i in (1, 2, 3)},
     }
     assert after.by_name(ROUTER)["bge-embed-router"].aliases == ({"name": "bge-m3-router", **SPEC},)
     assert after.by_name(CONTAINER)["bge-embed-router-container"].inputs["name"] == "bge-m3-router"
@@ -214,6 +216,7 @@ def test_plan_against_reports_a_rename_as_renamed_not_as_removed_and_added():
     assert "| `npu-a` | `qwen-vision` | renamed | `qwen-vl -> qwen-vision` |" in render_diff(diff, "markdown")
     doc = json.loads(render_diff(diff, "json"))
     assert next(s for s in doc["services"] if s["name"] == "qwen-vision")["renamedFrom"] == "qwen-vl"
+    assert doc["recreatedCount"] == 0, "the diff lists no container to re-create, as the program re-creates none"
 
 
 def test_plan_against_reports_each_replica_and_the_router_of_a_renamed_service_as_renamed():
@@ -223,6 +226,7 @@ def test_plan_against_reports_each_replica_and_the_router_of_a_renamed_service_a
         n: [("renamed", f"{n.replace('bge-embed', 'bge-m3')} -> {n}")]
         for n in ("bge-embed-1", "bge-embed-2", "bge-embed-3", "bge-embed-router")
     }
+    assert json.loads(render_diff(diff, "json"))["recreatedCount"] == 0
 
 
 def test_doctor_finds_the_containers_a_renamed_service_kept_and_reports_nothing():
