@@ -66,3 +66,11 @@ def boot_files():
     yield
     for path in made:
         path.unlink(missing_ok=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test in this folder is a `simhost` test, so `-m "not simhost"` leaves them all out."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.simhost)
