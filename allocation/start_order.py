@@ -1,10 +1,12 @@
-"""Which services on a host must wait for others before they start.
+"""Which services on a host `pulumi up` creates after others: a resource dependency, never an input.
 
-Services sharing a card must start one after another (vllm-ascend issues 5917
-and 5707: a second instance profiling memory while the first one loads finds no
-room for its cache blocks). On each card the services are chained in name
-order; services without a shared card, and services on other hosts, never wait
-for each other, so independent deployments run in parallel. Pure.
+Services sharing a card must not load at the same time (vllm issue 55827: a loading
+neighbour's memory counts as the profiling instance's own). At run time the start gate's
+card locks see to that (allocation.containers); during `pulumi up` each service on a card
+is also created after the one before it in name order, so its start timeout is not spent
+waiting for a neighbour's load. A dependency replaces nothing, so a newcomer, whatever its
+name, re-creates no neighbour. Services without a shared card, and services on other
+hosts, never wait for each other, so independent deployments run in parallel. Pure.
 """
 
 from __future__ import annotations

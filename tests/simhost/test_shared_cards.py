@@ -102,15 +102,20 @@ def test_prod_shares_card_0_only_in_device_share_mode_and_restarts_in_order(sim_
         assert "No available memory" not in logs(sim_host, name) and DCMI_BUSY not in logs(sim_host, name)
 
 
-def test_after_a_reboot_without_the_boot_unit_doctor_reports_the_shared_card(sim_host: SimHost, tmp_path, boot_files):
-    config = prod_on_the_simulated_host(sim_host, tmp_path)
+def start_rendered(sim: SimHost, config) -> None:
+    """The models of the stack file `config` made, and its `render --format docker-run` script run."""
     plan = json.loads(allocation("plan", "--config", str(config), "--format", "json").stdout)
     for s in plan["hosts"][0]["services"]:
         command = s["container"]["command"]
-        sim_host.make_model(command[command.index("serve") + 1])
+        sim.make_model(command[command.index("serve") + 1])
     script = allocation("render", "--config", str(config), "--format", "docker-run").stdout
-    started = subprocess.run(["sh", "-c", script], env=sim_host.docker_env(), capture_output=True, text=True)
+    started = subprocess.run(["sh", "-c", script], env=sim.docker_env(), capture_output=True, text=True)
     assert started.returncode == 0, started.stderr
+
+
+def test_after_a_reboot_without_the_boot_unit_doctor_reports_the_shared_card(sim_host: SimHost, tmp_path, boot_files):
+    config = prod_on_the_simulated_host(sim_host, tmp_path)
+    start_rendered(sim_host, config)
     sim_host.wait_healthy("bge-m3", timeout=120)
     assert allocation("doctor", "--config", str(config)).returncode in (0, 1)
 

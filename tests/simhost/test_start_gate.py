@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 import time
 
 from allocation.config import parse_fleet
@@ -23,7 +22,7 @@ from allocation.planner import plan_fleet
 from ops.render import docker_run_args
 from sim.host import SimHost
 from tests.simhost.test_prod_layout import prod_on_the_simulated_host
-from tests.simhost.test_shared_cards import DCMI_BUSY, allocation, logs
+from tests.simhost.test_shared_cards import DCMI_BUSY, logs, start_rendered
 
 NO_MEMORY = "No available memory for the cache blocks"
 
@@ -31,13 +30,7 @@ NO_MEMORY = "No available memory for the cache blocks"
 def start_prod(sim: SimHost, tmp_path) -> dict:
     """The prod layout running healthy on the simulated host (card 0 in device-share mode)."""
     config = prod_on_the_simulated_host(sim, tmp_path)
-    plan = json.loads(allocation("plan", "--config", str(config), "--format", "json").stdout)
-    for s in plan["hosts"][0]["services"]:
-        command = s["container"]["command"]
-        sim.make_model(command[command.index("serve") + 1])
-    script = allocation("render", "--config", str(config), "--format", "docker-run").stdout
-    started = subprocess.run(["sh", "-c", script], env=sim.docker_env(), capture_output=True, text=True)
-    assert started.returncode == 0, started.stderr
+    start_rendered(sim, config)
     for name in ("bge-m3", "qwen-vl", "qwen-long"):
         sim.wait_healthy(name, timeout=120)
     return json.loads(config.read_text())
