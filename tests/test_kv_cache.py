@@ -67,6 +67,28 @@ def test_qwen3_next_on_vllm_ascend_0_12_reproduces_its_published_log_to_the_toke
         "GPU KV cache size: 282,240 tokens", "Maximum concurrency for 4,096 tokens per request: 210.07x")
 
 
+def test_qwen3_next_on_vllm_ascend_0_13_reproduces_its_published_log_from_the_smallest_ranks_bytes():
+    """vllm-ascend issue 6250 (v0.13.0rc2 = vLLM 0.13.0, 800I A2, `vllm serve Qwen3-Next-80B-A3B-Instruct
+    --tensor-parallel-size 4 --max-model-len 32768 --gpu-memory-utilization 0.8 --max-num-batched-tokens
+    4096`; its config line shows enable_prefix_caching=False, enable_chunked_prefill=True):
+      [worker.py:302] Available memory: 9786143744 (Worker_TP0), 10023158784 (TP1), 10022433792 (TP3),
+      10023117824 (TP2), total memory: 65452113920
+      [kv_cache_utils.py:1291] GPU KV cache size: 198,912 tokens
+      [kv_cache_utils.py:1296] Maximum concurrency for 32,768 tokens per request: 23.29x
+    At v0.13.0rc2 that number is exactly what `determine_available_memory` returns (worker.py l. 298-305),
+    so nothing is derived: vLLM 0.13.0 gives every rank the blocks of the smallest one
+    (`get_kv_cache_configs` l. 1385), TP0's 2073. The other ranks' 2124 blocks would print 203,904
+    tokens and 23.87x. Same <=0.15 alignment as issue 5020 (patch_mamba_config.py identical at v0.12.0rc1
+    and v0.13.0rc2): 384-token blocks; a request takes ceil(32768 / 384) = 86 blocks + 1 per state group."""
+    layout = hybrid(QWEN3_NEXT, kv_heads=2, tp=4, engine=Engine((0, 13), prefix_caching=False), max_model_len=32768)
+    assert (layout.block_tokens, layout.groups, layout.blocks_per_request) == (384, 4, 89)
+    per_rank = {"TP0": 9786143744, "TP1": 10023158784, "TP2": 10023117824, "TP3": 10022433792}
+    blocks = min(layout.blocks(available) for available in per_rank.values())
+    assert blocks == layout.blocks(per_rank["TP0"]) == 2073
+    assert log(layout, blocks, 32768, (0, 13)) == (
+        "GPU KV cache size: 198,912 tokens", "Maximum concurrency for 32,768 tokens per request: 23.29x")
+
+
 def test_from_0_16_the_attention_block_lands_on_the_recurrent_page_and_the_page_adds_the_conv_state():
     """vllm-ascend issue 7393 (Qwen3.5 on 0.16+'s patch_mamba_config.py) publishes the numbers of a
     TP 8 rank: ssm page 262144, conv page 12288, K page of one token 512 -> attention block 512 and
