@@ -10,9 +10,10 @@ The layout, per tensor-parallel rank:
 - **block size.** vLLM 0.18 gives an unset `--block-size` the default 16 (vllm@0.18.0
   `config/cache.py` `_apply_block_size_default`); earlier it stays unset (vllm@0.17.0). vLLM-Ascend's
   `refresh_block_size` (vllm-ascend@v0.20.2rc1 `vllm_ascend/utils.py` l. 1305) makes an unset size
-  128, and any size but 128 becomes 128 when prefix caching or chunked prefill is on (both are by
-  default for generative models: vllm@0.20.2 `engine/arg_utils.py`
-  `_set_default_chunked_prefill_and_prefix_caching_args`). From vLLM-Ascend 0.18 it leaves hybrid
+  128, and any size but 128 becomes 128 when prefix caching or chunked prefill is on (chunked prefill
+  is by default for generative models, prefix caching only for those that are not hybrid: vllm@0.20.2
+  `engine/arg_utils.py` `_set_default_chunked_prefill_and_prefix_caching_args`,
+  `Engine.caches_prefixes`). From vLLM-Ascend 0.18 it leaves hybrid
   models alone (`model_config.is_hybrid`); before, only `qwen3_next` (vllm-ascend@v0.16.0rc1 l. 1076).
 - **dense pages.** One group of every layer; a block of one layer is `block x per-layer token bytes`;
   blocks = available // page // layers (vllm@0.20.2 `v1/core/kv_cache_utils.py` `get_num_blocks`
@@ -35,7 +36,8 @@ The layout, per tensor-parallel rank:
   every group shares one page size, blocks = available // page // layers per group.
 - **one request of `maxModelLen`** needs, per full-attention group, ceil(L / block) blocks, and per
   linear group 1 + speculative tokens (2 + them in prefix caching's "align" mode, which vLLM 0.16 on
-  picks when prefix caching is on for these models: `MambaModelConfig`, and neither Qwen3.5 nor
+  picks when prefix caching is on for these models, that is only with `--enable-prefix-caching`:
+  `MambaModelConfig`, and neither Qwen3.5 nor
   Qwen3-Next implements `SupportsMambaPrefixCaching`) (`MambaSpec.max_memory_usage_bytes`,
   `get_max_concurrency_for_kv_cache_config` l. 872). vLLM refuses to start when the cache holds
   fewer blocks than that.
@@ -65,7 +67,8 @@ class Engine:
     """What of the serving engine shapes the cache: its version and the flags in the service's `args`."""
 
     version: tuple[int, int] = LATEST
-    prefix_caching: bool = True
+    prefix_caching: bool | None = None
+    """`--[no-]enable-prefix-caching`; unset: vLLM's default for the model (`caches_prefixes`)."""
     chunked_prefill: bool = True
     block_size: int | None = None
     """`--block-size`, if given."""
@@ -73,6 +76,13 @@ class Engine:
     """`num_speculative_tokens` of `--speculative-config`."""
     dtype: str = "auto"
     """`--dtype`."""
+
+    def caches_prefixes(self, hybrid: bool) -> bool:
+        """Whether prefix caching is on. Unset, vLLM turns it on only where
+        `ModelConfig.is_prefix_caching_supported`: not for hybrid generative models (vllm@0.13.0
+        `config/model.py` l. 1754 to vllm@0.20.2 l. 1787, applied by `EngineArgs.
+        _set_default_chunked_prefill_and_prefix_caching_args`; vllm-ascend issue 6250's log shows it off)."""
+        return not hybrid if self.prefix_caching is None else self.prefix_caching
 
 
 def _flag_value(args: Sequence[str], i: int, flag: str) -> str | None:
@@ -85,7 +95,8 @@ def _flag_value(args: Sequence[str], i: int, flag: str) -> str | None:
 def engine_of(args: Sequence[str], version: tuple[int, int] | None) -> Engine | str:
     """The engine a service's `vllm serve` arguments ask for (the last of repeated flags wins, as in
     argparse); or what in them cannot be read."""
-    prefix = chunked = True
+    prefix: bool | None = None
+    chunked = True
     block = None
     speculative = 0
     dtype = "auto"
@@ -160,7 +171,7 @@ class Layout:
 def dense_block_size(engine: Engine) -> int:
     """The block size of a model without state layers (see the module docstring)."""
     size = engine.block_size or (16 if engine.version >= (0, 18) else KERNEL_BLOCK)
-    return KERNEL_BLOCK if size != KERNEL_BLOCK and (engine.prefix_caching or engine.chunked_prefill) else size
+    return KERNEL_BLOCK if size != KERNEL_BLOCK and (engine.caches_prefixes(hybrid=False) or engine.chunked_prefill) else size
 
 
 def dense_layout(token_bytes_per_layer: int, layers: int, engine: Engine, max_model_len: int | None) -> Layout:
@@ -212,12 +223,12 @@ def hybrid_layout(
             )
         block = max(engine.block_size or (16 if v >= (0, 18) else 0), aligned)
         page = block * 2 * k_token + conv
-        if v < (0, 18) and block != KERNEL_BLOCK and (engine.prefix_caching or engine.chunked_prefill):
+        if v < (0, 18) and block != KERNEL_BLOCK and (engine.caches_prefixes(hybrid=True) or engine.chunked_prefill):
             if gdn.model_type is None:
                 return Unsized("before vLLM-Ascend 0.18 its block size depends on the model type: set profile.modelType")
             if gdn.model_type != "qwen3_next":
                 block = KERNEL_BLOCK  # refresh_block_size runs after the alignment; the page stays padded
-    align_mode = v >= (0, 16) and engine.prefix_caching
+    align_mode = v >= (0, 16) and engine.caches_prefixes(hybrid=True)
     low, high = sorted((gdn.full_layers, gdn.linear_layers))
     per_group = high if high < low * (1.5 if v >= (0, 18) else 1.25) else low
     full_groups, linear_groups = cdiv(gdn.full_layers, per_group), cdiv(gdn.linear_layers, per_group)

@@ -137,6 +137,7 @@ def test_the_0_20_log_counts_what_requests_use_and_the_older_one_blocks_per_grou
 @pytest.mark.parametrize("version, args, block", [
     ((0, 20), [], 128),
     ((0, 20), ["--no-enable-prefix-caching"], 128),
+    ((0, 20), ["--no-enable-chunked-prefill"], 128),  # prefix caching stays on by default for these models
     ((0, 20), ["--no-enable-prefix-caching", "--no-enable-chunked-prefill"], 16),
     ((0, 20), ["--no-enable-prefix-caching", "--no-enable-chunked-prefill", "--block-size", "64"], 64),
     ((0, 20), ["--block-size=64"], 128),
@@ -160,7 +161,7 @@ def test_a_dense_model_on_0_20_logs_blocks_over_blocks_per_request_and_on_0_19_b
 
 def test_prefix_caching_puts_hybrids_in_align_mode_with_two_state_blocks_and_speculative_tokens_add_more():
     plain = hybrid(QWEN36, kv_heads=4, tp=4, engine=Engine((0, 20), prefix_caching=False), max_model_len=32768)
-    align = hybrid(QWEN36, kv_heads=4, tp=4, engine=Engine((0, 20)), max_model_len=32768)
+    align = hybrid(QWEN36, kv_heads=4, tp=4, engine=Engine((0, 20), prefix_caching=True), max_model_len=32768)
     spec = hybrid(QWEN36, kv_heads=4, tp=4, engine=Engine((0, 20), prefix_caching=False, speculative_tokens=2), max_model_len=32768)
     assert align.blocks_per_request - plain.blocks_per_request == 3  # 2 instead of 1 per state group
     assert spec.blocks_per_request - plain.blocks_per_request == 6  # 2 more per state group
@@ -289,3 +290,18 @@ def test_a_request_needing_more_blocks_than_the_cache_holds_is_refused():
     svc = service("qwen", 4, 0.3, profile=qwen36_profile(), maxModelLen=1_000_000, args=["--no-enable-prefix-caching"])
     with pytest.raises(AllocationError, match=r"fewer than the 655 one request of maxModelLen 1000000 needs"):
         plan_fleet(fleet([host("npu-a")], [svc]))
+
+
+def test_a_hybrid_caches_no_prefixes_unless_its_args_ask_as_vllm_defaults_it_off():
+    """vLLM turns prefix caching on by default only where `ModelConfig.is_prefix_caching_supported`, which
+    is False for hybrid generative models (vllm@0.13.0 `config/model.py` l. 1754, vllm@0.20.2 l. 1787;
+    `EngineArgs._set_default_chunked_prefill_and_prefix_caching_args`): issue 6250's Qwen3-Next, started
+    without the flag, logs enable_prefix_caching=False (vllm-ascend issue 10313 says the same of Qwen3.5).
+    So no align mode, one block per state group, unless `--enable-prefix-caching` is given."""
+
+    def blocks_per_request(args: list[str]) -> int:
+        svc = service("qwen", 4, 0.9, profile=qwen36_profile(), maxModelLen=100_000, args=args)
+        return plan_fleet(fleet([host("npu-a")], [svc])).hosts[0].services[0].capacity.blocks_per_request
+
+    unset, off, on = blocks_per_request([]), blocks_per_request(["--no-enable-prefix-caching"]), blocks_per_request(["--enable-prefix-caching"])  # fmt: skip
+    assert unset == off == -(-100_000 // 1536) + 3 and on == off + 3
