@@ -12,7 +12,7 @@ import hashlib
 import shlex
 from types import MappingProxyType
 
-from allocation.config import FleetConfig, Mount, Router, image_of
+from allocation.config import FleetConfig, Mount, Router, Service, image_of
 from allocation.containers import LABEL_PREFIX, LOG_OPTS, ContainerSpec, HealthCheck, http_probe
 from allocation.plan import RouterPlan
 from allocation.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
@@ -82,15 +82,17 @@ def build_script(base_image: str) -> str:
     )
 
 
-def prefix_caching(args: list[str]) -> bool:
-    """Whether vLLM caches prefixes: on by default in vLLM's V1 engine; the last flag wins."""
+def prefix_caching(args: list[str], hybrid: bool = False) -> bool:
+    """Whether vLLM caches prefixes; the last flag wins. Unset, vLLM turns it on except for hybrid
+    linear-attention models (`allocation.kv_cache.Engine.caches_prefixes`, with its sources)."""
     flags = [a for a in args if a in ("--enable-prefix-caching", "--no-enable-prefix-caching")]
-    return not flags or flags[-1] == "--enable-prefix-caching"
+    return not hybrid if not flags else flags[-1] == "--enable-prefix-caching"
 
 
-def _default_policy(args: list[str]) -> str:
+def _default_policy(service: Service, args: list[str]) -> str:
     """`cache_aware` sends a shared prefix to the replica that cached it; without caching, `round_robin`."""
-    return "cache_aware" if prefix_caching(args) else "round_robin"
+    hybrid = service.profile is not None and service.profile.attention == "hybrid"
+    return "cache_aware" if prefix_caching(args, hybrid) else "round_robin"
 
 
 def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> ContainerSpec:
@@ -106,7 +108,7 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
         "vllm-router",
         "--host", "0.0.0.0",
         "--port", str(router.port),
-        "--policy", settings.policy or _default_policy([*(d.args or ()), *(s.args or ())]),
+        "--policy", settings.policy or _default_policy(s, [*(d.args or ()), *(s.args or ())]),
         "--request-timeout-secs", str(timeout),
         "--worker-startup-timeout-secs", str(wait),
         "--health-check-interval-secs", str(HEALTH_INTERVAL_SECONDS),

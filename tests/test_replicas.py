@@ -201,6 +201,23 @@ def test_the_policy_follows_prefix_caching_unless_set():
     assert "power_of_two" in rd.spec.command
 
 
+HYBRID = {
+    "weightBytes": 2_000_000_000, "numHiddenLayers": 8, "attention": "hybrid", "modelType": "qwen3_5_text",
+    "numFullAttentionLayers": 2, "numKeyValueHeads": 4, "headDim": 256, "linearNumKeyHeads": 16,
+    "linearNumValueHeads": 32, "linearKeyHeadDim": 128, "linearValueHeadDim": 128, "linearConvKernelDim": 4,
+    "mambaSsmDtype": "float32",
+}  # fmt: skip
+
+
+def test_a_hybrid_model_caches_no_prefixes_unless_asked_so_its_router_round_robins():
+    """vLLM leaves prefix caching off for hybrid linear-attention models (allocation.kv_cache)."""
+    assert not prefix_caching([], hybrid=True) and prefix_caching(["--enable-prefix-caching"], hybrid=True)
+    _, rd = router_of(fleet_of(bge(profile=HYBRID)))
+    assert "round_robin" in rd.spec.command
+    _, rd = router_of(fleet_of(bge(profile=HYBRID, args=["--enable-prefix-caching"])))
+    assert "cache_aware" in rd.spec.command
+
+
 def test_the_router_runs_where_it_is_told_with_ports_taken_like_api_ports():
     deployment, rd = router_of(fleet_of(bge(router={"host": "npu-3"})))
     assert rd.plan.host_name == "npu-3"
