@@ -383,6 +383,11 @@ class Router(Model):
     """Load-balancing policy; default `round_robin`, or `cache_aware` when prefix caching is on."""
     request_timeout_seconds: int | None = Field(default=None, ge=10, le=86_400)
     """How long one request may take through the router. Default 3600, for long contexts."""
+    base_image: Image | None = None
+    """The image the router's image is built from (it needs Python and vLLM's dependencies); default
+    the service's image. The router's image, and so its container, follow it: pin it to the current
+    image before upgrading the service's, and the replicas roll one at a time while the router, the
+    service's endpoint, keeps running."""
 
 
 class Service(ContainerSettings, _WindowPins):
@@ -804,6 +809,11 @@ def parse_fleet(stack: str, values: Mapping[str, Any]) -> FleetConfig:
 def image_of(fleet: FleetConfig, service: Service) -> str:
     """The image a service runs: its own, the defaults', else the project's."""
     return service.image or fleet.defaults.image or DEFAULT_IMAGE
+
+
+def router_base_image(fleet: FleetConfig, service: Service) -> str:
+    """The image a replicated service's router image is built from: `router.baseImage`, else the service's."""
+    return (service.router.base_image if service.router else None) or image_of(fleet, service)
 
 
 def vllm_ascend_version(fleet: FleetConfig, service: Service) -> tuple[int, int] | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
-from allocation.config import Host, Ssh, image_of
+from allocation.config import Host, Ssh, router_base_image
 from allocation.containers import ContainerSpec, container_spec
 from allocation.device_share import device_share_script
 from allocation.host_check import host_check_script
@@ -169,7 +169,7 @@ def _service_deployment(
 
 def _router_deployment(plan: Plan, router: RouterPlan, services: Mapping[str, ServiceDeployment]) -> RouterDeployment:
     replicas = [services[name] for name in router.replicas]
-    base = image_of(plan.fleet, router.service)
+    base = router_base_image(plan.fleet, router.service)
     host = plan.fleet.host(router.host_name)
     workers = tuple(sd.url for sd in replicas)
     return RouterDeployment(

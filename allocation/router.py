@@ -12,7 +12,7 @@ import hashlib
 import shlex
 from types import MappingProxyType
 
-from allocation.config import FleetConfig, Mount, Router, Service, image_of
+from allocation.config import FleetConfig, Mount, Router, Service, router_base_image
 from allocation.containers import LABEL_PREFIX, LOG_OPTS, ContainerSpec, HealthCheck, http_probe
 from allocation.plan import RouterPlan
 from allocation.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
@@ -132,7 +132,7 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
     }
     return ContainerSpec(
         name=router.container_name,
-        image=image_tag(image_of(fleet, s)),
+        image=image_tag(router_base_image(fleet, s)),
         command=command,
         env=MappingProxyType({WORKERS_ENV: WORKERS_FILE}),
         device_files=(),

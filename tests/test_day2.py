@@ -84,6 +84,20 @@ def scale_down(name: str):
     return change
 
 
+def pin_router_base_then(name: str, image: str | None):
+    """The router's base image pinned to what it is now (a first change, which alone re-creates
+    nothing), then the service's image upgraded."""
+
+    def change(values: dict) -> dict:
+        service = service_named(values, name)
+        service["router"] = {**service.get("router", {}), "baseImage": service.get("image") or values["defaults"]["image"]}
+        if image is not None:
+            service["image"] = image
+        return values
+
+    return change
+
+
 PROD = ["bge-m3", "qwen-long", "qwen-vl"]
 SCENARIOS = {
     # name: (stack, change, the containers re-created)
@@ -103,6 +117,16 @@ SCENARIOS = {
         "staging",
         set_on("bge-m3", "image", "quay.io/ascend/vllm-ascend:v0.20.3"),
         {"bge-m3-1", "bge-m3-2", "bge-m3-3", "bge-m3-router"},
+    ),
+    "staging: the router's base image pinned to the current one": (
+        "staging",
+        pin_router_base_then("bge-m3", None),
+        set(),
+    ),
+    "staging: a replicated service's image, its router's base pinned": (
+        "staging",
+        pin_router_base_then("bge-m3", "quay.io/ascend/vllm-ascend:v0.20.3"),
+        {"bge-m3-1", "bge-m3-2", "bge-m3-3"},
     ),
     "staging: defaults.stopGraceSeconds": (
         "staging",
