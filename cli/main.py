@@ -9,21 +9,22 @@ errors exit 2. Commands that reach hosts (`doctor`) or write other formats
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import traceback
 from pathlib import Path
 
 from allocation.deployment import Deployment, deploy
 from allocation.diff import diff_plans, render_diff
+from allocation.config import parse_fleet
 from allocation.errors import ConfigError, FleetError
 from allocation.planner import plan_fleet
 from allocation.report import FORMATS, plan_json, render_plan
 from cli.pin import pin_stack_file, set_service_keys
 from cli.revision import plan_at_revision
-from cli.stackfile import PROJECT_ROOT, StackFile, load_fleet
+from cli.safe_write import write_set
+from cli.stackfile import PROJECT_ROOT, StackFile, load_fleet, locate, stack_values
 from ops import dashboard, doctor, prometheus
-from ops.models import profiles
+from ops.models import profiles, unsized_values
 from ops.render import render
 
 DASHBOARD = "grafana-dashboard.json"
@@ -63,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _stack_args(render)
     render.add_argument("--format", choices=("compose", "docker-run", "prometheus"), required=True)
-    render.add_argument("--output", metavar="DIR", type=Path, help="prometheus: the directory to write the files to")
+    render.add_argument("--output", metavar="DIR", help="prometheus: the directory to write the files to")
     return parser
 
 
@@ -93,32 +94,20 @@ def _pin(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_files(directory: Path, files: dict[str, str]) -> None:
-    """Each file written beside its final name first, then all renamed into place: a failure
-    leaves the old files, not half of the new ones."""
-    directory.mkdir(parents=True, exist_ok=True)
-    staged = []
-    try:
-        for name, text in files.items():
-            staged.append((directory / f".{name}.tmp", directory / name))
-            staged[-1][0].write_text(text, encoding="utf-8")
-    except OSError:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
-        raise
-    for tmp, final in staged:
-        os.replace(tmp, final)
-
-
 def _render(args: argparse.Namespace) -> int:
     if args.format != "prometheus":
+        if args.output is not None:
+            raise ConfigError(
+                f"render --format {args.format} prints to standard output; --output is for --format prometheus: "
+                "redirect the output to a file instead"
+            )
         print(render(_deployment(args)[0], args.format), end="")
         return 0
-    if args.output is None:
+    if args.output is None or not str(args.output):
         raise ConfigError("render --format prometheus writes several files: give the directory with --output DIR")
     deployment = _deployment(args)[0]
     files = prometheus.files(deployment) | {DASHBOARD: dashboard.render(deployment)}
-    write_files(args.output, files)
+    write_set(Path(args.output), files)
     print(f"wrote {', '.join(sorted(files))} to {args.output}")
     return 0
 
@@ -130,7 +119,9 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    deployment, stack_file = _deployment(args)
+    stack_file = locate(args.stack, args.config)
+    fleet = parse_fleet(stack_file.stack, unsized_values(stack_values(stack_file)))
+    deployment = deploy(plan_fleet(fleet))
     changed = set_service_keys(stack_file.path, profiles(deployment, args.models_root))
     print(f"profiled {stack_file.path}: {', '.join(changed) if changed else 'nothing new'}")
     return 0

@@ -12,21 +12,20 @@ for byte: comments, indentation, CRLF line ends, a UTF-8 byte order mark, number
 spellings, quotes, long flow lists. Before anything is written, the new text is
 parsed again and must equal the old document with exactly the pin keys set.
 
-The file is replaced atomically through a temporary file beside it (the target
-of a symlink, when the stack file is one, so the link stays a link), with the
-old file's mode and owner, and the temporary file never outlives a failure.
+The file is replaced by `cli.safe_write` (a temporary file beside it, never
+following a link, fsynced, renamed into place) with the old file's mode and
+owner; a stack file that is a symlink is resolved first and its target is
+replaced, so the link stays a link.
 Every problem (no services list, a read-only file or directory, a full disk)
 is a ConfigError that leaves the file untouched.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -47,6 +46,7 @@ from allocation.config import NAMESPACE
 from allocation.errors import ConfigError
 from allocation.plan import Plan, PlannedService
 from allocation.windows import KINDS
+from cli.safe_write import write_file
 
 BOM = "\ufeff"
 SERVICES = f"{NAMESPACE}:services"
@@ -337,7 +337,7 @@ def _set_text(text: str, keys: dict[str, dict[str, Any]], name: str, *, every: b
     return new, changed
 
 
-def _check_writable(name: str, target: Path) -> os.stat_result:
+def _check_writable(name: str, target: Path) -> None:
     try:
         st = os.stat(target)
     except OSError as exc:
@@ -352,38 +352,6 @@ def _check_writable(name: str, target: Path) -> os.stat_result:
             f"{name}: its directory {target.parent} is not writable; pin replaces the file atomically through "
             "a temporary file beside it, so it needs to write there; the file is untouched"
         )
-    return st
-
-
-def _copy_owner(tmp: str, st: os.stat_result) -> None:
-    """The old file's owner and group where permitted (only root may give a file away)."""
-    for uid in (st.st_uid, -1):
-        with contextlib.suppress(PermissionError):
-            os.chown(tmp, uid, st.st_gid)
-            return
-
-
-def _write(name: str, target: Path, data: bytes) -> None:
-    """Replace `target` with `data` atomically, keeping its mode and owner; ConfigError on any failure."""
-    st = _check_writable(name, target)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        _copy_owner(tmp, st)
-        os.replace(tmp, target)
-    except BaseException as exc:
-        if tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        if isinstance(exc, OSError):
-            reason = exc.strerror or str(exc) or type(exc).__name__
-            raise ConfigError(f"{name}: cannot write: {reason}; the file is untouched") from None
-        raise
 
 
 def set_service_keys(path: Path, keys: dict[str, dict[str, Any]], *, every: bool = False) -> list[str]:
@@ -393,7 +361,8 @@ def set_service_keys(path: Path, keys: dict[str, dict[str, Any]], *, every: bool
     bom, text = _read(target, name)
     new, changed = _set_text(text, keys, name, every=every)
     if new != text:
-        _write(name, target, (bom + new).encode("utf-8"))
+        _check_writable(name, target)
+        write_file(target, (bom + new).encode("utf-8"), name)
     return changed
 
 

@@ -12,85 +12,64 @@ script: `cat` and, for headers, `head`/`tail`/`od`), or on this machine under `-
 
 from __future__ import annotations
 
-import json
-import shlex
-import struct
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
-from allocation.config import Ssh
+from pydantic import ValidationError
+
+from allocation.config import ModelProfile, Service, Ssh
 from allocation.deployment import Deployment, HostDeployment
 from allocation.errors import ConfigError, listing
+from ops.bounded_json import JsonError, excerpt, loads
+from ops.model_files import INDEX, Folder, ModelFileError, gather_script, parse_folders
 from ops.ssh import run_script
 
 # model_type of encoder-only models vLLM serves for embeddings and scores: no KV cache.
 ENCODERS = frozenset({"bert", "roberta", "xlm-roberta", "modernbert"})
-HEADER_LIMIT = 100 * 1024 * 1024  # safetensors caps its JSON header at 100 MB
-INDEX = "model.safetensors.index.json"
 
 
 class ProfileError(ValueError):
     """One model cannot be profiled; the message says which file and why."""
 
 
-@dataclass(frozen=True)
-class Folder:
-    """A model folder's files that matter, as text: read here or gathered over SSH."""
-
-    where: str
-    config: str | None
-    index: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    """Safetensors file name -> its JSON header; read only without an index."""
-
-    @classmethod
-    def local(cls, path: Path) -> Folder:
-        def text(p: Path) -> str | None:
-            try:
-                return p.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                return None
-            except (OSError, UnicodeDecodeError) as exc:
-                raise ProfileError(f"cannot read {p}: {exc}") from None
-
-        index = text(path / INDEX)
-        headers = {} if index is not None else {f.name: _local_header(f) for f in sorted(path.glob("*.safetensors"))}
-        return cls(str(path), text(path / "config.json"), index, headers)
-
-
-def _local_header(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            raw = f.read(8)
-            if len(raw) != 8 or not 0 < (size := struct.unpack("<Q", raw)[0]) <= HEADER_LIMIT:
-                raise ProfileError(f"{path} is not a safetensors file (bad header length)")
-            return f.read(size).decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"cannot read the safetensors header of {path}: {exc}") from None
-
-
 def _json(text: str, what: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{what} is not JSON: {exc}") from None
+        return loads(text, what)
+    except JsonError as exc:
+        raise ProfileError(str(exc)) from None
 
 
 def weight_bytes(folder: Folder) -> int:
     if folder.index is not None:
-        total = (_json(folder.index, f"{folder.where}/{INDEX}").get("metadata") or {}).get("total_size")
-        if isinstance(total, int) and total > 0:
-            return total
+        what = f"{folder.where}/{INDEX}"
+        index = _json(folder.index, what)
+        metadata = index.get("metadata") if isinstance(index, dict) else None
+        total = metadata.get("total_size") if isinstance(metadata, dict) else None
+        if isinstance(total, bool) or not isinstance(total, int) or total < 1:
+            raise ProfileError(f"{what} has no positive whole metadata.total_size (the weights' bytes)")
+        return total
     if not folder.headers:
-        raise ProfileError(f"no safetensors weights in {folder.where}")
+        raise ProfileError(f"no safetensors weights in {folder.where} (no {INDEX}, no *.safetensors file)")
+    return sum(_tensor_bytes(folder.where, name, text) for name, text in folder.headers.items())
+
+
+def _tensor_bytes(where: str, name: str, text: str) -> int:
+    """Bytes of the tensors a safetensors header lists: the sum of their `data_offsets` spans."""
+    what = f"the safetensors header of {where}/{name}"
+    header = _json(text, what)
+    if not isinstance(header, dict):
+        raise ProfileError(f"{what} is not a JSON object")
     total = 0
-    for name, text in folder.headers.items():
-        header = _json(text, f"the safetensors header of {folder.where}/{name}")
-        try:
-            total += sum(t["data_offsets"][1] - t["data_offsets"][0] for k, t in header.items() if k != "__metadata__")
-        except (AttributeError, KeyError, TypeError, IndexError) as exc:
-            raise ProfileError(f"the safetensors header of {folder.where}/{name} is malformed: {exc}") from None
+    for key, tensor in header.items():
+        if key == "__metadata__":
+            continue
+        offsets = tensor.get("data_offsets") if isinstance(tensor, dict) else None
+        if (
+            not isinstance(offsets, list) or len(offsets) != 2
+            or any(isinstance(o, bool) or not isinstance(o, int) or o < 0 for o in offsets) or offsets[1] < offsets[0]
+        ):  # fmt: skip
+            raise ProfileError(f"{what} is malformed: tensor {excerpt(key)} has no [start, end] data_offsets")
+        total += offsets[1] - offsets[0]
     return total
 
 
@@ -110,7 +89,7 @@ def _full_attention_layers(text: dict[str, Any]) -> int:
     layer_types = text.get("layer_types")
     if layer_types:
         return sum(1 for t in layer_types if t == "full_attention")
-    return int(text["num_hidden_layers"]) // int(text["full_attention_interval"])
+    return _whole(text, "num_hidden_layers") // _whole(text, "full_attention_interval")
 
 
 def _gated_delta_net(text: dict[str, Any], dtype: str) -> dict[str, Any] | None:
@@ -119,18 +98,18 @@ def _gated_delta_net(text: dict[str, Any], dtype: str) -> dict[str, Any] | None:
     layer_types = set(text.get("layer_types") or ())
     if "linear_num_value_heads" not in text or not layer_types <= {"full_attention", "linear_attention"}:
         return None
-    heads = int(text["num_attention_heads"])
+    heads = _whole(text, "num_attention_heads")
     full = _full_attention_layers(text)
     return {
         "modelType": str(text["model_type"]) if "model_type" in text else None,
         "numFullAttentionLayers": full,
-        "numKeyValueHeads": int(text.get("num_key_value_heads") or heads),
-        "headDim": int(text.get("head_dim") or int(text["hidden_size"]) // heads),
-        "linearNumKeyHeads": int(text["linear_num_key_heads"]),
-        "linearNumValueHeads": int(text["linear_num_value_heads"]),
-        "linearKeyHeadDim": int(text["linear_key_head_dim"]),
-        "linearValueHeadDim": int(text["linear_value_head_dim"]),
-        "linearConvKernelDim": int(text["linear_conv_kernel_dim"]),
+        "numKeyValueHeads": _whole(text, "num_key_value_heads") if text.get("num_key_value_heads") else heads,
+        "headDim": _whole(text, "head_dim") if text.get("head_dim") else _divided(text, "hidden_size", heads),
+        "linearNumKeyHeads": _whole(text, "linear_num_key_heads"),
+        "linearNumValueHeads": _whole(text, "linear_num_value_heads"),
+        "linearKeyHeadDim": _whole(text, "linear_key_head_dim"),
+        "linearValueHeadDim": _whole(text, "linear_value_head_dim"),
+        "linearConvKernelDim": _whole(text, "linear_conv_kernel_dim"),
         "mambaSsmDtype": str(text.get("mamba_ssm_dtype") or dtype),
     }
 
@@ -144,15 +123,43 @@ def _dtype(config: dict[str, Any], text: dict[str, Any]) -> str:
     return "bfloat16"
 
 
-def read_profile(model: Path | Folder) -> dict[str, Any]:
-    """The `profile:` keys of one model folder."""
-    folder = Folder.local(model) if isinstance(model, Path) else model
+def _config(folder: Folder) -> tuple[dict[str, Any], dict[str, Any]]:
+    """config.json as an object, and the language model's part of it (`text_config`, else itself)."""
+    if folder.problem is not None:
+        raise ProfileError(folder.problem)
     if folder.config is None:
         raise ProfileError(f"no {folder.where}/config.json")
     config = _json(folder.config, f"{folder.where}/config.json")
+    if not isinstance(config, dict):
+        raise ProfileError(f"{folder.where}/config.json holds a {type(config).__name__}, not an object")
     text = config.get("text_config") or config
+    if not isinstance(text, dict):
+        raise ProfileError(f"{folder.where}/config.json: text_config is a {type(text).__name__}, not an object")
+    return config, text
+
+
+def _whole(fields: dict[str, Any], key: str) -> int:
+    """A positive whole number of config.json: `true`, `1.9`, `"12"` and `-5` are refused, not converted."""
+    value = fields[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} is {excerpt(str(value))}, not a positive whole number")
+    return value
+
+
+def _divided(fields: dict[str, Any], key: str, by: int) -> int:
+    """`hidden_size / num_attention_heads`, which must divide evenly."""
+    total = _whole(fields, key)
+    if total % by:
+        raise ValueError(f"{key} {total} is not a multiple of num_attention_heads {by}")
+    return total // by
+
+
+def read_profile(model: Path | Folder) -> dict[str, Any]:
+    """The `profile:` keys of one model folder."""
+    folder = Folder.local(model) if isinstance(model, Path) else model
+    config, text = _config(folder)
     try:
-        profile: dict[str, Any] = {"weightBytes": weight_bytes(folder), "numHiddenLayers": int(text["num_hidden_layers"])}
+        profile: dict[str, Any] = {"weightBytes": weight_bytes(folder), "numHiddenLayers": _whole(text, "num_hidden_layers")}
         if _dtype(config, text) == "float32":
             profile["torchDtype"] = "float32"
         if text.get("model_type", config.get("model_type")) in ENCODERS:
@@ -164,67 +171,19 @@ def read_profile(model: Path | Folder) -> dict[str, Any]:
             profile |= {"attention": "hybrid", **{k: v for k, v in linear.items() if v is not None}}
             return profile | ({"kvCacheDtype": "float16"} if _dtype(config, text) == "float16" else {})
         if "kv_lora_rank" in text:
-            return profile | {"attention": "mla", "kvLoraRank": int(text["kv_lora_rank"]),
-                              "qkRopeHeadDim": int(text["qk_rope_head_dim"])}  # fmt: skip
-        heads = int(text["num_attention_heads"])
-        head_dim = text.get("head_dim") or int(text["hidden_size"]) // heads
-        profile |= {"numKeyValueHeads": int(text.get("num_key_value_heads") or heads), "headDim": int(head_dim)}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ProfileError(f"{folder.where}/config.json lacks or garbles {exc}") from None
+            return profile | {"attention": "mla", "kvLoraRank": _whole(text, "kv_lora_rank"),
+                              "qkRopeHeadDim": _whole(text, "qk_rope_head_dim")}  # fmt: skip
+        heads = _whole(text, "num_attention_heads")
+        head_dim = _whole(text, "head_dim") if text.get("head_dim") else _divided(text, "hidden_size", heads)
+        kv_heads = _whole(text, "num_key_value_heads") if text.get("num_key_value_heads") else heads
+        profile |= {"numKeyValueHeads": kv_heads, "headDim": head_dim}
+    except KeyError as exc:
+        raise ProfileError(f"{folder.where}/config.json lacks {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise ProfileError(f"{folder.where}/config.json: {exc}") from None
     if _dtype(config, text) == "float16":
         profile["kvCacheDtype"] = "float16"
     return profile
-
-
-MARK = "@@ascend-fleet-model@@"
-
-
-def gather_script(paths: list[str]) -> str:
-    """POSIX sh printing, per model folder, its config.json, its index, or (without an index) every
-    safetensors header: the 8-byte little-endian length, then that many bytes of JSON."""
-    lines = ["exec </dev/null", f"m() {{ printf '\\n%s %s\\n' {shlex.quote(MARK)} \"$*\"; }}"]
-    for path in paths:
-        q = shlex.quote(path)
-        lines += [
-            f"m folder {q}",
-            f'[ -r {q}/config.json ] && {{ m config; cat {q}/config.json; }}',
-            f"if [ -r {q}/{INDEX} ]; then m index; cat {q}/{INDEX}",
-            f'else for f in {q}/*.safetensors; do [ -f "$f" ] || continue',
-            "  n=$(head -c 8 \"$f\" | od -An -tu8 | tr -d ' ')",
-            '  m header "${f##*/}"; tail -c +9 "$f" | head -c "$n"; done',
-            "fi",
-        ]
-    return "\n".join([*lines, "m end"]) + "\n"
-
-
-def parse_folders(text: str, where: str) -> dict[str, Folder]:
-    """Folders from `gather_script`'s output; `where` names the host in messages."""
-    folders: dict[str, dict[str, Any]] = {}
-    current: dict[str, Any] | None = None
-    section: list[str] | None = None
-    for line in text.split("\n"):
-        if line.startswith(MARK + " "):
-            kind, _, arg = line[len(MARK) + 1 :].partition(" ")
-            if kind == "folder":
-                current = folders.setdefault(arg, {"headers": {}})
-                section = None
-            elif kind == "end":
-                break
-            elif current is not None:
-                section = []
-                if kind == "header":
-                    current["headers"][arg] = section
-                else:
-                    current[kind] = section
-            continue
-        if section is not None:
-            section.append(line)
-    out = {}
-    for path, parts in folders.items():
-        joined = {k: "\n".join(v).strip("\n") for k, v in parts.items() if k != "headers"}
-        headers = {k: "\n".join(v).strip("\n") for k, v in parts["headers"].items()}
-        out[path] = Folder(f"{where}:{path}", joined.get("config"), joined.get("index"), headers)
-    return out
 
 
 def _remote_folders(ssh: Ssh, hd: HostDeployment, paths: list[str]) -> dict[str, Folder] | str:
@@ -233,30 +192,107 @@ def _remote_folders(ssh: Ssh, hd: HostDeployment, paths: list[str]) -> dict[str,
     if not result.reachable:
         return f"host {hd.name} is unreachable: {result.error}"
     if result.returncode != 0:
-        return f"host {hd.name}: reading the models exited {result.returncode}: {' '.join(result.stderr.split())[:200]}"
-    return parse_folders(result.stdout, hd.name)
+        return f"host {hd.name}: reading the models exited {result.returncode}: {excerpt(' '.join(result.stderr.split()), 200)}"
+    try:
+        return parse_folders(result.stdout, hd.name)
+    except ModelFileError as exc:
+        return str(exc)
+
+
+# vLLM's `--kv-cache-dtype` values (vllm/config/cache.py `CacheDType`) as the profile's kvCacheDtype;
+# `auto` keeps the model's own dtype.
+KV_CACHE_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "int8": "int8", "fp8": "float8",
+                   "fp8_e4m3": "float8", "fp8_e5m2": "float8", "fp8_inc": "float8"}  # fmt: skip
+
+
+def _kv_cache_arg(args: Sequence[str]) -> str | None:
+    """The last `--kv-cache-dtype X` (or `=X`) of the vllm serve arguments, as vLLM reads it."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == "--kv-cache-dtype" and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith("--kv-cache-dtype="):
+            found = arg.partition("=")[2]
+    return found
+
+
+def _kv_cache_dtype(service: Service, defaults_args: Sequence[str]) -> str | None:
+    """The kvCacheDtype the stack fixes: set by hand in the profile, else from `--kv-cache-dtype`."""
+    if service.profile is not None and "kv_cache_dtype" in service.profile.model_fields_set:
+        return service.profile.kv_cache_dtype
+    value = _kv_cache_arg([*defaults_args, *(service.args or ())])
+    if value is None or value == "auto":
+        return None
+    if value not in KV_CACHE_DTYPES:
+        raise ProfileError(f"args: --kv-cache-dtype {excerpt(value)} is none of auto, {', '.join(KV_CACHE_DTYPES)}")
+    return KV_CACHE_DTYPES[value]
+
+
+def validated(profile: dict[str, Any], where: str) -> dict[str, Any]:
+    """The profile checked by the model the stack file uses, so what is written loads again."""
+    try:
+        ModelProfile.model_validate(profile)
+    except ValidationError as exc:
+        wrong = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'profile'}: {e['msg']}" for e in exc.errors())
+        raise ProfileError(f"{where}: the profile read would not load ({wrong})") from None
+    return profile
+
+
+LEAST_FRACTION = "0.0001"
+
+
+def unsized_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The stack's values with `memoryFraction: auto` of every service without a profile set to the
+    least fraction: `profile` needs a plan to know where each model is, and `auto` cannot be planned
+    before the profile it is being asked to write."""
+    services = values.get("services")
+    if not isinstance(services, list):
+        return dict(values)
+    patched = [
+        {**s, "memoryFraction": LEAST_FRACTION}
+        if isinstance(s, dict) and s.get("memoryFraction") == "auto" and s.get("profile") is None
+        else s
+        for s in services
+    ]
+    return {**values, "services": patched}
+
+
+def _local_folder(model: str, models_root: Path | None) -> Folder:
+    if models_root is None:
+        return Folder.local(Path(model))
+    return Folder.local(models_root / model.lstrip("/"), models_root)
 
 
 def profiles(deployment: Deployment, models_root: Path | None) -> dict[str, dict[str, Any]]:
-    """Service name -> `{"profile": ...}` for every service, read under `models_root` on this machine or
-    on each service's host (one SSH round trip per host); ConfigError listing every failure."""
-    found, problems = {}, []
+    """Configured service name -> `{"profile": ...}` for every service (a replicated service once, read on
+    its first replica's host), read under `models_root` on this machine or on each service's host (one
+    SSH round trip per host); ConfigError listing every failure."""
+    found: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    defaults_args = deployment.plan.fleet.defaults.args or ()
     for hd in (h for h in deployment.hosts if h.services):
-        paths = sorted({sd.planned.service.model for sd in hd.services})
-        remote = None if models_root or hd.host.is_local() else _remote_folders(deployment.ssh, hd, paths)
+        wanted = [sd for sd in hd.services if sd.planned.serves not in found]
+        paths = sorted({sd.planned.service.model for sd in wanted})
+        remote = None if models_root or hd.host.is_local() or not paths else _remote_folders(deployment.ssh, hd, paths)
         if isinstance(remote, str):
             problems.append(remote)
             continue
-        for sd in hd.services:
-            model = sd.planned.service.model
+        for sd in wanted:
+            name, service = sd.planned.serves, sd.planned.service
+            if name in found:
+                continue
+            model = service.model
             try:
-                if remote is not None:
-                    folder = remote.get(model) or Folder(f"{hd.name}:{model}", None)
-                else:
-                    folder = Folder.local(models_root / model.lstrip("/") if models_root else Path(model))
-                found[sd.name] = {"profile": read_profile(folder)}
+                folder = remote.get(model, Folder(f"{hd.name}:{model}", None)) if remote is not None else None
+                profile = read_profile(folder or _local_folder(model, models_root))
+                dtype = _kv_cache_dtype(service, defaults_args)
+                if dtype is not None:
+                    profile = {k: v for k, v in profile.items() if k != "kvCacheDtype"}
+                    profile["kvCacheDtype"] = dtype
+                found[name] = {"profile": validated(profile, (folder or Folder(model, None)).where)}
             except ProfileError as exc:
-                problems.append(f"service {sd.name}: {exc}")
+                found[name] = {}
+                problems.append(f"service {name}: {exc}")
     if problems:
         raise ConfigError(f"stack {deployment.stack}: cannot profile: {listing(problems)}; nothing was written")
     return found

@@ -21,6 +21,7 @@ from ops.doctor import render_reports
 from ops.doctor.facts import FactsError, HostFacts, Listener, LiveContainer, parse_facts, parse_port_list, parse_ss
 from ops.doctor.findings import host_findings
 from ops.doctor.gather import MARK
+from ops.framing import frame
 from ops.npusmi import Npu, NpuProcess, NpuSmiInfo
 from ops.ssh import RemoteResult, run_script
 from tests.fleets import fleet, host, service
@@ -152,6 +153,11 @@ def spec_of(plan, name):
 
 
 # ---- a clean host ---------------------------------------------------------
+
+
+def gathered(*sections: tuple[str, str, str]) -> str:
+    """What the gather script prints: each section framed, then `end`."""
+    return "".join(frame(MARK, kind, arg, payload) for kind, arg, payload in (*sections, ("end", "", "")))
 
 
 def test_a_host_running_exactly_the_plan_has_no_findings(plan):
@@ -396,19 +402,16 @@ def test_the_gathered_sections_become_facts(plan):
     spec = spec_of(plan, "alpha")
     inspect = inspect_of(spec, cid="abc", pid=1000)
     npu = str(Path(__file__).parent / "data/npu-smi/npu-smi-info-910b3-idle.txt")
-    text = "\n".join([
-        f"{MARK} docker-inspect", json.dumps([inspect], indent=2),
-        f"{MARK} top abc", "PID", "1000", "1010",
-        f"{MARK} ss",
+    ss = "\n".join([
         'LISTEN 0      4096         0.0.0.0:8000      0.0.0.0:*    users:(("docker-proxy",pid=26623,fd=4))',
         'LISTEN 0      4096            [::]:8000         [::]:*    users:(("docker-proxy",pid=26630,fd=4))',
         "LISTEN 0      128          0.0.0.0:2024      0.0.0.0:*",
-        f"{MARK} npu-smi", open(npu).read(),
-        f"{MARK} npu-smi-rc", "0",
-        f"{MARK} devices", "/dev/davinci0", "/dev/davinci_manager",
-        f"{MARK} driver", "present",
-        f"{MARK} end",
     ])  # fmt: skip
+    text = gathered(
+        ("docker-inspect", "", json.dumps([inspect], indent=2)), ("top", "abc", "PID\n1000\n1010\n"), ("ss", "", ss),
+        ("npu-smi", "", open(npu).read()), ("npu-smi-rc", "", "0\n"),
+        ("devices", "", "/dev/davinci0\n/dev/davinci_manager\n"), ("driver", "", "present\n"),
+    )  # fmt: skip
     facts = parse_facts(text)
     assert [c.name for c in facts.containers] == ["alpha"]
     assert facts.containers[0].env["HCCL_NPU_SOCKET_PORT_RANGE"] == "16666-16681"
@@ -425,7 +428,7 @@ def test_the_gathered_sections_become_facts(plan):
 
 def test_output_cut_short_is_an_error_not_a_clean_host():
     with pytest.raises(FactsError, match="cut short"):
-        parse_facts(f"{MARK} docker-inspect\n[]\n")
+        parse_facts(frame(MARK, "docker-inspect", "", "[]"))
 
 
 def test_ss_output_with_a_header_and_several_owners():
@@ -455,7 +458,7 @@ def test_an_unreachable_host_is_a_finding_and_the_other_hosts_are_still_checked(
     def fake_run_script(ssh, h, script, *, timeout=None):
         if h.name == "npu-b":
             return RemoteResult(False, None, "", "", 2.0, "ssh: connect to host npu-b.example port 22: Connection timed out")
-        return RemoteResult(True, 0, f"{MARK} docker-inspect\n[]\n{MARK} npu-smi-rc\n0\n{MARK} end\n", "", 0.1)
+        return RemoteResult(True, 0, gathered(("docker-inspect", "", "[]"), ("npu-smi-rc", "", "0")), "", 0.1)
 
     monkeypatch.setattr(doctor, "run_script", fake_run_script)
     text, code = doctor.run(plan, "json")
@@ -487,7 +490,7 @@ def test_the_table_says_ok_for_a_clean_host_and_lists_findings_otherwise():
 
 @pytest.mark.parametrize("inspect", ['{"Id": "x"}', "[1, 2]", '[{"Config": "x"}]', '[{"State": {"Pid": "x"}}]'])
 def test_docker_inspect_json_of_an_unexpected_shape_is_a_host_finding_not_a_crash(plan, inspect):
-    facts = parse_facts(f"{MARK} docker-inspect\n{inspect}\n{MARK} npu-smi-rc\n0\n{MARK} end\n")
+    facts = parse_facts(gathered(("docker-inspect", "", inspect), ("npu-smi-rc", "", "0")))
     assert facts.containers == () and "unexpected shape" in facts.docker_error
     assert [f.kind for f in findings(plan, facts) if "docker does not answer" in f.message] == ["host"]
 
@@ -538,8 +541,8 @@ def test_the_gather_script_reads_the_device_share_mode_of_exactly_the_shared_car
     script = gather_script((0, 5))
     assert "npu-smi info -t device-share -i 0 -c 0" in script and "-i 5 -c 0" in script
     assert "device-share" not in gather_script(())
-    text = (
-        f"{MARK} device-share 0\n\tNPU ID                         : 0\n\tChip Count                     : 1\n\n"
-        f"\tDevice-share Status            : True\n\tChip ID                        : 0\n{MARK} end\n"
-    )
+    text = gathered((
+        "device-share", "0", "\tNPU ID                         : 0\n\tChip Count                     : 1\n\n"
+        "\tDevice-share Status            : True\n\tChip ID                        : 0\n",
+    ))
     assert parse_facts(text).device_share == {0: DEVICE_SHARE_ON}

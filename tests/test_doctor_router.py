@@ -17,8 +17,9 @@ from allocation.deployment import deploy
 from allocation.planner import plan_fleet
 from ops.doctor.facts import HostFacts, parse_facts
 from ops.doctor.findings import host_findings
-from ops.doctor.gather import MARK, gather_script
+from ops.doctor.gather import gather_script
 from tests.conftest import live_container
+from tests.test_doctor import gathered
 
 
 @pytest.fixture(scope="module")
@@ -81,5 +82,5 @@ def test_the_gather_script_reads_each_routers_workers_and_the_facts_keep_the_bod
     assert f"http://127.0.0.1:{rd.plan.port}/workers" in script
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
     body = workers_body({url: True for url in rd.workers})
-    text = f"\n{MARK} router-workers {rd.name}\n{body}\n{MARK} end\n"
+    text = gathered(("router-workers", rd.name, body))
     assert parse_facts(text).router_workers == {rd.name: body}

@@ -12,6 +12,7 @@ import pytest
 from ruamel.yaml import YAML
 
 import cli.pin
+import cli.safe_write
 from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
 from cli.pin import pin_stack_file
@@ -121,8 +122,8 @@ def test_a_directory_the_user_may_not_write_to_is_refused_before_anything_is_wri
 @pytest.mark.parametrize(
     ("where", "error", "reason"),
     [
-        ("mkstemp", PermissionError(errno.EACCES, os.strerror(errno.EACCES)), "Permission denied"),
-        ("mkstemp", OSError(errno.EROFS, os.strerror(errno.EROFS)), "Read-only file system"),
+        ("open", PermissionError(errno.EACCES, os.strerror(errno.EACCES)), "Permission denied"),
+        ("open", OSError(errno.EROFS, os.strerror(errno.EROFS)), "Read-only file system"),
         ("replace", OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "No space left on device"),
         ("replace", PermissionError(errno.EACCES, os.strerror(errno.EACCES)), "Permission denied"),
     ],
@@ -136,7 +137,7 @@ def test_a_failing_write_is_a_config_error_that_leaves_the_file_and_no_temporary
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(cli.pin.tempfile if where == "mkstemp" else cli.pin.os, where, fail)
+    monkeypatch.setattr(cli.safe_write.os, where, fail)
     with pytest.raises(ConfigError) as err:
         pin_stack_file(path, plan)
     assert str(path) in str(err.value) and reason in str(err.value) and "\n" not in str(err.value)

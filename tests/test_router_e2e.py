@@ -33,7 +33,7 @@ import pytest
 from allocation.config import parse_fleet
 from allocation.deployment import Deployment, deploy
 from allocation.planner import plan_fleet
-from cli.main import write_files
+from cli.safe_write import write_set
 from ops import prometheus
 from ops.doctor.facts import HostFacts
 from ops.doctor.findings import host_findings
@@ -225,7 +225,7 @@ def test_prometheus_scrapes_every_target_with_the_plans_labels_and_joins_cards_t
     binary = require_binary("prometheus", "prometheus")
     exporters = [NpuExporter(f"127.0.0.{i}") for i in (1, 2, 3)]
     out = tmp_path / "prometheus"
-    write_files(out, prometheus.files(fleet.deployment))
+    write_set(out, prometheus.files(fleet.deployment))
     argv = [binary, f"--config.file={out / prometheus.CONFIG}", f"--storage.tsdb.path={tmp_path / 'data'}",
             f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}"]  # fmt: skip
     server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from allocation.windows import PortSpan
 from ops.doctor.gather import MARK
+from ops.framing import LIMIT, FrameError, read_frames
 from ops.npusmi import NpuSmiError, NpuSmiInfo, parse_npu_smi
 
 
@@ -137,26 +138,26 @@ def parse_ss(text: str) -> tuple[Listener, ...]:
     return tuple(out.values())
 
 
-def _sections(text: str) -> dict[str, str]:
-    sections: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in text.splitlines():
-        if line.startswith(MARK + " "):
-            current = sections.setdefault(line[len(MARK) + 1 :].strip(), [])
-            continue
-        if current is not None:
-            current.append(line)
-    return {k: "\n".join(v).strip("\n") for k, v in sections.items()}
+def _sections(text: str) -> tuple[dict[str, str], set[str]]:
+    """`kind arg` -> payload text of every frame, and the sections cut at the frame limit."""
+    try:
+        frames = read_frames(text, MARK)
+    except FrameError as exc:
+        raise FactsError(str(exc)) from None
+    sections = {f"{f.kind} {f.arg}".strip(): f.text.strip("\n") for f in frames}
+    return sections, {f"{f.kind} {f.arg}".strip() for f in frames if f.cut}
 
 
 def parse_facts(text: str) -> HostFacts:
     """HostFacts from the output of `gather_script`; FactsError if it cannot be read."""
-    sec = _sections(text)
+    sec, cut = _sections(text)
     if "end" not in sec:
         raise FactsError("the fact-gathering script did not finish (output cut short)")
     containers: tuple[LiveContainer, ...] = ()
     docker_error = sec.get("docker-error")
-    if docker_error is None:
+    if docker_error is None and "docker-inspect" in cut:
+        docker_error = f"docker inspect printed more than {LIMIT} bytes"
+    elif docker_error is None:
         try:
             raw = json.loads(sec.get("docker-inspect") or "[]")
         except json.JSONDecodeError as exc:

@@ -1,4 +1,4 @@
-"""The one remote script `doctor` runs per host, and the marker that splits its output.
+"""The one remote script `doctor` runs per host, and the mark of its frames.
 
 It prints the host's facts in sections: `docker inspect` of every container,
 the PIDs of every running container (`docker top`), the listening TCP sockets
@@ -16,6 +16,7 @@ from typing import Sequence
 
 from allocation.containers import CONTROL_DEVICES, DRIVER_DIR
 from allocation.device_share import CHIP
+from ops.framing import shell_preamble
 
 MARK = "@@ascend-fleet-doctor@@"
 
@@ -33,43 +34,42 @@ def _fetch(url: str) -> str:
 def gather_script(shared_cards: Sequence[int] = (), routers: Sequence[tuple[str, int]] = ()) -> str:
     """POSIX sh, run with `sh -s`. The whole script is one { } group, so the shell has
     read all of it before the first command runs; stdin then goes to /dev/null and no
-    command can swallow the rest of the script. `shared_cards`: cards whose device-share
-    mode is read too; `routers`: (container, port) of the routers whose `/workers` is read."""
+    command can swallow the rest of the script. Every section is one frame (`ops.framing`):
+    `cmd | f KIND ARG`. `shared_cards`: cards whose device-share mode is read too;
+    `routers`: (container, port) of the routers whose `/workers` is read."""
     controls = " ".join(shlex.quote(d) for d in CONTROL_DEVICES)
     sharing = "".join(
-        f"m device-share {int(c)}; npu-smi info -t device-share -i {int(c)} -c {CHIP} 2>&1\n" for c in shared_cards
+        f"npu-smi info -t device-share -i {int(c)} -c {CHIP} 2>&1 | f device-share {int(c)}\n" for c in shared_cards
     )
     sharing += "".join(
-        f"m router-workers {shlex.quote(name)}; {_fetch(f'http://127.0.0.1:{int(port)}/workers')}\n"
+        f"{{ {_fetch(f'http://127.0.0.1:{int(port)}/workers')}; }} | f router-workers {shlex.quote(name)}\n"
         for name, port in routers
     )
     return f"""{{
-exec </dev/null
-m() {{ printf '\\n%s %s\\n' {shlex.quote(MARK)} "$*"; }}
-if command -v docker >/dev/null 2>&1; then
+{shell_preamble(MARK)}if command -v docker >/dev/null 2>&1; then
     ids=$(docker ps -aq --no-trunc 2>&1)
     rc=$?
     if [ $rc -ne 0 ]; then
-        m docker-error; echo "docker ps exited $rc: $ids"
+        echo "docker ps exited $rc: $ids" | f docker-error
     else
-        m docker-inspect
-        if [ -n "$ids" ]; then docker inspect $ids 2>/dev/null; else echo '[]'; fi
+        if [ -n "$ids" ]; then docker inspect $ids 2>/dev/null; else echo '[]'; fi | f docker-inspect
         for id in $(docker ps -q --no-trunc 2>/dev/null); do
-            m top "$id"; docker top "$id" -eo pid 2>/dev/null
+            docker top "$id" -eo pid 2>/dev/null | f top "$id"
         done
     fi
 else
-    m docker-error; echo "no docker command on the host"
+    echo "no docker command on the host" | f docker-error
 fi
 if command -v ss >/dev/null 2>&1; then
-    m ss; ss -ltnpH 2>/dev/null || ss -ltnp 2>&1
+    {{ ss -ltnpH 2>/dev/null || ss -ltnp 2>&1; }} | f ss
 else
-    m ss-error; echo "no ss command on the host (iproute2)"
+    echo "no ss command on the host (iproute2)" | f ss-error
 fi
-m npu-smi; npu-smi info 2>&1; rc=$?; m npu-smi-rc; echo $rc
-{sharing}m devices; ls -1d /dev/davinci[0-9]* {controls} 2>/dev/null
-m driver; [ -d {shlex.quote(DRIVER_DIR)} ] && echo present
-m end
+out=$(npu-smi info 2>&1); rc=$?
+printf '%s\\n' "$out" | f npu-smi; echo $rc | f npu-smi-rc
+{sharing}ls -1d /dev/davinci[0-9]* {controls} 2>/dev/null | f devices
+{{ [ -d {shlex.quote(DRIVER_DIR)} ] && echo present; }} | f driver
+f end </dev/null
 exit 0
 }}
 """
