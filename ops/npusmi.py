@@ -4,22 +4,26 @@
 are unhealthy, and which processes (host PIDs) hold which card. The screen is a
 box-drawn table meant for people; this parser reads it by column headers rather
 than by character positions, so both layouts seen in the field are understood:
-the 24.x layout (`Process id | Process name | Process memory(MB)`) and newer
-versions that add a `Process id in container` column. Pure: text in, data out.
+the 24.x layout (`Process id | Process name | Process memory(MB)`), newer
+versions that add a `Process id in container` column, and the A3 layout, whose
+chip row adds a `Phy-ID` (two chips per NPU id; vllm-ascend issue 6245). Numbers
+are ASCII digits only. Pure: text in, data out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
 HEALTHY = "OK"
 
-_CARD_ROW = re.compile(r"^(?P<npu>\d+)\s+(?P<name>\S.*)$")
+_CARD_ROW = re.compile(r"^(?P<npu>[0-9]+)\s+(?P<name>\S.*)$")
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
-_NO_PROCESS = re.compile(r"No running processes found in NPU\s+(?P<npu>\d+)", re.IGNORECASE)
+_NO_PROCESS = re.compile(r"No running processes found in NPU\s+(?P<npu>[0-9]+)", re.IGNORECASE)
 _VERSION = re.compile(r"Version:\s*(?P<version>\S+)")
-_USED_TOTAL = re.compile(r"(\d+)\s*/\s*(\d+)\s*$")
+_USED_TOTAL = re.compile(r"([0-9]{1,9})\s*/\s*([0-9]{1,9})\s*$")
+_NUMBER = re.compile(r"[0-9]{1,9}")
 
 
 class NpuSmiError(ValueError):
@@ -31,10 +35,13 @@ class Npu:
     """One NPU (chip) of the device table."""
 
     index: int
-    """NPU id, the physical card index (`/dev/davinciN`)."""
+    """The card index doctor compares with `/dev/davinciN`: the NPU id on A2 (one chip per NPU); the
+    `Phy-ID` of the chip on A3, where one NPU id holds two chips (the "Chip Phy-ID" column)."""
     name: str
     health: str
     """`OK`, `Warning`, `Alarm`, `Critical`, ... as npu-smi prints it."""
+    npu_id: int | None = None
+    """The npu-smi NPU id (`-i` of npu-smi commands)."""
     chip: int = 0
     bus_id: str = ""
     hbm_used_mb: int | None = None
@@ -50,6 +57,7 @@ class NpuProcess:
     """One row of the process table: a process holding memory on a card."""
 
     npu: int
+    """The card index (as `Npu.index`): on A3 the Phy-ID of the (NPU id, chip) the row names."""
     pid: int
     """Host PID (the `Process id` column)."""
     name: str
@@ -76,9 +84,11 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
-def _int(text: str) -> int | None:
+def number(text: str) -> int | None:
+    """A whole number written in ASCII digits (at most 9), else None: `²` or `١` are digits to
+    `str.isdigit`, not to a card index or a PID."""
     text = text.strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if _NUMBER.fullmatch(text) else None
 
 
 def _process_columns(header: list[str]) -> dict[str, int]:
@@ -106,16 +116,16 @@ def _process_row(line: str, cells: list[str], columns: dict[str, int]) -> NpuPro
     if not all(k in columns for k in ("npu", "pid", "name", "memory")) or len(cells) <= max(columns.values()):
         return None
     npu_chip = cells[columns["npu"]].split()
-    pid = _int(cells[columns["pid"]])
-    if not npu_chip or _int(npu_chip[0]) is None or pid is None:
+    pid = number(cells[columns["pid"]])
+    if not npu_chip or number(npu_chip[0]) is None or pid is None:
         return None
     return NpuProcess(
         npu=int(npu_chip[0]),
-        chip=(_int(npu_chip[1]) or 0) if len(npu_chip) > 1 else 0,
+        chip=(number(npu_chip[1]) or 0) if len(npu_chip) > 1 else 0,
         pid=pid,
         name=cells[columns["name"]],
-        memory_mb=_int(cells[columns["memory"]]) or 0,
-        container_pid=_int(cells[columns["container_pid"]]) if "container_pid" in columns else None,
+        memory_mb=number(cells[columns["memory"]]) or 0,
+        container_pid=number(cells[columns["container_pid"]]) if "container_pid" in columns else None,
     )
 
 
@@ -127,6 +137,7 @@ def parse_npu_smi(text: str) -> NpuSmiInfo:
     section = None  # "devices" | "processes"
     columns: dict[str, int] = {}
     pending: dict | None = None  # the first row of a device, waiting for its chip row
+    card_of: dict[tuple[int, int], int] = {}  # (NPU id, chip) -> card index
 
     for line in text.splitlines():
         line = line.rstrip()
@@ -150,15 +161,23 @@ def parse_npu_smi(text: str) -> NpuSmiInfo:
             if first and not _BUS_ID.match(cells[1]):
                 pending = {"index": int(first.group("npu")), "name": first.group("name").strip(), "health": cells[1]}
                 continue
-            if pending is not None and _int(cells[0]) is not None:
+            chip_phy = [number(c) for c in cells[0].split()]
+            if pending is not None and len(chip_phy) in (1, 2) and None not in chip_phy:
                 used = total = None
                 if len(cells) >= 3 and (m := _USED_TOTAL.search(cells[2])):
                     used, total = int(m.group(1)), int(m.group(2))
-                npus.append(Npu(chip=int(cells[0]), bus_id=cells[1], hbm_used_mb=used, hbm_total_mb=total, **pending))
+                chip, phy = chip_phy[0], chip_phy[-1] if len(chip_phy) == 2 else None
+                npu_id = pending.pop("index")
+                index = phy if phy is not None else npu_id
+                card_of[(npu_id, chip)] = index
+                npus.append(
+                    Npu(index=index, npu_id=npu_id, chip=chip, bus_id=cells[1], hbm_used_mb=used, hbm_total_mb=total, **pending)
+                )
                 pending = None
             continue
         if section == "processes" and (process := _process_row(line, cells, columns)) is not None:
-            processes.append(process)
+            card = card_of.get((process.npu, process.chip), process.npu)
+            processes.append(dataclasses.replace(process, npu=card))
     if not npus:
         raise NpuSmiError("no NPU table in the npu-smi output: " + (" ".join(text.split())[:200] or "(empty)"))
     return NpuSmiInfo(version=version, npus=tuple(npus), processes=tuple(processes))

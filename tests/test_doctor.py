@@ -28,7 +28,7 @@ from tests.fleets import fleet, host, service
 
 PIDS = {"alpha": 1000, "beta": 2000, "gamma": 3000}
 # `npu-smi info -t device-share` as gathered (one line); layout of the npu-smi reference.
-DEVICE_SHARE_ON = "NPU ID : 0 Chip Count : 1 Device-share Status : True Chip ID : 0"
+DEVICE_SHARE_ON = "\tNPU ID                         : 0\n\tChip Count                     : 1\n\n\tDevice-share Status            : True\n\tChip ID                        : 0"
 
 
 def make_fleet(**extra: Any):

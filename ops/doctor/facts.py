@@ -8,15 +8,16 @@ short, or not the JSON docker prints) raises `FactsError`, never anything else.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from allocation.windows import PortSpan
 from ops.doctor.gather import MARK
+from ops.bounded_json import JsonError, excerpt, loads
 from ops.framing import LIMIT, FrameError, read_frames
 from ops.npusmi import NpuSmiError, NpuSmiInfo, parse_npu_smi
+from ops.npusmi import number as number_of
 
 
 class FactsError(ValueError):
@@ -74,29 +75,36 @@ class LiveContainer:
         published = set()
         for container_port, bindings in (host_config.get("PortBindings") or {}).items():
             number, _, proto = container_port.partition("/")
-            if proto not in ("", "tcp") or not number.isdigit():
+            if proto not in ("", "tcp") or number_of(number) is None:
                 continue
             for binding in bindings or ():
-                host_port = str((binding or {}).get("HostPort") or "")
-                if host_port.isdigit():
-                    published.add((int(host_port), int(number)))
+                host_port = number_of(str((binding or {}).get("HostPort") or ""))
+                if host_port is not None:
+                    published.add((host_port, int(number)))
         return cls(
             id=data.get("Id", ""),
             name=str(data.get("Name", "")).lstrip("/"),
             image=config.get("Image") or data.get("Image", ""),
             status=state.get("Status", "unknown"),
             health=(state.get("Health") or {}).get("Status"),
-            exit_code=int(state.get("ExitCode") or 0),
-            pid=int(state.get("Pid") or 0),
+            exit_code=_whole(state.get("ExitCode") or 0),
+            pid=_whole(state.get("Pid") or 0),
             env=env,
             labels=dict(config.get("Labels") or {}),
             device_files=frozenset(d.get("PathOnHost", "") for d in host_config.get("Devices") or ()),
-            privileged=bool(host_config.get("Privileged")),
+            privileged=host_config.get("Privileged") is True,
             ipc_mode=str(host_config.get("IpcMode") or ""),
             sysctls=dict(host_config.get("Sysctls") or {}),
             log_opts=dict((host_config.get("LogConfig") or {}).get("Config") or {}),
             published=frozenset(published),
         )
+
+
+def _whole(value: Any) -> int:
+    """A JSON integer as docker prints it; a string, a bool or a fraction is not one."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{excerpt(str(value))} is not a whole number")
+    return value
 
 
 @dataclass(frozen=True)
@@ -114,12 +122,12 @@ class HostFacts:
     device_files: frozenset[str] = frozenset()
     driver: bool = True
     device_share: Mapping[int, str] = field(default_factory=dict)
-    """Card -> what `npu-smi info -t device-share` said of it, on one line (gathered for shared cards)."""
+    """Card -> what `npu-smi info -t device-share` said of it, its lines as printed (gathered for shared cards)."""
     router_workers: Mapping[str, str] = field(default_factory=dict)
     """Router container -> the body of its `GET /workers` (or the error fetching it)."""
 
 
-_SS_USER = re.compile(r'\("(?P<name>[^"]*)",pid=(?P<pid>\d+)')
+_SS_USER = re.compile(r'\("(?P<name>[^"]*)",pid=(?P<pid>[0-9]{1,9})\b')
 
 
 def parse_ss(text: str) -> tuple[Listener, ...]:
@@ -131,7 +139,7 @@ def parse_ss(text: str) -> tuple[Listener, ...]:
             continue
         local = fields[3]
         address, _, port = local.rpartition(":")
-        if not port.isdigit():
+        if number_of(port) is None:
             continue
         procs = tuple((m.group("name"), int(m.group("pid"))) for m in _SS_USER.finditer(" ".join(fields[5:])))
         out.setdefault((address, int(port)), Listener(address, int(port), procs))
@@ -159,9 +167,9 @@ def parse_facts(text: str) -> HostFacts:
         docker_error = f"docker inspect printed more than {LIMIT} bytes"
     elif docker_error is None:
         try:
-            raw = json.loads(sec.get("docker-inspect") or "[]")
-        except json.JSONDecodeError as exc:
-            docker_error = f"docker inspect printed no valid JSON: {exc}"
+            raw = loads(sec.get("docker-inspect") or "[]", "docker inspect's output")
+        except JsonError as exc:
+            docker_error = str(exc)
         else:
             try:
                 containers = tuple(LiveContainer.from_inspect(c) for c in raw)
@@ -171,7 +179,7 @@ def parse_facts(text: str) -> HostFacts:
     for name, body in sec.items():
         if name.startswith("top "):
             numbers = (line.strip() for line in body.splitlines())
-            pids[name[4:].strip()] = frozenset(int(n) for n in numbers if n.isdigit())
+            pids[name[4:].strip()] = frozenset(n for n in map(number_of, numbers) if n is not None)
     npu = npu_error = None
     rc = sec.get("npu-smi-rc", "").strip()
     if rc != "0":
@@ -192,9 +200,9 @@ def parse_facts(text: str) -> HostFacts:
         device_files=frozenset(line.strip() for line in sec.get("devices", "").splitlines() if line.strip()),
         driver=sec.get("driver", "").strip() == "present",
         device_share={
-            int(name.split()[1]): " ".join(body.split())
+            int(name.split()[1]): body
             for name, body in sec.items()
-            if name.startswith("device-share ") and name.split()[1].isdigit()
+            if name.startswith("device-share ") and number_of(name.split()[1]) is not None
         },
         router_workers={name.split(None, 1)[1]: body for name, body in sec.items() if name.startswith("router-workers ")},
     )
@@ -205,7 +213,7 @@ def parse_port_list(value: str) -> list[PortSpan] | None:
     spans = []
     for item in value.replace(" ", "").split(","):
         first, sep, last = item.partition("-")
-        if not first.isdigit() or (sep and not last.isdigit()):
+        if number_of(first) is None or (sep and number_of(last) is None):
             return None
         spans.append((int(first), int(last) if sep else int(first)))
     return spans or None

@@ -31,7 +31,6 @@ networking, which the plan does not use).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Mapping
@@ -40,6 +39,7 @@ from allocation.containers import CONTROL_DEVICES, DRIVER_DIR, ContainerSpec
 from allocation.deployment import HostDeployment
 from allocation.device_share import STATUS_KEY, UNIT
 from allocation.windows import NPU_SOCKETS as NPU_RANGE, PortSpan, span_text
+from ops.bounded_json import excerpt, loads
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
 
 Kind = Literal[
@@ -142,7 +142,7 @@ def view_of(deployment: HostDeployment, facts: HostFacts) -> HostView:
 
 
 def _cards(device_files: Iterable[str]) -> set[int]:
-    return {int(m.group(1)) for d in device_files if (m := re.fullmatch(r"/dev/davinci(\d+)", d))}
+    return {int(m.group(1)) for d in device_files if (m := re.fullmatch(r"/dev/davinci([0-9]{1,9})", d))}
 
 
 def _overlap(a: PortSpan, b: PortSpan) -> bool:
@@ -346,6 +346,14 @@ def _judge_hccl(view: HostView) -> list[Finding]:
     return out
 
 
+def _share_on(said: str) -> bool:
+    """The field itself, a line `Device-share Status : True`; not those words inside an error text."""
+    return any(
+        key.strip() == STATUS_KEY and sep and value.strip() == "True"
+        for key, sep, value in (line.partition(":") for line in said.splitlines())
+    )
+
+
 def _judge_sharing(view: HostView) -> list[Finding]:
     """A shared card of a `deviceShare` host must be in device-share mode, or its second container
     cannot open it (after a reboot without the boot unit, say)."""
@@ -355,18 +363,28 @@ def _judge_sharing(view: HostView) -> list[Finding]:
     out = []
     for card in hd.shared_cards:
         said = view.facts.device_share.get(card, "no answer")
-        if re.search(rf"{STATUS_KEY}\s*:\s*True", said):
+        if _share_on(said):
             continue
         users = " and ".join(view.card_services.get(card, ()))
         out.append(
             Finding(
                 "sharing",
                 f"host {view.name}: card {card} is shared by {users} but is not in device-share mode "
-                f"(npu-smi: {said[:200]}), so only one container can open it. Stop its containers, run "
+                f"(npu-smi: {' '.join(said.split())[:200]}), so only one container can open it. Stop its containers, run "
                 f"`pulumi up` (the mode can only change on a free card), and check that {UNIT} is enabled",
                 card=card,
             )
         )
+    return out
+
+
+def _workers(body: str) -> dict[str, bool]:
+    """Worker URL -> healthy, from a `/workers` body; only a JSON `true` is healthy (not `"false"`)."""
+    out = {}
+    for w in loads(body, "the /workers body")["workers"]:
+        if not isinstance(w["url"], str) or not isinstance(w["is_healthy"], bool):
+            raise TypeError(f"worker {excerpt(str(w['url']))}: url or is_healthy of the wrong type")
+        out[w["url"]] = w["is_healthy"]
     return out
 
 
@@ -380,9 +398,9 @@ def _judge_routers(view: HostView) -> list[Finding]:
             continue  # _judge_state says so
         body = view.facts.router_workers.get(rd.name, "")
         try:
-            seen = {w["url"]: bool(w["is_healthy"]) for w in json.loads(body)["workers"]}
-        except (ValueError, TypeError, KeyError) as exc:
-            text = f"router {rd.name}: its /workers could not be read ({type(exc).__name__}: {' '.join(body.split())[:200]})"
+            seen = _workers(body)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            text = f"router {rd.name}: its /workers could not be read ({type(exc).__name__}: {excerpt(' '.join(body.split()), 200)})"
             out.append(Finding("router", text, service=rd.plan.service.name, container=rd.name))
             continue
         for replica, url in zip(rd.plan.replicas, rd.workers):
