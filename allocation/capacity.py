@@ -310,8 +310,9 @@ def auto_fraction(fleet: FleetConfig, service: Service) -> Decimal | str:
     """`memoryFraction: auto`: the smallest fraction, in hundredths, at which vLLM starts and the
     cache holds `maxNumSeqs` (default 1) requests of `maxModelLen` (an encoder-only model: its weights
     and the allowance); else why none does. A service the allocator places is sized for the smallest
-    card of the stack, so it fits wherever it lands."""
-    hosts = [h for h in fleet.hosts if service.host in (None, h.name)]
+    card of its candidate hosts (`host`, else `hosts`, else every host), so it fits wherever it lands."""
+    candidates = [service.host] if service.host else service.hosts
+    hosts = [h for h in fleet.hosts if candidates is None or h.name in candidates]
     totals = [runtime_total(h) for h in hosts]
     if None in totals:
         return f"service {service.name}: memoryFraction auto needs every candidate host's hbmBytes (64 and 32 GiB are known)"

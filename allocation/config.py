@@ -260,7 +260,7 @@ class ContainerSettings(Model):
     """`private` (default): the container's own IPC namespace and `/dev/shm` of `shmSizeMiB`, as the
     official vllm-ascend `docker run`. `host` shares the host's: `shmSizeMiB` is then ignored and each
     service gets its own `ATB_SHARE_MEMORY_NAME_SUFFIX`."""
-    vllm_ascend_version: Annotated[str, Field(pattern=r"^v?\d+\.\d+(\.\d+)?(rc\d+)?$")] | None = None
+    vllm_ascend_version: Annotated[str, Field(pattern=r"^v?[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,4})?(rc[0-9]{1,4})?$")] | None = None
     """vLLM-Ascend version the image runs (`0.11.0`); default: read from the image tag (`:v0.20.2rc1`).
     It decides the KV cache layout the capacity check computes, and what a later service on a shared
     card gets: before 0.15 the running total of the fractions there, until 0.18 a warning that the
@@ -372,6 +372,13 @@ class ReplicaPins(_WindowPins):
     """Host of the replica."""
     devices: list[Annotated[int, Field(ge=0, le=15)]] | None = None
     """Physical NPU indices; as many as the service's `tensorParallelSize`."""
+
+    @field_validator("devices")
+    @classmethod
+    def _distinct(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"devices {value} lists a card twice")
+        return value
 
 
 class Router(Model):
@@ -600,9 +607,11 @@ class Metrics(Model):
     """`ascend-fleet:metrics`: what `render --format prometheus` writes for Prometheus and Grafana."""
 
     npu_exporter_port: AnyPort = 8082
-    """Port of each host's NPU exporter (MindCluster NPU Exporter's default)."""
-    scrape_interval_seconds: int = Field(default=15, ge=1, le=3600)
-    """How often Prometheus scrapes every target."""
+    """Port of each host's NPU exporter (MindCluster NPU Exporter's default). Reserved on every host:
+    no window is handed out over it, and a pinned window over it is refused."""
+    scrape_interval_seconds: int = Field(default=15, ge=1, le=75)
+    """How often Prometheus scrapes every target. At most 75: the alert rules' shortest range is
+    `[5m]`, and `rate()` over it needs several samples (four at 75 s) to be anything but empty."""
     ttft_p95_seconds: Decimal = Field(default=Decimal(10), gt=0, le=3600)
     """The alert threshold of a service's 95th-percentile time to first token."""
 
@@ -820,7 +829,7 @@ def vllm_ascend_version(fleet: FleetConfig, service: Service) -> tuple[int, int]
     """(major, minor) of the service's vLLM-Ascend: configured, else from the image tag; None if unknown."""
     text = service.vllm_ascend_version or fleet.defaults.vllm_ascend_version
     if text is None:
-        tag = image_of(fleet, service).rpartition(":")[2]
+        tag = image_of(fleet, service).partition("@")[0].rpartition(":")[2]  # `@sha256:...` after the tag
         text = tag if "/" not in tag else ""
-    match = re.match(r"v?(\d+)\.(\d+)", text)
+    match = re.match(r"v?([0-9]{1,4})\.([0-9]{1,4})(?![0-9])", text)
     return (int(match.group(1)), int(match.group(2))) if match else None

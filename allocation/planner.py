@@ -89,7 +89,8 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
     for host in sorted(fleet.hosts, key=lambda h: h.name):
         services = sorted(per_host[host.name], key=lambda p: p[0].name)
         mine = router_hosts.get(host.name, [])
-        assignments, router_ports = assign_ports(host, services, fleet.ports, problems, mine)
+        exporter = fleet.metrics.npu_exporter_port
+        assignments, router_ports = assign_ports(host, services, fleet.ports, problems, mine, exporter)
         routers += [
             RouterPlan(s, host.name, *router_ports[s.name], replicas=tuple(s.replica_names()))
             for s in mine

@@ -69,10 +69,12 @@ def assign_ports(
     policy: Ports,
     problems: list[str],
     routers: Sequence[Service] = (),
+    exporter_port: int | None = None,
 ) -> tuple[list[Assignment], dict[str, tuple[int, int]]]:
     """Port windows for the services placed on one host, and the port and metrics port of each
     router on it (by replicated service), taken like API ports after every service's windows, so
-    a new router moves no service. Problems are appended, not raised."""
+    a new router moves no service. `exporter_port`, the host's NPU exporter, is taken first like a
+    reserved port. Problems are appended, not raised."""
     taken = Occupied()
 
     def claim(span: PortSpan, owner: str) -> None:
@@ -86,6 +88,8 @@ def assign_ports(
 
     for first, last in _merged([*policy.reserved, *host.reserved_ports]):
         taken.add(first, last, "reserved ports")
+    if exporter_port is not None and taken.clash(exporter_port, exporter_port) is None:
+        taken.add(exporter_port, exporter_port, "the NPU exporter's port (ascend-fleet:metrics.npuExporterPort)")
     placed = sorted(placed, key=lambda p: p[0].name)
     if any(not s.hccl_port_ranges for s, _ in placed):
         owner = "HCCL's default NPU port (kept by services with hcclPortRanges: false)"

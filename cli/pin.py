@@ -65,7 +65,11 @@ def _flow(values: list[int]) -> CommentedSeq:
 def pins_of(ps: PlannedService) -> dict[str, Any]:
     """The config keys that fix a service's current assignment."""
     a = ps.assignment
-    pins: dict[str, Any] = {"host": a.host_name, "devices": _flow(list(a.cards))}
+    # A service that lists candidate `hosts` keeps that key (narrowed to its host): `host` beside it is
+    # refused. A replica's pins (`replicaPins`) have only `host`.
+    narrowed = ps.service.hosts is not None and ps.replica_of is None
+    where: dict[str, Any] = {"hosts": _flow([a.host_name])} if narrowed else {"host": a.host_name}
+    pins: dict[str, Any] = where | {"devices": _flow(list(a.cards))}
     if ps.auto_fraction:  # `auto` becomes the number the planner chose
         pins["memoryFraction"] = float(ps.service.memory_fraction)
     for kind in KINDS:
@@ -376,9 +380,15 @@ def _replicated_pins(plan: Plan) -> dict[str, dict[str, Any]]:
     for router in plan.routers:
         ordered = [replicas[router.service.name][name] for name in router.replicas]
         each = [pins_of(ps) for ps in ordered]
-        shared = {"memoryFraction": each[0].pop("memoryFraction")} if ordered[0].auto_fraction else {}
-        for pins in each[1:]:
-            pins.pop("memoryFraction", None)
+        fractions = sorted({pins.pop("memoryFraction") for pins in each if "memoryFraction" in pins})
+        if len(fractions) > 1:
+            sized = ", ".join(f"{ps.name} {ps.service.memory_fraction} on {ps.assignment.host_name}" for ps in ordered)
+            raise ConfigError(
+                f"service {router.service.name}: memoryFraction auto chose different fractions for its replicas "
+                f"({sized}), and a service has one memoryFraction: set it by hand (the largest that fits every "
+                "replica's host), or give its replicas hosts of one HBM size; nothing was written"
+            )
+        shared = {"memoryFraction": fractions[0]} if fractions else {}
         keys[router.service.name] = shared | {
             "replicaPins": each,
             "routerPort": router.port,

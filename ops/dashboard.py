@@ -8,6 +8,9 @@ and latency next to the HBM and utilisation of its cards, which the recording ru
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from grafana_foundation_sdk.builders import dashboard, prometheus, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import units
@@ -17,6 +20,7 @@ from allocation.deployment import Deployment
 from ops.metric_names import ROUTER, VLLM
 from ops.prometheus import HBM_USED, NPU_UTILIZATION
 
+UID_LENGTH = 40
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 RATE = "$__rate_interval"
 
@@ -57,12 +61,24 @@ def _service_panels(first_id: int, stack: str, service: str) -> list[timeseries.
     ]  # fmt: skip
 
 
+def uid(stack: str) -> str:
+    """The dashboard's uid: Grafana allows at most 40 of `A-Za-z0-9-_`. `ascend-fleet-<stack>` when
+    that fits (the uid of existing dashboards does not change), else a readable prefix of the name
+    and a hash of all of it, so `...-blue` and `...-green` stay two dashboards."""
+    plain = f"ascend-fleet-{stack}"
+    if len(plain) <= UID_LENGTH and re.fullmatch(r"[A-Za-z0-9_-]+", plain):
+        return plain
+    digest = hashlib.sha256(stack.encode("utf-8")).hexdigest()[:10]
+    prefix = re.sub(r"[^A-Za-z0-9_-]", "-", stack)[: UID_LENGTH - len("ascend-fleet--") - len(digest)]
+    return f"ascend-fleet-{prefix}-{digest}"
+
+
 def build(deployment: Deployment) -> dashboard.Dashboard:
     stack = deployment.stack
     services = sorted({ps.serves for _, ps in deployment.plan.services()})
     board = (
         dashboard.Dashboard(f"ascend-fleet {stack}")
-        .uid(f"ascend-fleet-{stack}"[:40])
+        .uid(uid(stack))
         .tags(["ascend-fleet", "vllm", "generated"])
         .time("now-6h", "now")
         .refresh("30s")

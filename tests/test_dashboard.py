@@ -83,3 +83,13 @@ def test_render_writes_the_dashboard_beside_the_prometheus_files(tmp_path, cli):
     result = cli("render", "--stack", "staging", "--format", "prometheus", "--output", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / DASHBOARD).read_text())["title"] == "ascend-fleet staging"
+
+
+def test_long_stack_names_that_differ_only_at_the_end_get_different_grafana_uids():
+    from ops.dashboard import uid
+
+    blue, green = uid("production-eu-west-inference-fleet-blue"), uid("production-eu-west-inference-fleet-green")
+    assert blue != green and blue.startswith("ascend-fleet-production-eu")
+    for name in (blue, green, uid("prod.eu.v2"), uid("a" * 100)):
+        assert len(name) <= 40 and re.fullmatch(r"[A-Za-z0-9_-]+", name), name
+    assert "." not in uid("prod.eu.v2") and uid("prod.eu.v2") != uid("prod-eu-v2")
