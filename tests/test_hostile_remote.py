@@ -183,3 +183,12 @@ def test_the_a3_npu_smi_layout_with_a_chip_phy_id_column_is_read():
     assert [(n.index, n.npu_id, n.chip, n.hbm_used_mb) for n in info.npus] == [(0, 0, 0, 3158), (1, 0, 1, 2882), (2, 1, 0, 3151)]
     assert all(n.healthy for n in info.npus)
     assert [(p.npu, p.pid, p.name, p.container_pid) for p in info.processes] == [(0, 632268, "python3.1", None)]
+
+
+def test_a_privileged_of_the_string_false_is_not_privileged_and_a_string_pid_is_unreadable():
+    inspect = [{"Id": "x", "Name": "/x", "Config": {}, "State": {"Status": "running"}, "HostConfig": {"Privileged": "false"}}]
+    facts = parse_facts(gathered(("docker-inspect", "", json.dumps(inspect)), ("npu-smi-rc", "", "0")))
+    assert facts.containers[0].privileged is False
+    inspect[0]["State"]["Pid"] = "12"
+    facts = parse_facts(gathered(("docker-inspect", "", json.dumps(inspect)), ("npu-smi-rc", "", "0")))
+    assert facts.containers == () and "not a whole number" in facts.docker_error

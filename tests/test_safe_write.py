@@ -113,3 +113,17 @@ def test_output_for_compose_or_docker_run_is_refused_not_silently_ignored(tmp_pa
     result = render(cli, tmp_path / "out", fmt)
     assert result.returncode == 1 and "--output is for --format prometheus" in result.stderr and result.stdout == ""
     assert not (tmp_path / "out").exists()
+
+
+def test_a_link_planted_at_the_temporary_name_is_neither_followed_nor_replaced(tmp_path, monkeypatch):
+    """The temporary names are random; should one be guessed, O_EXCL|O_NOFOLLOW refuse it and the next is tried."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    target = tmp_path / "Pulumi.t.yaml"
+    target.write_text("old")
+    names = iter(["guessed", "fresh"])
+    monkeypatch.setattr(cli.safe_write.secrets, "token_hex", lambda n: next(names))
+    (tmp_path / ".Pulumi.t.yaml.guessed.tmp").symlink_to(victim)
+    write_file(target, b"new")
+    assert victim.read_text() == "precious" and target.read_text() == "new"
+    assert (tmp_path / ".Pulumi.t.yaml.guessed.tmp").is_symlink()
