@@ -69,7 +69,15 @@ AnyPort = Annotated[int, Field(ge=1, le=MAX_PORT)]
 Fraction = Annotated[Decimal, Field(gt=0, le=1), AfterValidator(_multiple_of_scale)]
 PowerOfTwo = Annotated[int, Field(ge=1, le=16), AfterValidator(_power_of_two)]
 # `auto` or a Fraction, with a Fraction's own error messages for anything else.
-FractionOrAuto = Annotated[Fraction, WrapValidator(lambda value, fraction: value if value == "auto" else fraction(value))]
+def _fraction_or_auto(value: Any, fraction: Any) -> Any:
+    if value == "auto":
+        return value
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        raise ValueError(f"{value!r}: write auto in lowercase")
+    return fraction(value)
+
+
+FractionOrAuto = Annotated[Fraction, WrapValidator(_fraction_or_auto)]
 PortCount = Annotated[int, Field(ge=1, le=1024)]
 
 

@@ -12,26 +12,30 @@ from dataclasses import replace
 from decimal import Decimal
 
 from allocation.capacity import auto_fraction, gib, runtime_total, size_service
-from allocation.config import FleetConfig, Host, Service, vllm_ascend_version
+from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service, vllm_ascend_version
 from allocation.errors import AllocationError, listing
 from allocation.placement import Placer
 from allocation.plan import HostPlan, Plan, PlannedService, RouterPlan
 from allocation.ports import assign_ports
 
 
-def _resolve_auto(fleet: FleetConfig, problems: list[str]) -> tuple[FleetConfig, frozenset[str]]:
-    """The fleet with every `memoryFraction: auto` replaced by the fraction chosen for it."""
-    services, auto = [], set()
+def _resolve_auto(fleet: FleetConfig, problems: list[str]) -> tuple[FleetConfig, frozenset[str], frozenset[str]]:
+    """The fleet with every `memoryFraction: auto` replaced by the fraction chosen for it; the services
+    that were `auto`, and those for which no fraction fits (already a problem)."""
+    services, auto, unsized = [], set(), set()
     for s in fleet.services:
         if s.memory_fraction == "auto":
             chosen = auto_fraction(fleet, s)
             if isinstance(chosen, str):
                 problems.append(chosen)
-                chosen = Decimal("1")  # placed anyway, so every other problem is reported too
+                # Placed with the least fraction, so every other problem is reported too, but none
+                # that only restates this one (a card over budget, a cache that does not fit).
+                chosen = Decimal(1) / FRACTION_SCALE
+                unsized.add(s.name)
             s = s.model_copy(update={"memory_fraction": chosen})
             auto.add(s.name)
         services.append(s)
-    return fleet.model_copy(update={"services": services}), frozenset(auto)
+    return fleet.model_copy(update={"services": services}), frozenset(auto), frozenset(unsized)
 
 
 def _replicas(fleet: FleetConfig) -> tuple[FleetConfig, dict[str, Service], dict[str, str]]:
@@ -72,7 +76,7 @@ def _router_hosts(
 def plan_fleet(fleet: FleetConfig) -> Plan:
     problems: list[str] = []
     fleet, replicated, replica_of = _replicas(fleet)
-    fleet, auto = _resolve_auto(fleet, problems)
+    fleet, auto, unsized = _resolve_auto(fleet, problems)
     placer = Placer(fleet, replica_of)
     placed = placer.run(list(fleet.services))
     problems += placer.problems
@@ -99,7 +103,7 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         planned = []
         for (s, _), a in zip(services, assignments):
             verdict = size_service(fleet, host, s)
-            problems += [verdict.problem] if verdict.problem else []
+            problems += [verdict.problem] if verdict.problem and s.name not in unsized else []
             warnings += [verdict.warning] if verdict.warning else []
             planned.append(
                 PlannedService(s, a, verdict.capacity, auto_fraction=s.name in auto, replica_of=replica_of.get(s.name))

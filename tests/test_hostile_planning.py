@@ -108,3 +108,17 @@ def test_a_configured_version_with_huge_or_non_ascii_components_is_one_config_er
     for text in ["0." + "1" * 5000, "0.1²"]:
         with pytest.raises(ConfigError, match="vllmAscendVersion"):
             fleet([host()], [service("s", 1, 0.5, vllmAscendVersion=text)])
+
+
+def test_auto_that_fits_nowhere_is_one_problem_not_a_second_about_the_budget():
+    svc = service("s", 1, "auto", maxModelLen=100_000_000, maxNumSeqs=1000, profile=PROFILE)
+    with pytest.raises(AllocationError) as err:
+        plan_fleet(fleet([host()], [svc, service("t", 1, 0.5)]))
+    text = str(err.value)
+    assert "no memoryFraction within the per-card budget" in text
+    assert text.count("service s") == 1, text
+
+
+def test_auto_in_capitals_says_to_write_it_in_lowercase():
+    with pytest.raises(ConfigError, match="'AUTO': write auto in lowercase"):
+        fleet([host()], [service("s", 1, "AUTO", maxModelLen=4096, profile=PROFILE)])
