@@ -8,6 +8,8 @@ traceback.
 
 from __future__ import annotations
 
+import unicodedata
+
 
 class FleetError(Exception):
     """A problem with the stack configuration or the fleet it describes."""
@@ -25,3 +27,13 @@ def listing(problems: list[str], limit: int = 12) -> str:
     """`a; b; c`, or the first `limit` problems and how many more: thousands stay one short paragraph."""
     shown = "; ".join(problems[:limit])
     return shown if len(problems) <= limit else f"{shown}; and {len(problems) - limit} more problems"
+
+
+def printable(text: str) -> str:
+    """Text as a terminal may show it: every control or format character (escape sequences, bell,
+    C1 codes, bidi overrides, odd line breaks) escaped, so text read from a file or a host cannot
+    drive the terminal."""
+    return "".join(
+        ch if ch == " " or unicodedata.category(ch)[0] not in "CZ" else ch.encode("unicode_escape").decode("ascii")
+        for ch in text
+    )

@@ -16,7 +16,7 @@ from pathlib import Path
 from allocation.deployment import Deployment, deploy
 from allocation.diff import diff_plans, render_diff
 from allocation.config import parse_fleet
-from allocation.errors import ConfigError, FleetError
+from allocation.errors import ConfigError, FleetError, printable
 from allocation.planner import plan_fleet
 from allocation.report import FORMATS, plan_json, render_plan
 from cli.pin import pin_stack_file, set_service_keys
@@ -132,7 +132,7 @@ COMMANDS = {"plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render, "p
 
 def _paragraph(text: str) -> str:
     """One line, of a length a terminal and a CI log can show."""
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()))
     return text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 30] + f" ... ({len(text)} characters)"
 
 

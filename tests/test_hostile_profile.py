@@ -151,3 +151,11 @@ def test_the_kv_cache_dtype_is_read_from_the_services_args(tmp_path, capsys, arg
     path = replicated_stack(tmp_path, args=f"      args: {args}\n")
     assert profile(path, root, capsys)[0] == 0
     assert services_of(path)["qwen"]["profile"]["kvCacheDtype"] == dtype
+
+
+def test_a_file_name_with_terminal_escapes_reaches_the_error_escaped(tmp_path, capsys):
+    root = tmp_path / "copy"
+    folder = model(root / "disk2", "qwen", QWEN3)
+    (folder / "x\x1b]0;pwned\x07.safetensors").write_bytes(b"\xff" * 8)
+    code, err = profile(stack(tmp_path, ["qwen"]), root, capsys)
+    assert code == 1 and "\\x1b]0;pwned\\x07" in err and "\x1b" not in err and "\x07" not in err

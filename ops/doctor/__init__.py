@@ -10,12 +10,12 @@ unreachable host is a finding, not a failure of the run.
 from __future__ import annotations
 
 import json
-import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from allocation.config import Ssh
 from allocation.deployment import Deployment, HostDeployment
+from allocation.errors import printable
 from ops.doctor.facts import FactsError, parse_facts
 from ops.doctor.findings import Finding, host_findings
 from ops.doctor.gather import gather_script
@@ -56,15 +56,6 @@ def audit(deployment: Deployment, *, timeout: float | None = None) -> list[HostR
         return list(pool.map(lambda hd: audit_host(deployment.ssh, hd, timeout=timeout), deployment.hosts))
 
 
-def _printable(text: str) -> str:
-    """Remote text (router bodies, npu-smi, container names) as a terminal may show it: every
-    control or format character (escape sequences, bell, C1 codes, bidi overrides) escaped."""
-    return "".join(
-        ch if ch == " " or unicodedata.category(ch)[0] not in "CZ" else ch.encode("unicode_escape").decode("ascii")
-        for ch in text
-    )
-
-
 def render_reports(stack: str, reports: list[HostReport], fmt: str) -> str:
     ok = not any(r.findings for r in reports)
     if fmt == "json":
@@ -73,12 +64,11 @@ def render_reports(stack: str, reports: list[HostReport], fmt: str) -> str:
         ]
         return json.dumps({"stack": stack, "hosts": hosts, "ok": ok}, indent=2)
     total = sum(len(r.findings) for r in reports)
-    shown = _printable
     lines = [f"stack {stack}: {len(reports)} host(s), " + ("ok" if ok else f"{total} finding(s)")]
     for r in reports:
         lines += ["", f"host {r.name}: " + ("ok" if not r.findings else f"{len(r.findings)} finding(s)")]
         width = max((len(f.kind) for f in r.findings), default=0)
-        lines += [f"  {f.kind:<{width}}  {shown(f.message)}" for f in r.findings]
+        lines += [f"  {f.kind:<{width}}  {printable(f.message)}" for f in r.findings]
     return "\n".join(lines)
 
 
