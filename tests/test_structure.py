@@ -18,7 +18,7 @@ PACKAGES = ("allocation", "cli", "components", "ops", "sim")
 PURE_IMPORTS = {
     "__future__", "allocation", "base64", "binascii", "bisect", "collections", "dataclasses", "decimal", "difflib",
     "hashlib", "hmac", "ipaddress", "json",
-    "pydantic", "re", "shlex", "types", "typing",
+    "pydantic", "re", "shlex", "types", "typing", "unicodedata",
 }  # fmt: skip
 MAX_FUNCTION_LINES = 60
 
