@@ -68,14 +68,6 @@ def healthy(url):
     return any(w["url"] == url and w["is_healthy"] for w in json.loads(call("GET", "/workers"))["workers"])
 
 
-def answers(url):
-    try:
-        urllib.request.urlopen(url + "/health", timeout=5).close()
-        return True
-    except (OSError, ValueError):
-        return False
-
-
 def worker(route, url, timeout=30):
     call("POST", route + "?url=" + urllib.parse.quote(url, safe=""), timeout)
     print("ascend-fleet: router on port " + port + ": " + route[1:] + " " + url)
@@ -94,13 +86,12 @@ def reason(error):
 
 try:
     if mode == "sync":
-        have = listed()
-        for url in have:
+        # Only removes: each replica joins through its own serve step once it serves. Adding here
+        # could race a replica's drain during a rollout (this step runs beside it) and put back a
+        # replica about to stop.
+        for url in listed():
             if url not in args:
                 worker("/remove_worker", url)
-        for url in args:
-            if url not in have and answers(url):
-                worker("/add_worker", url)
     elif mode == "drain":
         if args[0] in listed():
             worker("/remove_worker", args[0])

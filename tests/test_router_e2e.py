@@ -372,6 +372,9 @@ def test_scaling_rewrites_the_worker_list_and_reconciles_the_running_router_whos
         up = host.run(r3.workers_script)
         assert up.returncode == 0, up.stderr
         assert host.workers_file(r2.name).read_text().split() == list(r3.workers)
+        assert set(f2.workers()) == set(r2.workers), "a replica joins through its own serve step, not the list"
+        joined = host.run(r3.handovers[2].serve_script)
+        assert joined.returncode == 0, joined.stderr
         assert wait_for("the third replica in the running router", lambda: f2.workers() == dict.fromkeys(r3.workers, True))
 
         down = host.run(r2.workers_script)
