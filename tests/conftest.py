@@ -1,5 +1,6 @@
-"""Suite-wide rules (in CI, ASCEND_FLEET_REQUIRE_SIMHOST=1, a skipped test is a failure), the `cli` fixture
-and helpers more than one test module uses."""
+"""Suite-wide rules (in CI, ASCEND_FLEET_REQUIRE_SIMHOST=1, a skipped test is a failure; the same with
+ASCEND_FLEET_REQUIRE_ENGINE=1 for `make test-engine`), the `cli` fixture and helpers more than one test
+module uses."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from cli.main import main
 from ops.doctor.facts import LiveContainer
 
 REQUIRED = os.environ.get("ASCEND_FLEET_REQUIRE_SIMHOST") == "1"
+# Every skip fails the run under either variable (the engine suite's own fixtures fail instead of skipping).
+SKIPS_FAIL = REQUIRED or os.environ.get("ASCEND_FLEET_REQUIRE_ENGINE") == "1"
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = len(reporter.stats.get("skipped", [])) if reporter else 0
-    if REQUIRED and skipped and exitstatus == 0:
+    if SKIPS_FAIL and skipped and exitstatus == 0:
         if reporter:
             reporter.write_line(f"error: {skipped} test(s) skipped, but CI requires every test to run", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -206,8 +206,8 @@ def pulumi_steps(job: dict[str, Any]) -> list[dict[str, Any]]:
 # --- every workflow ---------------------------------------------------------
 
 
-def test_the_three_workflows_exist():
-    assert {"pull-request.yml", "deploy.yml", "drift.yml"} <= {p.name for p in WORKFLOWS}
+def test_the_four_workflows_exist():
+    assert {"pull-request.yml", "deploy.yml", "drift.yml", "engine.yml"} <= {p.name for p in WORKFLOWS}
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
@@ -374,6 +374,40 @@ def test_ssh_keys_are_written_private_and_never_printed():
             assert "umask 077" in script, f"{path.name} {job}"
             assert re.search(r"(echo|cat)\s+\"?\$SSH_PRIVATE_KEY", script) is None
             assert "set -x" not in script
+
+
+# --- engine.yml -------------------------------------------------------------
+
+
+def pinned_versions() -> dict[str, str]:
+    """requirements.txt's `name==version` pins."""
+    pins = {}
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        name, sep, version = line.split("#")[0].strip().partition("==")
+        if sep:
+            pins[name.lower()] = version
+    return pins
+
+
+def test_the_engine_suite_runs_on_pull_requests_and_nightly_with_every_scenario_required():
+    wf = load(WORKFLOW_DIR / "engine.yml")
+    assert wf["on"]["pull_request"]["branches"] == ["main"]
+    assert wf["on"]["schedule"][0]["cron"].split()[2:] == ["*", "*", "*"]
+    (job,) = jobs(wf).values()
+    scripts = "\n".join(str(s.get("run", "")) for s in job["steps"])
+    assert ".ci/run test-engine" in scripts and "ASCEND_FLEET_REQUIRE_ENGINE=1" in scripts
+    assert "secrets." not in json.dumps(load(WORKFLOW_DIR / "engine.yml")), "the suite needs no secret"
+
+
+def test_the_engine_suite_installs_the_cli_and_plugin_versions_requirements_txt_pins():
+    (job,) = jobs(load(WORKFLOW_DIR / "engine.yml")).values()
+    (install,) = pulumi_steps(job)
+    assert "command" not in install["with"], "without `command` the action only installs the CLI"
+    pins = pinned_versions()
+    assert install["with"]["pulumi-version"] == pins["pulumi"]
+    scripts = "\n".join(str(s.get("run", "")) for s in job["steps"])
+    assert f"pulumi plugin install resource docker {pins['pulumi-docker']}" in scripts
+    assert f"pulumi plugin install resource command {pins['pulumi-command']}" in scripts
 
 
 # --- the checks themselves catch a broken workflow -------------------------

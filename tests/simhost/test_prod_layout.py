@@ -19,7 +19,9 @@ from sim.host import CLAIMS_DIR, IMAGE, SimHost
 REPO = Path(__file__).resolve().parents[2]
 
 
-def prod_on_the_simulated_host(sim: SimHost, tmp_path: Path) -> Path:
+def prod_values_on_the_simulated_host(sim: SimHost) -> dict:
+    """The prod stack's `ascend-fleet:` values with the host's SSH endpoint, the image and the
+    simulator's card-NIC folder swapped for the simulated host's (tests/engine deploys them too)."""
     values = stack_values(locate("prod", None))
     [host] = values["hosts"]
     host.update(address=sim.address, sshPort=sim.ssh_port)
@@ -29,6 +31,11 @@ def prod_on_the_simulated_host(sim: SimHost, tmp_path: Path) -> Path:
         "image": IMAGE,
         "mounts": [{"source": str(CLAIMS_DIR), "target": str(CLAIMS_DIR), "readOnly": False}],
     }
+    return values
+
+
+def prod_on_the_simulated_host(sim: SimHost, tmp_path: Path) -> Path:
+    values = prod_values_on_the_simulated_host(sim)
     path = tmp_path / "Pulumi.prod-on-sim.yaml"
     path.write_text(json.dumps({"config": {f"ascend-fleet:{k}": v for k, v in values.items()}}))  # JSON is YAML
     return path

@@ -1,0 +1,54 @@
+"""Fixtures of the real-engine suite: the tools it needs and the simulated host it deploys to.
+
+Without the Pulumi CLI, the Python language host, the docker and command resource plugins,
+or the simulated host's prerequisites (root, sshd, dockerd, busybox), every test here is
+skipped with the reason; with ASCEND_FLEET_REQUIRE_ENGINE=1 it fails instead, as
+ASCEND_FLEET_REQUIRE_SIMHOST=1 does for tests/simhost. `make test` does not collect this
+folder (pytest.ini); `make test-engine` runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from sim.host import SimHost, SimHostUnavailable, unavailable_reason
+from tests.engine.engine import installed_plugins, missing_tools
+
+REQUIRE_ENV = "ASCEND_FLEET_REQUIRE_ENGINE"
+
+
+def _unavailable(message: str) -> None:
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{message} ({REQUIRE_ENV}=1)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def engine_env() -> dict[str, str]:
+    """The environment the pulumi commands start from, once the tools are known to be there."""
+    pulumi = shutil.which("pulumi")
+    missing = missing_tools(pulumi, installed_plugins(pulumi) if pulumi else [])
+    if missing:
+        _unavailable("the real-engine suite needs " + "; ".join(missing))
+    return dict(os.environ)
+
+
+@pytest.fixture(scope="session")
+def engine_host(engine_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimHost]:
+    """A running simulated 910B host (sim/host.py) for the whole session."""
+    reason = unavailable_reason()
+    if reason:
+        _unavailable(f"simulated 910B host unavailable: {reason}")
+    host = SimHost(tmp_path_factory.mktemp("simhost"))
+    try:
+        host.start()
+    except SimHostUnavailable as err:
+        _unavailable(f"simulated 910B host unavailable: {err}")
+    try:
+        yield host
+    finally:
+        host.stop()

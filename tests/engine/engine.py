@@ -1,0 +1,303 @@
+"""Driving the real Pulumi CLI against a stack of this program, and reading what the engine reports.
+
+The suite runs `pulumi` as a subprocess, the commands an operator and the workflows type
+(`pulumi up`, `preview --json`, `refresh`, `destroy`), rather than through the Automation
+API: the Automation API runs the same CLI underneath, and a failing step is easier to read
+as the command line and its own output than as an exception of a wrapper. Every command
+writes the engine's event log (`--event-log`, one JSON event per line); `Outcome` reads it.
+
+The project is a copy of the program in a temporary folder (its stack file and the
+passphrase salt must not land in the repository), with a local file backend, a
+passphrase secrets provider and no plugin downloads: the plugins are the ones on PATH
+(ambient plugins) or installed beforehand with `pulumi plugin install`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PROGRAM = ("Pulumi.yaml", "__main__.py", "allocation", "components", "ops", "cli")
+PASSPHRASE = "ascend-fleet engine tests"
+NAMESPACE = "ascend-fleet"
+CONTAINER = "docker:index/container:Container"
+
+# Steps that put a new resource in an old one's place (delete_before_replace runs them as
+# delete-replaced, then create-replacement; a preview shows `replace`).
+REPLACE_OPS = frozenset({"replace", "create-replacement", "delete-replaced", "discard-replaced"})
+
+
+class EngineFailed(AssertionError):
+    """A pulumi command that should have succeeded did not; the message carries its output."""
+
+
+@dataclass
+class Outcome:
+    """What one pulumi command did, from its exit code, its output and its event log."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    events: list[dict[str, Any]]
+    seconds: float
+
+    @property
+    def ops(self) -> dict[str, set[str]]:
+        """URN -> the step operations the engine reported for it (resourcePreEvent)."""
+        out: dict[str, set[str]] = {}
+        for event in self.events:
+            meta = (event.get("resourcePreEvent") or {}).get("metadata")
+            if meta:
+                out.setdefault(meta["urn"], set()).add(meta["op"])
+        return out
+
+    def urns(self, *ops: str, type_: str | None = CONTAINER) -> set[str]:
+        """URNs of resources (of `type_`, default containers) with any of these step operations."""
+        return {
+            urn for urn, done in self.ops.items()
+            if done & set(ops) and (type_ is None or urn_type(urn) == type_)
+        }  # fmt: skip
+
+    def changed(self) -> dict[str, set[str]]:
+        """Every resource with a step other than `same` (or `read`/`refresh` without a diff)."""
+        return {urn: ops for urn, ops in self.ops.items() if ops - {"same", "read"}}
+
+    @property
+    def summary(self) -> dict[str, int]:
+        """The engine's closing count of resource changes (summaryEvent.resourceChanges)."""
+        for event in self.events:
+            if "summaryEvent" in event:
+                return dict(event["summaryEvent"].get("resourceChanges") or {})
+        return {}
+
+    def diagnostics(self, severity: str = "error") -> list[str]:
+        """Messages the engine, the program or a provider reported with this severity."""
+        return [
+            e["diagnosticEvent"]["message"] for e in self.events
+            if "diagnosticEvent" in e and e["diagnosticEvent"].get("severity") == severity
+        ]  # fmt: skip
+
+    def detailed_diffs(self) -> dict[str, dict[str, Any]]:
+        """URN -> the provider's detailed diff of its step, where the engine reported one."""
+        out: dict[str, dict[str, Any]] = {}
+        for event in self.events:
+            meta = (event.get("resourcePreEvent") or {}).get("metadata") or {}
+            if meta.get("detailedDiff"):
+                out.setdefault(meta["urn"], {}).update(meta["detailedDiff"])
+        return out
+
+    def explain(self) -> str:
+        return (
+            f"$ {' '.join(self.argv)}  (exit {self.returncode}, {self.seconds:.0f}s)\n"
+            f"--- stdout (last 6000 chars)\n{self.stdout[-6000:]}\n--- stderr (last 3000 chars)\n{self.stderr[-3000:]}"
+        )
+
+
+def urn_type(urn: str) -> str:
+    """The resource type of a URN (`urn:pulumi:stack::project::parent$type::name`)."""
+    return urn.split("::")[2].split("$")[-1]
+
+
+def urn_name(urn: str) -> str:
+    return urn.rsplit("::", 1)[-1]
+
+
+@dataclass
+class Project:
+    """A temporary copy of the program with one stack, a file backend and a passphrase."""
+
+    root: Path
+    stack: str
+    env: dict[str, str]
+    history: list[Outcome] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, workdir: Path, stack: str, values: dict[str, Any], base_env: dict[str, str]) -> Project:
+        root = workdir / "project"
+        root.mkdir(parents=True)
+        for name in PROGRAM:
+            source = REPO / name
+            if source.is_dir():
+                shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(source, root / name)
+        # Pulumi.yaml's `virtualenv: .venv`: the repository's environment, as `make` builds it.
+        (root / ".venv").symlink_to((REPO / ".venv").resolve())
+        state = workdir / "state"
+        state.mkdir()
+        env = {
+            **base_env,
+            "PULUMI_BACKEND_URL": state.as_uri(),
+            "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
+            "PULUMI_SKIP_UPDATE_CHECK": "1",
+            # Use the plugins on PATH or already installed; never download one.
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_SKIP_CONFIRMATIONS": "1",
+            "NO_COLOR": "1",
+        }
+        env.pop("PULUMI_IGNORE_AMBIENT_PLUGINS", None)
+        env.pop("PULUMI_ACCESS_TOKEN", None)
+        project = cls(root=root, stack=stack, env=env)
+        project.cli("stack", "init", stack, "--secrets-provider", "passphrase")
+        project.write_values(values)
+        return project
+
+    @property
+    def stack_file(self) -> Path:
+        return self.root / f"Pulumi.{self.stack}.yaml"
+
+    def values(self) -> dict[str, Any]:
+        """The stack file's `ascend-fleet:` values, namespace stripped."""
+        config = (yaml.safe_load(self.stack_file.read_text()) or {}).get("config") or {}
+        return {k.removeprefix(f"{NAMESPACE}:"): v for k, v in config.items() if k.startswith(f"{NAMESPACE}:")}
+
+    def write_values(self, values: dict[str, Any]) -> None:
+        """Replace the stack file's `ascend-fleet:` config, keeping what `stack init` wrote (the salt)."""
+        doc = yaml.safe_load(self.stack_file.read_text()) if self.stack_file.exists() else {}
+        doc = doc or {}
+        doc["config"] = {f"{NAMESPACE}:{k}": v for k, v in values.items()}
+        self.stack_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def edit(self, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Apply `change` to the stack's values in place, write them, return the old values."""
+        old = self.values()
+        new = json.loads(json.dumps(old))
+        change(new)
+        self.write_values(new)
+        return old
+
+    def cli(self, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """A pulumi command without an event log (stack init, outputs)."""
+        proc = subprocess.run(
+            ["pulumi", *args, "--non-interactive"], cwd=self.root, env=self.env,
+            capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        if check and proc.returncode != 0:
+            raise EngineFailed(f"$ pulumi {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+        return proc
+
+    def run(self, command: str, *args: str, expect_success: bool = True, timeout: float = 1200) -> Outcome:
+        """`pulumi COMMAND --stack S --yes ARGS` with an event log; fail with its output unless
+        it exited as expected."""
+        log = self.root.parent / f"events-{len(self.history)}-{command}.jsonl"
+        argv = ["pulumi", command, "--stack", self.stack, "--non-interactive", "--event-log", str(log), *args]
+        if command in ("up", "refresh", "destroy"):
+            argv.append("--yes")
+        started = time.monotonic()
+        proc = subprocess.run(
+            argv, cwd=self.root, env=self.env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+        seconds = time.monotonic() - started
+        events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+        outcome = Outcome(argv, proc.returncode, proc.stdout, proc.stderr, events, seconds)
+        self.history.append(outcome)
+        if expect_success and proc.returncode != 0:
+            raise EngineFailed(outcome.explain())
+        if not expect_success and proc.returncode == 0:
+            raise EngineFailed("expected a failure, but it succeeded\n" + outcome.explain())
+        return outcome
+
+    def preview_json(self, *args: str) -> dict[str, Any]:
+        """`pulumi preview --json`: the engine's plan as one JSON document (steps, changeSummary)."""
+        proc = self.cli("preview", "--stack", self.stack, "--json", *args, check=False)
+        try:
+            doc = json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            raise EngineFailed(f"pulumi preview --json printed no JSON (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}") from None
+        if proc.returncode != 0:
+            raise EngineFailed(f"pulumi preview --json exited {proc.returncode}:\n{json.dumps(doc.get('diagnostics'), indent=1)[-4000:]}\n{proc.stderr[-3000:]}")
+        return doc
+
+    def outputs(self) -> dict[str, Any]:
+        return json.loads(self.cli("stack", "output", "--stack", self.stack, "--json", "--show-secrets").stdout)
+
+
+def preview_steps(doc: dict[str, Any]) -> dict[str, str]:
+    """URN -> op of every step of a `preview --json` document."""
+    return {step["urn"]: step["op"] for step in doc.get("steps") or ()}
+
+
+@dataclass(frozen=True)
+class ContainerChanges:
+    """What an engine plan does to the stack's containers, by container name."""
+
+    created: frozenset[str]
+    deleted: frozenset[str]
+    replaced: frozenset[str]
+    updated: frozenset[str]
+
+
+def container_changes(doc: dict[str, Any]) -> ContainerChanges:
+    """The containers a `preview --json` creates, deletes, replaces or updates in place."""
+    by_op: dict[str, set[str]] = {}
+    for urn, op in preview_steps(doc).items():
+        if urn_type(urn) == CONTAINER:
+            by_op.setdefault("replace" if op in REPLACE_OPS else op, set()).add(container_name(urn))
+    return ContainerChanges(
+        *(frozenset(by_op.get(op, ())) for op in ("create", "delete", "replace", "update"))
+    )
+
+
+def container_name(urn: str) -> str:
+    """`qwen-vl` of `...$docker:index/container:Container::qwen-vl-container`."""
+    return urn_name(urn).removesuffix("-container")
+
+
+def apply_and_preview(project: Project, change: Callable[[dict[str, Any]], None]) -> tuple[dict[str, Any], ContainerChanges]:
+    """Edit the stack file, preview: (the old values, what the engine would do to the containers)."""
+    old = project.edit(change)
+    return old, container_changes(project.preview_json())
+
+
+def poll(condition: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
+    """Call `condition` until it returns something truthy; fail naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f}s: {what}")
+        time.sleep(interval)
+
+
+def missing_tools(pulumi: str | None, plugin_list: Iterable[dict[str, Any]]) -> list[str]:
+    """Which of the CLI, the Python language host and the two resource plugins cannot be found.
+
+    The language host and the plugins count when they are on PATH, next to the CLI (where the
+    official tarball puts the language hosts), or installed (`pulumi plugin ls --json`)."""
+    if pulumi is None:
+        return ["pulumi (the Pulumi CLI, on PATH)"]
+    beside = Path(pulumi).resolve().parent
+    installed = {(p.get("kind"), p.get("name")) for p in plugin_list}
+    wanted = {
+        "pulumi-language-python": ("language", "python"),
+        "pulumi-resource-docker": ("resource", "docker"),
+        "pulumi-resource-command": ("resource", "command"),
+    }
+    missing = []
+    for binary, key in wanted.items():
+        if shutil.which(binary) or (beside / binary).exists() or key in installed:
+            continue
+        missing.append(f"{binary} (on PATH, or `pulumi plugin install {key[0]} {key[1]} VERSION`)")
+    return missing
+
+
+def installed_plugins(pulumi: str) -> list[dict[str, Any]]:
+    proc = subprocess.run([pulumi, "plugin", "ls", "--json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "1"}, stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        return json.loads(proc.stdout) or [] if proc.returncode == 0 else []
+    except json.JSONDecodeError:
+        return []

@@ -1,0 +1,289 @@
+"""The real Pulumi engine and providers deploy the prod layout to the simulated 910B host.
+
+One stack lives through the whole module, as a fleet does: `pulumi up`, a second preview
+that must change nothing, drift made by hand and repaired, day-2 changes of the stack file
+(each checked against what the plan diff says it re-creates), a model that fails to load,
+and `pulumi destroy`. The tests run in file order and each starts from the state the one
+before left; each asserts on what the engine reported (its event log or `preview --json`)
+and on the host itself (`docker inspect`, the simulator's NPU state, files on the host).
+
+The stack is Pulumi.prod.yaml with what a simulated host must differ in swapped (its SSH
+endpoint, the npu-sim image, the simulator's card-NIC folder) and shorter timeouts, so
+that a failing start costs a minute. The health check's 30 s interval is fixed by the
+program, so each start takes at least that long.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from allocation.device_share import BOOT_SCRIPT, UNIT_PATH
+from allocation.diff import diff_plans
+from sim.host import IMAGE, SimHost
+from tests.engine.engine import CONTAINER, Project, apply_and_preview, container_changes, poll, preview_steps, urn_type
+from tests.simhost.test_prod_layout import prod_values_on_the_simulated_host
+
+pytestmark = pytest.mark.engine
+
+STACK = "engine"
+SERVICES = {"bge-m3": ([0], 7007), "qwen-vl": ([0, 1, 2, 3], 9009), "qwen-long": ([4, 5, 6, 7], 6006)}
+START_TIMEOUT = 150  # seconds: first health probe after 30 s, on a loaded 2-core machine
+FAILING_START_TIMEOUT = 60
+DAY2_IMAGE = "ascend-fleet/npu-sim:engine-day2"
+BROKEN_MODEL = "/srv/models/engine-half-copied"
+STACK_LABEL = f"ascend-fleet.stack={STACK}"
+
+
+def sim_stack_values(host: SimHost) -> dict[str, Any]:
+    values = prod_values_on_the_simulated_host(host)
+    values["defaults"] = {
+        **values["defaults"],
+        "startTimeoutSeconds": START_TIMEOUT,
+        "stopGraceSeconds": 10,
+        "shmSizeMiB": 64,
+    }
+    return values
+
+
+@pytest.fixture(scope="module")
+def host(engine_host: SimHost) -> SimHost:
+    return engine_host
+
+
+@pytest.fixture(scope="module")
+def project(host: SimHost, engine_env, tmp_path_factory: pytest.TempPathFactory):
+    """The stack, created empty; left destroyed (or torn down by hand if a test broke it)."""
+    values = sim_stack_values(host)
+    made_boot_files = [p for p in (BOOT_SCRIPT, UNIT_PATH) if not Path(p).exists()]
+    for service in values["services"]:
+        host.make_model(service["model"])
+    project = Project.create(tmp_path_factory.mktemp("engine"), STACK, values, engine_env)
+    try:
+        yield project
+    finally:
+        project.run("destroy", expect_success=False) if stack_has_resources(project) else None
+        host.reset()
+        host.docker("image", "rm", "-f", DAY2_IMAGE, check=False)
+        subprocess.run(["rm", "-rf", BROKEN_MODEL], check=False)
+        for path in made_boot_files:
+            Path(path).unlink(missing_ok=True)
+
+
+def stack_has_resources(project: Project) -> bool:
+    proc = project.cli("stack", "export", "--stack", project.stack, check=False)
+    return proc.returncode == 0 and len(json.loads(proc.stdout).get("deployment", {}).get("resources") or []) > 1
+
+
+def inspect(host: SimHost, name: str) -> dict[str, Any]:
+    return json.loads(host.docker("inspect", name).stdout)[0]
+
+
+def health(host: SimHost, name: str) -> str | None:
+    proc = host.docker("inspect", "-f", "{{json .State}}", name, check=False)
+    if proc.returncode != 0:
+        return None
+    state = json.loads(proc.stdout)
+    return (state.get("Health") or {}).get("Status") if state.get("Running") else state.get("Status")
+
+
+def stack_containers(host: SimHost) -> set[str]:
+    return set(host.docker("ps", "-a", "--filter", f"label={STACK_LABEL}", "--format", "{{.Names}}").stdout.split())
+
+
+def plan_of(project: Project, values: dict[str, Any]) -> dict[str, Any]:
+    """`python -m allocation plan --format json` of these values, in the project copy."""
+    path = project.root.parent / f"Pulumi.{STACK}.yaml"  # same stem: the plan JSON names the stack
+    path.write_text(json.dumps({"config": {f"ascend-fleet:{k}": v for k, v in values.items()}}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "allocation", "plan", "--config", str(path), "--format", "json"],
+        cwd=project.root, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def recreated_by_plan(old: dict[str, Any], new: dict[str, Any]) -> tuple[set[str], set[str], set[str]]:
+    """(added, removed, re-created) services as the plan diff (`plan --against`) reports them;
+    a capacity-only change re-creates nothing."""
+    diff = diff_plans(old, new)
+    added = {s.name for s in diff.services if s.added}
+    removed = {s.name for s in diff.services if s.removed}
+    recreated = {s.name for s in diff.services if s.moved or s.ports or s.security or s.restart_reasons}
+    return added, removed, recreated
+
+
+def get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.status, resp.read()
+
+
+# --- 1. pulumi up -------------------------------------------------------------
+
+
+def test_pulumi_up_of_the_prod_layout_starts_every_service_healthy_and_exports_the_documented_outputs(project, host):
+    up = project.run("up")
+
+    assert up.urns("create") == {u for u in up.ops if urn_type(u) == CONTAINER}
+    assert {u.rsplit("::", 1)[1] for u in up.urns("create")} == {f"{s}-container" for s in SERVICES}
+    for name, (cards, port) in SERVICES.items():
+        assert health(host, name) == "healthy", host.logs(name)
+        container = inspect(host, name)
+        assert sorted(d["PathOnHost"] for d in container["HostConfig"]["Devices"] if "davinci" in d["PathOnHost"] and d["PathOnHost"][-1].isdigit()) == [f"/dev/davinci{c}" for c in cards]
+        status, body = get(f"http://127.0.0.1:{port}/v1/models")
+        assert status == 200 and name.encode() in body
+    # Card 0 is shared by bge-m3 and qwen-vl: in device-share mode, and again at every boot.
+    assert host.device_shared_cards() == [0]
+    assert Path(UNIT_PATH).exists() and Path(BOOT_SCRIPT).exists()
+
+    outputs = project.outputs()
+    planned = {s["name"]: s for h in plan_of(project, project.values())["hosts"] for s in h["services"]}
+    assert set(outputs["services"]) == set(SERVICES)
+    for name, (cards, port) in SERVICES.items():
+        out = outputs["services"][name]
+        assert out["endpoint"] == f"http://127.0.0.1:{port}/v1"
+        assert out["host"] == "npu-a" and out["devices"] == cards
+        assert out["hcclNpuSocketPortRange"] == "{}-{}".format(*planned[name]["hcclNpuSocketPortRange"])
+        assert out["vllmPort"] == str(planned[name]["vllmPort"])
+    assert outputs["plan"] == plan_of(project, project.values())
+
+
+# --- 2. a second preview --------------------------------------------------------
+
+
+def test_a_second_preview_changes_nothing(project):
+    doc = project.preview_json()
+    assert {urn: op for urn, op in preview_steps(doc).items() if op != "same"} == {}
+    assert set(doc["changeSummary"]) == {"same"}
+    project.run("preview", "--expect-no-changes")
+
+
+# --- 3. drift by hand ------------------------------------------------------------
+
+
+def test_a_container_stopped_by_hand_shows_as_drift_on_refresh_and_up_starts_it_again(project, host):
+    host.docker("stop", "bge-m3")
+    refresh = project.run("refresh")
+    drifted = {urn.rsplit("::", 1)[1] for urn in refresh.changed()}
+    assert drifted == {"bge-m3-container"}, refresh.explain()
+
+    changes = container_changes(project.preview_json())
+    assert changes.updated == {"bge-m3"} and not (changes.created | changes.deleted | changes.replaced)
+    up = project.run("up")
+    assert {u.rsplit("::", 1)[1] for u in up.changed()} == {"bge-m3-container"}
+    poll(lambda: health(host, "bge-m3") == "healthy", 120, "bge-m3 healthy again after pulumi up")
+    assert set(preview_steps(project.preview_json()).values()) == {"same"}
+
+
+def test_a_container_removed_by_hand_shows_as_drift_on_refresh_and_up_creates_it_again(project, host):
+    host.docker("rm", "-f", "qwen-long")
+    refresh = project.run("refresh")
+    drifted = {urn.rsplit("::", 1)[1] for urn in refresh.changed()}
+    assert drifted == {"qwen-long-container"}, refresh.explain()
+
+    changes = container_changes(project.preview_json())
+    assert changes.created == {"qwen-long"} and not (changes.updated | changes.deleted | changes.replaced)
+    project.run("up")
+    assert health(host, "qwen-long") == "healthy"
+    assert set(preview_steps(project.preview_json()).values()) == {"same"}
+
+
+# --- 4. day-2 changes -------------------------------------------------------------
+
+
+def day2(project: Project, host: SimHost, change) -> None:
+    """Edit the stack, and check that the engine would re-create exactly the containers the plan
+    diff names, then that `pulumi up` did so and left every container of the stack healthy."""
+    old_values, changes = apply_and_preview(project, change)
+    added, removed, recreated = recreated_by_plan(plan_of(project, old_values), plan_of(project, project.values()))
+    assert (changes.created, changes.deleted, changes.replaced, changes.updated) == (added, removed, recreated, set())
+    up = project.run("up")
+    assert {u.rsplit("::", 1)[1].removesuffix("-container") for u in up.urns("create-replacement")} == recreated
+    assert {u.rsplit("::", 1)[1].removesuffix("-container") for u in up.urns("create")} == added
+    names = {s["name"] for s in project.values()["services"]}
+    assert stack_containers(host) == names
+    for name in names:
+        assert health(host, name) == "healthy", host.logs(name)
+
+
+def test_removing_a_service_deletes_exactly_its_container(project, host):
+    day2(project, host, lambda v: v.update(services=[s for s in v["services"] if s["name"] != "qwen-long"]))
+
+
+def test_adding_a_service_creates_exactly_its_container(project, host):
+    qwen_long = next(s for s in sim_stack_values(host)["services"] if s["name"] == "qwen-long")
+    day2(project, host, lambda v: v["services"].append(qwen_long))
+
+
+def test_a_new_image_for_one_service_re_creates_exactly_that_container(project, host):
+    # A different image id (a tag of the same id would restart nothing): one label more.
+    build = subprocess.run(
+        ["docker", "build", "-q", "-t", DAY2_IMAGE, "-"], input=f"FROM {IMAGE}\nLABEL ascend-fleet.engine-test=day2\n",
+        capture_output=True, text=True, env=host.docker_env(), timeout=300,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+
+    def bge_on_the_new_image(values):
+        next(s for s in values["services"] if s["name"] == "bge-m3")["image"] = DAY2_IMAGE
+
+    day2(project, host, bge_on_the_new_image)
+    assert inspect(host, "bge-m3")["Config"]["Image"].startswith("sha256:")
+    assert inspect(host, "bge-m3")["Config"]["Labels"]["ascend-fleet.engine-test"] == "day2"
+
+
+def test_a_defaults_change_re_creates_every_container_it_reaches(project, host):
+    day2(project, host, lambda v: v["defaults"].setdefault("env", {}).update(VLLM_LOGGING_LEVEL="DEBUG"))
+
+
+# --- 5. a model that fails to load --------------------------------------------------
+
+
+def test_a_model_that_fails_to_load_fails_up_within_its_start_timeout_and_leaves_the_others_running(project, host):
+    Path(BROKEN_MODEL).mkdir(parents=True, exist_ok=True)  # a half-copied model: no config.json
+
+    def qwen_long_broken(values):
+        svc = next(s for s in values["services"] if s["name"] == "qwen-long")
+        svc.update(model=BROKEN_MODEL, startTimeoutSeconds=FAILING_START_TIMEOUT)
+
+    project.edit(qwen_long_broken)
+    up = project.run("up", expect_success=False)
+
+    errors = "\n".join(up.diagnostics("error"))
+    # The provider's whole message (terraform-provider-docker resource_docker_container_funcs.go:614-621).
+    assert "container failed to be in healthy state" in errors, up.explain()
+    assert any("qwen-long-container" in d for d in up.diagnostics("error")) or "qwen-long" in errors
+    # Bounded by the start timeout plus the provider's create margin, not by the default 1800 s.
+    assert up.seconds < FAILING_START_TIMEOUT + 300
+    assert "does not appear to have a file named config.json" in host.logs("qwen-long")
+    for name in ("bge-m3", "qwen-vl"):
+        assert health(host, name) == "healthy"
+
+
+def test_up_with_the_model_repaired_replaces_the_failed_container(project, host):
+    def qwen_long_repaired(values):
+        svc = next(s for s in values["services"] if s["name"] == "qwen-long")
+        svc["model"] = next(s for s in sim_stack_values(host)["services"] if s["name"] == "qwen-long")["model"]
+        del svc["startTimeoutSeconds"]
+
+    project.edit(qwen_long_repaired)
+    project.run("up")
+    assert health(host, "qwen-long") == "healthy"
+    assert set(preview_steps(project.preview_json()).values()) == {"same"}
+
+
+# --- 6. pulumi destroy -----------------------------------------------------------------
+
+
+def test_destroy_leaves_no_container_and_no_device_share_boot_unit(project, host):
+    destroy = project.run("destroy")
+    assert {u.rsplit("::", 1)[1] for u in destroy.urns("delete")} == {f"{s}-container" for s in SERVICES}
+    assert stack_containers(host) == set()
+    assert not Path(UNIT_PATH).exists() and not Path(BOOT_SCRIPT).exists()
+    # The card keeps its mode until the next reboot (allocation.device_share.removal_script).
+    assert host.device_shared_cards() == [0]
