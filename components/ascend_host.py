@@ -9,6 +9,7 @@ it; nothing here depends on another host, so hosts deploy in parallel.
 
 from __future__ import annotations
 
+import shlex
 from typing import Optional
 
 import pulumi
@@ -19,6 +20,9 @@ from allocation.config import Ssh
 from allocation.deployment import HostDeployment
 from allocation.device_share import removal_script
 from allocation.durations import go_duration
+from ops.ssh import run_script
+
+LOG_LINES = 20
 
 
 class AscendHost(pulumi.ComponentResource):
@@ -84,7 +88,16 @@ class AscendHost(pulumi.ComponentResource):
             image: docker.RemoteImage(f"{name}-{image}", name=image, keep_locally=True, opts=after_check)
             for image in deployment.images
         }
+        self._ssh, self._deployment = ssh, deployment
         self.register_outputs({"dockerHost": deployment.docker_url, "images": list(deployment.images)})
+
+    def last_log_lines(self, container: str, lines: int = LOG_LINES) -> str:
+        """A container's last log lines on this host (`docker logs --tail`, over SSH like `doctor`),
+        or why they could not be read. For the error hook of a container that did not start."""
+        result = run_script(self._ssh, self._deployment, f"docker logs --tail {int(lines)} {shlex.quote(container)} 2>&1\n")
+        if not result.reachable:
+            return f"(its log could not be read: {result.error})"
+        return result.stdout.strip() or "(its log is empty)"
 
 
 def script(

@@ -15,7 +15,7 @@ import pulumi_docker as docker
 from allocation.containers import ContainerSpec
 from allocation.deployment import ServiceDeployment
 from allocation.durations import go_duration
-from components.ascend_host import AscendHost
+from components.ascend_host import LOG_LINES, AscendHost
 
 
 def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.ContainerArgs:
@@ -63,6 +63,26 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
     )
 
 
+def start_failure_text(container: str, errors: Sequence[str], logs: str) -> str:
+    """What an operator reads when a container did not start: the provider's error and the
+    container's last log lines, where vLLM says why (a missing config.json, -8005, no free HBM)."""
+    error = errors[0] if errors else "unknown error"
+    return f"container {container} failed ({error}); its last {LOG_LINES} log lines:\n{logs}"
+
+
+def start_failure_hook(spec: ContainerSpec, host: AscendHost) -> pulumi.ErrorHook:
+    """Reports a failed create or update with the container's own last log lines. The provider's
+    message alone is "container failed to be in healthy state" (terraform-provider-docker v4.5.0
+    resource_docker_container_funcs.go:40, :614-621), whatever vLLM printed. Never retries."""
+
+    def report(args: pulumi.ErrorHookArgs) -> bool:
+        if args.failed_operation in ("create", "update"):
+            pulumi.log.error(start_failure_text(spec.name, args.errors, host.last_log_lines(spec.name)))
+        return False
+
+    return pulumi.ErrorHook(f"{spec.name}-last-log-lines", report)
+
+
 def renamed(previous: Sequence[str], suffix: str = "") -> list[pulumi.Alias]:
     """Aliases to a resource's names under the service's previous names (`previousNames`), so a rename
     updates it instead of creating a new one before the old is deleted. A component's aliases reach
@@ -76,16 +96,17 @@ def renamed(previous: Sequence[str], suffix: str = "") -> list[pulumi.Alias]:
 def container_options(
     spec: ContainerSpec,
     parent: pulumi.Resource,
-    provider: docker.Provider,
+    host: AscendHost,
     depends_on: list[pulumi.Input[pulumi.Resource]],
     previous: Sequence[str] = (),
 ) -> pulumi.ResourceOptions:
     """How every container is created, replaced and deleted; `previous`: its parent's previous names."""
     return pulumi.ResourceOptions(
         parent=parent,
-        provider=provider,
+        provider=host.provider,
         depends_on=depends_on,
         aliases=renamed(previous, "-container"),
+        hooks=pulumi.ResourceHookBinding(on_error=[start_failure_hook(spec, host)]),
         # The replacement needs the same cards and host ports as the old container,
         # so the old one must go first (else "port is already allocated").
         delete_before_replace=True,
@@ -128,7 +149,7 @@ class ModelService(pulumi.ComponentResource):
             opts=container_options(
                 spec,
                 self,
-                host.provider,
+                host,
                 [host.check, *_sharing(deployment, host), *(s.container for s in after), *depends_on],
                 deployment.previous_names,
             ),

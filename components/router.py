@@ -86,7 +86,7 @@ class Router(pulumi.ComponentResource):
         self.container = docker.Container(
             f"{name}-container",
             container_args(spec, image_id),
-            opts=container_options(spec, self, host.provider, [host.check, workers, replicas[0].container], previous),
+            opts=container_options(spec, self, host, [host.check, workers, replicas[0].container], previous),
         )
         for handover, replica, old in zip(deployment.handovers, replicas, deployment.plan.previous_replicas, strict=True):
             step = script(

@@ -109,6 +109,8 @@ class Registration:
     custom_timeouts: dict[str, str]
     """create/update/delete as the engine receives them; empty strings when unset."""
     replace_on_changes: tuple[str, ...]
+    error_hooks: tuple[str, ...]
+    """Names of the error hooks bound to the resource (ResourceOptions.hooks.on_error)."""
     inputs: dict
     """Deserialized with secrets kept as `{sig: secret, value: ...}` wrappers."""
     aliases: tuple[dict, ...] = ()
@@ -172,6 +174,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 "delete": request.customTimeouts.delete,
             },
             replace_on_changes=tuple(request.replaceOnChanges),
+            error_hooks=tuple(request.hooks.on_error) if request.HasField("hooks") else (),
             inputs=rpc.deserialize_properties(request.object, keep_unknowns=True),
             aliases=tuple(_alias(a) for a in request.aliases),
         )
@@ -299,3 +302,23 @@ def unwrap(value: Any) -> Any:
     if isinstance(value, list):
         return [unwrap(v) for v in value]
     return value
+
+
+def project_config_problems(project: dict[str, Any]) -> list[str]:
+    """Config entries of a Pulumi.yaml that the real CLI refuses before it runs anything.
+
+    The mocks never read Pulumi.yaml; the CLI validates it against its project schema, where
+    each `config:` entry is a string, an integer, a boolean, an array, or a declaration object
+    (`value:`, `default:`, `type:`, ...): `sdk/go/common/workspace/project.json`, property
+    `config.additionalProperties.oneOf` (pulumi v3.259.0; still so in the 3.274 CLI, which
+    printed "#/config/memoryBudget: expected integer, but got number" for `memoryBudget: 0.95`).
+    """
+    declaration_keys = {"type", "items", "description", "secret", "default", "value"}
+    problems = []
+    for key, value in (project.get("config") or {}).items():
+        if isinstance(value, (str, int, list)):  # bool is an int; a float is not
+            continue
+        if isinstance(value, dict) and set(value) <= declaration_keys:
+            continue
+        problems.append(f"config {key}: {value!r} is not a string, integer, boolean, array or declaration (use `value:`)")
+    return problems

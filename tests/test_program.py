@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pulumi
 import pytest
+from ruamel.yaml import YAML
 
 from allocation.config import parse_fleet
 from allocation.errors import FleetError
@@ -29,6 +30,7 @@ from allocation.durations import go_duration
 from allocation.host_check import DAEMON_JSON, DMI_PRODUCT, NPU_SMI, host_check_script
 from allocation.windows import KINDS
 from cli.pin import stack_pins
+from components.model_service import start_failure_text
 from components.router import SERVES_SUFFIX
 from tests.pulumi_harness import (
     ASCEND_HOST,
@@ -44,6 +46,7 @@ from tests.pulumi_harness import (
     fake_image_id,
     is_secret_wrapper,
     plain_occurrences,
+    project_config_problems,
     run_program,
     unwrap,
 )
@@ -99,6 +102,30 @@ def two_host_values() -> dict:
 
 
 stack_params = pytest.mark.parametrize("stack", sorted(STACKS))
+
+
+def test_the_project_file_is_one_the_pulumi_cli_accepts():
+    """A number that is not an integer must sit under `value:` (the real CLI refused `memoryBudget: 0.95`)."""
+    project = YAML(typ="safe").load((PROJECT_ROOT / "Pulumi.yaml").read_text())
+    assert project_config_problems(project) == []
+    assert project_config_problems({"config": {"memoryBudget": 0.95}}) != []
+    assert project_config_problems({"config": {"memoryBudget": {"value": 0.95}, "n": 3, "on": True}}) == []
+
+
+@stack_params
+def test_every_container_reports_its_last_log_lines_when_it_fails_to_start(stack):
+    """The provider's error says only "container failed to be in healthy state"; an error hook adds
+    the container's log, where vLLM says why (shown for real by tests/engine)."""
+    containers = stack_run(stack).of_type(CONTAINER)
+    assert containers
+    for c in containers:
+        assert c.error_hooks == (f"{c.inputs['name']}-last-log-lines",), c.name
+
+
+def test_a_failed_start_names_the_container_the_providers_error_and_the_log():
+    text = start_failure_text("qwen-long", ["container failed to be in healthy state"], "OSError: no config.json")
+    assert text.startswith("container qwen-long failed (container failed to be in healthy state)")
+    assert text.endswith("log lines:\nOSError: no config.json")
 
 
 def test_there_is_at_least_the_prod_stack_file():

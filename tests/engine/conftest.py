@@ -43,7 +43,8 @@ def engine_host(engine_env, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     reason = unavailable_reason()
     if reason:
         _unavailable(f"simulated 910B host unavailable: {reason}")
-    host = SimHost(tmp_path_factory.mktemp("simhost"))
+    # The other simulated-host suites on this machine hold the host for minutes at a time.
+    host = SimHost(tmp_path_factory.mktemp("simhost"), lock_timeout=3600)
     try:
         host.start()
     except SimHostUnavailable as err:
