@@ -699,7 +699,7 @@ class SimHost:
                 if time.monotonic() > deadline:
                     os.close(fd)
                     raise SimHostError(f"another simulated host holds {LOCK_FILE} for more than {self.lock_timeout:.0f}s")
-                time.sleep(1)
+                time.sleep(0.1)  # a second between tries lost the lock to sessions that came later
         self._lock_fd = fd
 
     def _clear_npu_state(self) -> None:

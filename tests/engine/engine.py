@@ -144,6 +144,9 @@ class Project:
             # Use the plugins on PATH or already installed; never download one.
             "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
             "PULUMI_SKIP_CONFIRMATIONS": "1",
+            # `--event-log` exists only with the debug commands on (pulumi v3.274.0
+            # pkg/cmd/pulumi/operations/up.go:1023); the Automation API turns them on the same way.
+            "PULUMI_DEBUG_COMMANDS": "true",
             "NO_COLOR": "1",
         }
         env.pop("PULUMI_IGNORE_AMBIENT_PLUGINS", None)
