@@ -90,6 +90,21 @@ def stored(inputs: Mapping[str, Any], daemon: Mapping[str, Any] | None = None) -
     return state
 
 
+def stored_after_stop(inputs: Mapping[str, Any], daemon: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The state a `pulumi refresh` stores for a container stopped by hand (`docker stop`).
+
+    funcs.go:800-806: ports are read whenever the state says must_run, and a stopped container has
+    no NetworkSettings.Ports, so the list comes back empty; :815-822 then sets must_run false "to
+    trigger update". `ports` is ForceNew, so the next `pulumi up` re-creates the container (seen
+    with the real engine in tests/engine: refresh diffs `mustRun` and `ports`, up replaces it).
+    """
+    state = stored(inputs, daemon)
+    state["mustRun"] = False
+    if "ports" in state:
+        state["ports"] = []
+    return state
+
+
 def differences(inputs: Mapping[str, Any], state: Mapping[str, Any]) -> list[str]:
     """Keys where the next run's input (the same as this one) differs from the stored value."""
     planned = dict(inputs)

@@ -12,7 +12,7 @@ import copy
 import pytest
 
 from allocation.durations import go_duration
-from tests.provider_readback import differences, go_seconds, stored
+from tests.provider_readback import differences, go_seconds, stored, stored_after_stop
 from tests.pulumi_harness import CONTAINER, REMOTE_IMAGE
 from tests.test_program import STACKS, stack_run, stack_params
 
@@ -76,3 +76,10 @@ def test_a_27b_model_that_loads_in_25_minutes_is_not_cut_off_at_20():
     values["defaults"] = {**values.get("defaults", {}), "startTimeoutSeconds": 1800}
     for container in run_program("prod", values).of_type(CONTAINER):
         assert go_seconds(container.custom_timeouts["create"]) > 25 * 60 > 20 * 60
+
+
+def test_a_container_stopped_by_hand_reads_back_without_ports_and_is_re_created_by_the_next_up():
+    """Found by tests/engine: `pulumi refresh` after `docker stop` stores must_run false and no ports;
+    ports re-create a container, so `pulumi up` replaces it rather than starting it."""
+    inputs = stack_run("prod").of_type(CONTAINER)[0].inputs
+    assert differences(inputs, stored_after_stop(inputs, DAEMON_DEFAULT)) == ["mustRun", "ports"]

@@ -54,12 +54,15 @@ class Outcome:
 
     @property
     def ops(self) -> dict[str, set[str]]:
-        """URN -> the step operations the engine reported for it (resourcePreEvent)."""
+        """URN -> the step operations the engine reported for it. A refresh announces every resource
+        as `refresh` (resourcePreEvent) and says what it found in resOutputsEvent (`same`, `update`,
+        `delete`), so both events count."""
         out: dict[str, set[str]] = {}
         for event in self.events:
-            meta = (event.get("resourcePreEvent") or {}).get("metadata")
-            if meta:
-                out.setdefault(meta["urn"], set()).add(meta["op"])
+            for kind in ("resourcePreEvent", "resOutputsEvent"):
+                meta = (event.get(kind) or {}).get("metadata")
+                if meta:
+                    out.setdefault(meta["urn"], set()).add(meta["op"])
         return out
 
     def urns(self, *ops: str, type_: str | None = CONTAINER) -> set[str]:
@@ -70,8 +73,8 @@ class Outcome:
         }  # fmt: skip
 
     def changed(self) -> dict[str, set[str]]:
-        """Every resource with a step other than `same` (or `read`/`refresh` without a diff)."""
-        return {urn: ops for urn, ops in self.ops.items() if ops - {"same", "read"}}
+        """Every resource with a step other than `same` (a refresh's own `refresh` and a `read` change nothing)."""
+        return {urn: ops for urn, ops in self.ops.items() if ops - {"same", "read", "refresh"}}
 
     @property
     def summary(self) -> dict[str, int]:
@@ -88,13 +91,14 @@ class Outcome:
             if "diagnosticEvent" in e and e["diagnosticEvent"].get("severity") == severity
         ]  # fmt: skip
 
-    def detailed_diffs(self) -> dict[str, dict[str, Any]]:
-        """URN -> the provider's detailed diff of its step, where the engine reported one."""
-        out: dict[str, dict[str, Any]] = {}
+    def diffs(self) -> dict[str, set[str]]:
+        """URN -> the properties whose difference the engine reported (a refresh: what drifted)."""
+        out: dict[str, set[str]] = {}
         for event in self.events:
-            meta = (event.get("resourcePreEvent") or {}).get("metadata") or {}
-            if meta.get("detailedDiff"):
-                out.setdefault(meta["urn"], {}).update(meta["detailedDiff"])
+            for kind in ("resourcePreEvent", "resOutputsEvent"):
+                meta = (event.get(kind) or {}).get("metadata") or {}
+                if meta.get("diffs"):
+                    out.setdefault(meta["urn"], set()).update(meta["diffs"])
         return out
 
     def explain(self) -> str:
@@ -263,18 +267,6 @@ def apply_and_preview(project: Project, change: Callable[[dict[str, Any]], None]
     return old, container_changes(project.preview_json())
 
 
-def poll(condition: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
-    """Call `condition` until it returns something truthy; fail naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f}s: {what}")
-        time.sleep(interval)
-
-
 def missing_tools(pulumi: str | None, plugin_list: Iterable[dict[str, Any]]) -> list[str]:
     """Which of the CLI, the Python language host and the two resource plugins cannot be found.
 
@@ -291,9 +283,13 @@ def missing_tools(pulumi: str | None, plugin_list: Iterable[dict[str, Any]]) -> 
     }
     missing = []
     for binary, key in wanted.items():
-        if shutil.which(binary) or (beside / binary).exists() or key in installed:
-            continue
-        missing.append(f"{binary} (on PATH, or `pulumi plugin install {key[0]} {key[1]} VERSION`)")
+        found = shutil.which(binary) or ((beside / binary) if (beside / binary).exists() else None)
+        if found is None and key not in installed:
+            missing.append(f"{binary} (on PATH, or `pulumi plugin install {key[0]} {key[1]} VERSION`)")
+        # The language host runs the program through this script beside it (the CLI's tarball has both).
+        executor = Path(found).parent / "pulumi-language-python-exec" if found and key[0] == "language" else None
+        if executor is not None and not executor.exists():
+            missing.append(f"{executor} (the language host's executor script, shipped beside it)")
     return missing
 
 

@@ -27,7 +27,15 @@ import pytest
 from allocation.device_share import BOOT_SCRIPT, UNIT_PATH
 from allocation.diff import diff_plans
 from sim.host import IMAGE, SimHost
-from tests.engine.engine import CONTAINER, Project, apply_and_preview, container_changes, poll, preview_steps, urn_type
+from tests.engine.engine import (
+    CONTAINER,
+    Project,
+    apply_and_preview,
+    container_changes,
+    preview_steps,
+    urn_name,
+    urn_type,
+)
 from tests.simhost.test_prod_layout import prod_values_on_the_simulated_host
 
 pytestmark = pytest.mark.engine
@@ -169,25 +177,26 @@ def test_a_second_preview_changes_nothing(project):
 # --- 3. drift by hand ------------------------------------------------------------
 
 
-def test_a_container_stopped_by_hand_shows_as_drift_on_refresh_and_up_starts_it_again(project, host):
+def test_a_container_stopped_by_hand_shows_as_drift_on_refresh_and_up_re_creates_it(project, host):
     host.docker("stop", "bge-m3")
     refresh = project.run("refresh")
-    drifted = {urn.rsplit("::", 1)[1] for urn in refresh.changed()}
-    assert drifted == {"bge-m3-container"}, refresh.explain()
+    assert {urn_name(u): ops - {"refresh"} for u, ops in refresh.changed().items()} == {"bge-m3-container": {"update"}}
+    # A stopped container reads back with must_run false and no published ports (the rule in
+    # tests/provider_readback.py, `stored_after_stop`); ports re-create a container.
+    assert {urn_name(u): d for u, d in refresh.diffs().items()} == {"bge-m3-container": {"mustRun", "ports"}}
 
     changes = container_changes(project.preview_json())
-    assert changes.updated == {"bge-m3"} and not (changes.created | changes.deleted | changes.replaced)
+    assert changes.replaced == {"bge-m3"} and not (changes.created | changes.deleted | changes.updated)
     up = project.run("up")
-    assert {u.rsplit("::", 1)[1] for u in up.changed()} == {"bge-m3-container"}
-    poll(lambda: health(host, "bge-m3") == "healthy", 120, "bge-m3 healthy again after pulumi up")
+    assert {urn_name(u) for u in up.changed()} == {"bge-m3-container"}
+    assert health(host, "bge-m3") == "healthy"
     assert set(preview_steps(project.preview_json()).values()) == {"same"}
 
 
 def test_a_container_removed_by_hand_shows_as_drift_on_refresh_and_up_creates_it_again(project, host):
     host.docker("rm", "-f", "qwen-long")
     refresh = project.run("refresh")
-    drifted = {urn.rsplit("::", 1)[1] for urn in refresh.changed()}
-    assert drifted == {"qwen-long-container"}, refresh.explain()
+    assert set(map(urn_name, refresh.changed())) == {"qwen-long-container"}, refresh.explain()
 
     changes = container_changes(project.preview_json())
     assert changes.created == {"qwen-long"} and not (changes.updated | changes.deleted | changes.replaced)
