@@ -94,7 +94,8 @@ class AscendHost(pulumi.ComponentResource):
     def last_log_lines(self, container: str, lines: int = LOG_LINES) -> str:
         """A container's last log lines on this host (`docker logs --tail`, over SSH like `doctor`),
         or why they could not be read. For the error hook of a container that did not start."""
-        result = run_script(self._ssh, self._deployment, f"docker logs --tail {int(lines)} {shlex.quote(container)} 2>&1\n")
+        script = f"docker logs --tail {int(lines)} {shlex.quote(container)} 2>&1\n"
+        result = run_script(self._ssh, self._deployment, script)
         if not result.reachable:
             return f"(its log could not be read: {result.error})"
         return result.stdout.strip() or "(its log is empty)"

@@ -320,5 +320,5 @@ def project_config_problems(project: dict[str, Any]) -> list[str]:
             continue
         if isinstance(value, dict) and set(value) <= declaration_keys:
             continue
-        problems.append(f"config {key}: {value!r} is not a string, integer, boolean, array or declaration (use `value:`)")
+        problems.append(f"config {key}: {value!r} is not a string, integer, boolean, array or declaration (`value:`)")
     return problems

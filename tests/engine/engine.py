@@ -191,7 +191,9 @@ class Project:
             capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         if check and proc.returncode != 0:
-            raise EngineFailed(f"$ pulumi {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+            raise EngineFailed(
+                f"$ pulumi {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+            )
         return proc
 
     def run(self, command: str, *args: str, expect_success: bool = True, timeout: float = 1200) -> Outcome:
@@ -221,9 +223,12 @@ class Project:
         try:
             doc = json.loads(proc.stdout)
         except json.JSONDecodeError:
-            raise EngineFailed(f"pulumi preview --json printed no JSON (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}") from None
+            raise EngineFailed(
+                f"pulumi preview --json printed no JSON (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+            ) from None
         if proc.returncode != 0:
-            raise EngineFailed(f"pulumi preview --json exited {proc.returncode}:\n{json.dumps(doc.get('diagnostics'), indent=1)[-4000:]}\n{proc.stderr[-3000:]}")
+            diagnostics = json.dumps(doc.get("diagnostics"), indent=1)[-4000:]
+            raise EngineFailed(f"pulumi preview --json exited {proc.returncode}:\n{diagnostics}\n{proc.stderr[-3000:]}")
         return doc
 
     def outputs(self) -> dict[str, Any]:
@@ -261,7 +266,9 @@ def container_name(urn: str) -> str:
     return urn_name(urn).removesuffix("-container")
 
 
-def apply_and_preview(project: Project, change: Callable[[dict[str, Any]], None]) -> tuple[dict[str, Any], ContainerChanges]:
+def apply_and_preview(
+    project: Project, change: Callable[[dict[str, Any]], None]
+) -> tuple[dict[str, Any], ContainerChanges]:
     """Edit the stack file, preview: (the old values, what the engine would do to the containers)."""
     old = project.edit(change)
     return old, container_changes(project.preview_json())

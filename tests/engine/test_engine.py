@@ -145,7 +145,8 @@ def test_pulumi_up_of_the_prod_layout_starts_every_service_healthy_and_exports_t
     for name, (cards, port) in SERVICES.items():
         assert health(host, name) == "healthy", host.logs(name)
         container = inspect(host, name)
-        assert sorted(d["PathOnHost"] for d in container["HostConfig"]["Devices"] if "davinci" in d["PathOnHost"] and d["PathOnHost"][-1].isdigit()) == [f"/dev/davinci{c}" for c in cards]
+        devices = [d["PathOnHost"] for d in container["HostConfig"]["Devices"]]
+        assert sorted(d for d in devices if d.removeprefix("/dev/davinci").isdigit()) == [f"/dev/davinci{c}" for c in cards]
         status, body = get(f"http://127.0.0.1:{port}/v1/models")
         assert status == 200 and name.encode() in body
     # Card 0 is shared by bge-m3 and qwen-vl: in device-share mode, and again at every boot.
@@ -213,7 +214,8 @@ def day2(project: Project, host: SimHost, change) -> None:
     diff names, then that `pulumi up` did so and left every container of the stack healthy."""
     old_values, changes = apply_and_preview(project, change)
     added, removed, recreated, in_place = plan_diff(plan_of(project, old_values), plan_of(project, project.values()))
-    assert (changes.created, changes.deleted, changes.replaced, changes.updated) == (added, removed, recreated, in_place)
+    engine = (changes.created, changes.deleted, changes.replaced, changes.updated)
+    assert engine == (added, removed, recreated, in_place)
     up = project.run("up")
     assert {u.rsplit("::", 1)[1].removesuffix("-container") for u in up.urns("create-replacement")} == recreated
     assert {u.rsplit("::", 1)[1].removesuffix("-container") for u in up.urns("create")} == added
@@ -250,6 +252,19 @@ def test_a_new_image_for_one_service_re_creates_exactly_that_container(project, 
 
 def test_a_defaults_change_re_creates_every_container_it_reaches(project, host):
     day2(project, host, lambda v: v["defaults"].setdefault("env", {}).update(VLLM_LOGGING_LEVEL="DEBUG"))
+
+
+def renamed(old: str, new: str):
+    def change(values):
+        svc = next(s for s in values["services"] if s["name"] == old)
+        svc.update(name=new, previousNames=[old])
+
+    return change
+
+
+def test_renaming_a_service_with_previous_names_re_creates_exactly_its_container(project, host):
+    day2(project, host, renamed("qwen-long", "qwen-longctx"))
+    day2(project, host, renamed("qwen-longctx", "qwen-long"))
 
 
 # --- 5. a model that fails to load --------------------------------------------------
