@@ -1,0 +1,244 @@
+"""The real Pulumi engine scales a replicated service and rolls its image, one replica at a time.
+
+A second stack, of its own, on the simulated host: one service `emb` with three replicas on
+three cards and its router (the real vllm-router 0.1.17 in the stand-in router image of
+sim/router_image.py, made beforehand under the tag the program's build script looks for, so that
+script skips its build). The tests run in file order: `pulumi up`, the replicas pinned, one replica
+more and one less (each checked against what the plan diff says, and that nothing else is
+re-created, the router included), and the router's base image pinned (which re-creates nothing).
+
+The router reaches its workers at the host's address, which for a container on the simulated host
+is the Docker bridge's gateway (as in tests/simhost/test_rolling_upgrade.py). The stack's host
+address is therefore that gateway; the simulated host's sshd listens on loopback only, so the
+fixture forwards the gateway's SSH port to it and trusts the same host key under the gateway's name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from allocation.rollout import workers_dir
+from sim.host import CLAIMS_DIR, IMAGE, SimHost
+from sim.router_image import build_router_image
+from tests.engine.engine import REPLACE_OPS, Project, apply_and_preview, container_changes, preview_steps
+from tests.engine.test_engine import get, health, inspect, plan_diff, plan_of, stack_has_resources
+from tests.simhost.test_rolling_upgrade import LOCAL_DOCKER, SERVICE, host_address
+
+pytestmark = pytest.mark.engine
+
+STACK = "replicas"
+REPLICAS = 3
+MODEL = "/srv/models/engine-emb"
+ROUTER = f"{SERVICE}-router"
+START_TIMEOUT = 150
+
+
+class Forward:
+    """A TCP forwarder from `listen` to `target`, in threads, for the life of the module."""
+
+    def __init__(self, listen: tuple[str, int], target: tuple[str, int]) -> None:
+        self.target = target
+        self.server = socket.create_server(listen)
+        self.server.settimeout(0.5)
+        self.stopped = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                client, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.server.close()
+
+
+def replicated_values(host: SimHost, gateway: str, known_hosts: Path) -> dict[str, Any]:
+    return {
+        "hosts": [{"name": "npu-a", "address": gateway, "sshPort": host.ssh_port, "user": host.user}],
+        "ssh": {"identityFile": str(host.identity_file), "knownHostsFile": str(known_hosts)},
+        "defaults": {
+            "image": IMAGE,
+            "startTimeoutSeconds": START_TIMEOUT,
+            "stopGraceSeconds": 10,
+            "shmSizeMiB": 64,
+            "mounts": [{"source": str(CLAIMS_DIR), "target": str(CLAIMS_DIR), "readOnly": False}],
+        },
+        "services": [{"name": SERVICE, "model": MODEL, "memoryFraction": 0.2, "replicas": REPLICAS,
+                      "router": {"policy": "round_robin"}}],
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stack(engine_host: SimHost, engine_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Project, SimHost]]:
+    host = engine_host
+    work = tmp_path_factory.mktemp("replicas")
+    gateway = host_address(host)
+    known_hosts = work / "known_hosts"
+    known_hosts.write_text(host.known_hosts_file.read_text().replace(f"[{host.address}]", f"[{gateway}]"))
+    forward = Forward((gateway, host.ssh_port), (host.address, host.ssh_port))
+    made_workers = not Path(workers_dir(ROUTER)).exists()
+    project = None
+    try:
+        host.make_model(MODEL)
+        build_router_image(LOCAL_DOCKER, IMAGE)
+        project = Project.create(work, STACK, replicated_values(host, gateway, known_hosts), engine_env)
+        yield project, host
+    finally:
+        if project is not None and stack_has_resources(project):
+            project.cli("destroy", "--stack", project.stack, "--yes", check=False)
+        host.reset()
+        if made_workers:
+            shutil.rmtree(workers_dir(ROUTER), ignore_errors=True)
+        forward.close()
+
+
+def replicas(project: Project) -> list[str]:
+    return [f"{SERVICE}-{i}" for i in range(1, project.values()["services"][0]["replicas"] + 1)]
+
+
+def router_port(project: Project) -> int:
+    (router,) = plan_of(project, project.values())["routers"]
+    return router["routerPort"]
+
+
+def router_workers(project: Project) -> dict[str, bool]:
+    """Worker URL -> healthy, as the router's `GET /workers` lists them."""
+    _, body = get(f"http://127.0.0.1:{router_port(project)}/workers")
+    return {w["url"]: w["is_healthy"] for w in json.loads(body)["workers"]}
+
+
+def planned_workers(project: Project) -> set[str]:
+    (router,) = plan_of(project, project.values())["routers"]
+    plan = plan_of(project, project.values())
+    ports = {s["name"]: s["apiPort"] for h in plan["hosts"] for s in h["services"]}
+    address = project.values()["hosts"][0]["address"]
+    return {f"http://{address}:{ports[name]}" for name in router["replicas"]}
+
+
+def ids(host: SimHost, names: list[str]) -> dict[str, str]:
+    return {n: inspect(host, n)["Id"] for n in names}
+
+
+def replaced_anything(doc: dict[str, Any]) -> dict[str, str]:
+    """Every resource (not only containers) the preview would replace."""
+    return {urn: op for urn, op in preview_steps(doc).items() if op in REPLACE_OPS}
+
+
+def say(capsys, line: str) -> None:
+    with capsys.disabled():
+        print(f"\n{line}")
+
+
+# --- up ----------------------------------------------------------------------------
+
+
+def test_pulumi_up_starts_every_replica_and_the_router_healthy_and_the_router_serves_through_all(stack, capsys):
+    project, host = stack
+    up = project.run("up")
+
+    names = replicas(project)
+    assert {u.rsplit("::", 1)[1] for u in up.urns("create")} == {f"{n}-container" for n in [*names, ROUTER]}
+    for name in [*names, ROUTER]:
+        assert health(host, name) == "healthy", host.logs(name)
+    cards = [tuple(d["PathOnHost"] for d in inspect(host, n)["HostConfig"]["Devices"] if d["PathOnHost"][-1].isdigit()) for n in names]
+    assert len(set(cards)) == REPLICAS and all(len(c) == 1 for c in cards), cards
+    assert router_workers(project) == dict.fromkeys(planned_workers(project), True)
+    status, body = get(f"http://127.0.0.1:{router_port(project)}/v1/models")
+    assert status == 200 and SERVICE.encode() in body
+    say(capsys, f"replicas: pulumi up of {REPLICAS} replicas and the router {up.seconds:.0f}s")
+
+
+# --- replicas +1 and -1 ----------------------------------------------------------------
+
+
+def test_pinning_the_replicas_changes_nothing(stack):
+    project, _ = stack
+    proc = subprocess.run(
+        [".venv/bin/python", "-m", "allocation", "pin", "--config", str(project.stack_file)],
+        cwd=project.root, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert len(project.values()["services"][0]["replicaPins"]) == REPLICAS
+    assert set(preview_steps(project.preview_json()).values()) == {"same"}
+
+
+def test_one_replica_more_creates_exactly_its_container_and_it_serves_through_the_router(stack, capsys):
+    project, host = stack
+    before = ids(host, [*replicas(project), ROUTER])
+    old, changes = apply_and_preview(project, lambda v: v["services"][0].update(replicas=REPLICAS + 1))
+    new = f"{SERVICE}-{REPLICAS + 1}"
+    assert (changes.created, changes.deleted, changes.replaced, changes.updated) == ({new}, set(), set(), set())
+    assert plan_diff(plan_of(project, old), plan_of(project, project.values()))[:3] == ({new}, set(), set())
+    assert replaced_anything(project.preview_json()) == {}
+
+    up = project.run("up")
+    assert {u.rsplit("::", 1)[1] for u in up.urns("create")} == {f"{new}-container"}
+    assert up.urns("create-replacement", "delete-replaced", "delete") == set()
+    assert health(host, new) == "healthy", host.logs(new)
+    assert ids(host, list(before)) == before, "a container other than the new replica's was re-created"
+    assert router_workers(project) == dict.fromkeys(planned_workers(project), True)
+    assert len(router_workers(project)) == REPLICAS + 1
+    assert set(preview_steps(project.preview_json()).values()) == {"same"}
+    say(capsys, f"replicas: +1 up {up.seconds:.0f}s")
+
+
+def test_one_replica_less_deletes_exactly_its_container_and_the_router_forgets_it(stack, capsys):
+    project, host = stack
+    gone = f"{SERVICE}-{REPLICAS + 1}"
+    before = ids(host, [f"{SERVICE}-{i}" for i in range(1, REPLICAS + 1)] + [ROUTER])
+
+    def one_less(values):
+        service = values["services"][0]
+        service["replicas"] -= 1
+        service["replicaPins"] = service["replicaPins"][: service["replicas"]]
+
+    old, changes = apply_and_preview(project, one_less)
+    assert (changes.created, changes.deleted, changes.replaced, changes.updated) == (set(), {gone}, set(), set())
+    assert plan_diff(plan_of(project, old), plan_of(project, project.values()))[:3] == (set(), {gone}, set())
+    assert replaced_anything(project.preview_json()) == {}
+
+    up = project.run("up")
+    assert {u.rsplit("::", 1)[1] for u in up.urns("delete")} == {f"{gone}-container"}
+    assert up.urns("create", "create-replacement", "delete-replaced") == set()
+    assert health(host, gone) is None
+    assert ids(host, list(before)) == before
+    assert router_workers(project) == dict.fromkeys(planned_workers(project), True)
+    assert len(router_workers(project)) == REPLICAS
+    say(capsys, f"replicas: -1 up {up.seconds:.0f}s")
+
+
+# --- a new image, the router's base pinned ----------------------------------------------
+
+
+def test_pinning_the_router_base_image_re_creates_nothing(stack):
+    project, _ = stack
+    _, changes = apply_and_preview(project, lambda v: v["services"][0].update(router={"policy": "round_robin", "baseImage": IMAGE}))
+    assert changes == container_changes({"steps": []})
+    assert replaced_anything(project.preview_json()) == {}
+    project.run("up")
