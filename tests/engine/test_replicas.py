@@ -5,7 +5,8 @@ three cards and its router (the real vllm-router 0.1.17 in the stand-in router i
 sim/router_image.py, made beforehand under the tag the program's build script looks for, so that
 script skips its build). The tests run in file order: `pulumi up`, the replicas pinned, one replica
 more and one less (each checked against what the plan diff says, and that nothing else is
-re-created, the router included), and the router's base image pinned (which re-creates nothing).
+re-created, the router included), the router's base image pinned and the service's image changed
+while a thread samples the replicas and sends requests through the router, and `pulumi destroy`.
 
 The router reaches its workers at the host's address, which for a container on the simulated host
 is the Docker bridge's gateway (as in tests/simhost/test_rolling_upgrade.py). The stack's host
@@ -21,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,15 +32,16 @@ import pytest
 from allocation.rollout import workers_dir
 from sim.host import CLAIMS_DIR, IMAGE, SimHost
 from sim.router_image import build_router_image
-from tests.engine.engine import REPLACE_OPS, Project, apply_and_preview, container_changes, preview_steps
+from tests.engine.engine import CONTAINER, REPLACE_OPS, Project, apply_and_preview, container_changes, preview_steps, urn_name, urn_type
 from tests.engine.test_engine import get, health, inspect, plan_diff, plan_of, stack_has_resources
-from tests.simhost.test_rolling_upgrade import LOCAL_DOCKER, SERVICE, host_address
+from tests.simhost.test_rolling_upgrade import LOCAL_DOCKER, SERVICE, Watch, derived_image, host_address
 
 pytestmark = pytest.mark.engine
 
 STACK = "replicas"
 REPLICAS = 3
 MODEL = "/srv/models/engine-emb"
+NEW_IMAGE = "ascend-fleet/npu-sim:engine-roll"
 ROUTER = f"{SERVICE}-router"
 START_TIMEOUT = 150
 
@@ -113,6 +116,7 @@ def stack(engine_host: SimHost, engine_env, tmp_path_factory: pytest.TempPathFac
         if project is not None and stack_has_resources(project):
             project.cli("destroy", "--stack", project.stack, "--yes", check=False)
         host.reset()
+        host.docker("image", "rm", "-f", NEW_IMAGE, check=False)
         if made_workers:
             shutil.rmtree(workers_dir(ROUTER), ignore_errors=True)
         forward.close()
@@ -242,3 +246,59 @@ def test_pinning_the_router_base_image_re_creates_nothing(stack):
     assert changes == container_changes({"steps": []})
     assert replaced_anything(project.preview_json()) == {}
     project.run("up")
+
+
+def test_a_new_image_rolls_the_replicas_one_at_a_time_and_the_router_keeps_serving(stack, capsys):
+    project, host = stack
+    derived_image(NEW_IMAGE)
+    router_before = inspect(host, ROUTER)["Id"]
+    old, changes = apply_and_preview(project, lambda v: v["services"][0].update(image=NEW_IMAGE))
+    _, _, recreated, _ = plan_diff(plan_of(project, old), plan_of(project, project.values()))
+    names = replicas(project)
+    assert recreated == set(names)
+    assert (changes.created, changes.deleted, changes.replaced, changes.updated) == (set(), set(), recreated, set())
+    # Besides the containers, only the replicas' serves steps are replaced (they run again).
+    assert {urn_name(u) for u in replaced_anything(project.preview_json()) if urn_type(u) != CONTAINER} == {f"{n}-serves" for n in names}
+
+    with Watch(router_port(project), names) as watch:
+        time.sleep(2)
+        start = time.monotonic()
+        up = project.run("up")
+        end = time.monotonic()
+        time.sleep(2)
+
+    down = watch.down()
+    worst = max(len(d) for _, d in down)
+    failed = [(round(s - start, 1), result) for s, _, result in watch.requests if result != 200]
+    say(
+        capsys,
+        f"replicas: image roll (router base pinned) up {up.seconds:.0f}s ({end - start:.0f}s); "
+        f"{len(watch.samples)} samples, at most {worst} replica down; {len(watch.requests)} requests "
+        f"through the router, {len(failed)} failed {failed[:10]}",
+    )
+    assert {urn_name(u) for u in up.urns("create-replacement")} == {f"{n}-container" for n in names}
+    assert inspect(host, ROUTER)["Id"] == router_before, "the router was re-created though its base image is pinned"
+    # The provider stores the image id it resolved the tag to (as in test_engine's one-image case).
+    new_id = host.docker("image", "inspect", "-f", "{{.Id}}", NEW_IMAGE).stdout.strip()
+    for name in names:
+        assert health(host, name) == "healthy", host.logs(name)
+        assert inspect(host, name)["Image"] == new_id
+    assert router_workers(project) == dict.fromkeys(planned_workers(project), True)
+
+    assert [(round(t - start, 1), d) for t, d in down if len(d) > 1] == []
+    assert {r for _, d in down for r in d} == set(names), "the sampling saw every replica go down once"
+    # README 'Replicas behind one router': with router.baseImage pinned, only the replicas roll and the
+    # endpoint stays up throughout; each replica is drained before it goes.
+    assert failed == []
+    assert len(watch.requests) > 50
+
+
+# --- destroy ---------------------------------------------------------------------------
+
+
+def test_destroy_leaves_no_replica_and_no_router(stack):
+    project, host = stack
+    names = replicas(project)
+    project.run("destroy")
+    for name in [*names, ROUTER]:
+        assert health(host, name) is None
