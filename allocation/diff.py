@@ -316,7 +316,7 @@ def _service_diff(
     # A key the old revision's plan did not print is unknown then, not changed.
     security = [_key_change(key, old, new) for key in SECURITY_KEYS if key in old and old.get(key) != new.get(key)]
     recreate, in_place = changed(old, new)
-    reasons = _container_changes(old, new, explained)
+    reasons = _container_changes(old, new, explained, recreate)
     # A key the old revision's plan did not print is unknown then, not changed.
     sized = (before.get("capacity") or {}, after.get("capacity") or {}) if "capacity" in before else ({}, {})
     capacity = tuple(
@@ -351,14 +351,16 @@ def _key_change(key: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str
     return f"{key} {_compact(before)} -> {_compact(after)}"
 
 
-def _container_changes(old: Mapping[str, Any], new: Mapping[str, Any], explained: set[str]) -> list[str]:
-    """Why a container is re-created, one short phrase per difference."""
+def _container_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any], explained: set[str], recreate: list[str]
+) -> list[str]:
+    """Why a container is re-created, one short phrase per difference; `recreate`: the keys whose
+    change re-creates it (`allocation.restarts.changed`)."""
     out = []
     if old.get("image") != new.get("image"):
         out.append(f"image {old.get('image')} -> {new.get('image')}")
     out += _command_changes(list(old.get("command") or ()), list(new.get("command") or ()), explained)
     out += _env_changes(old.get("env") or {}, new.get("env") or {}, explained)
-    recreate, _ = changed(old, new)
     for key in sorted(set(recreate) - {"image", "command", "env", *SECURITY_KEYS}):
         if explained and key in PLACEMENT_KEYS:
             continue
