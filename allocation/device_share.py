@@ -51,20 +51,24 @@ HOLDERS = """holders() {
 # script may arrive there.
 _FUNCTIONS = HOLDERS + f"""oneline() {{ printf '%s' "$1" | tr '\\n\\t' '  ' | tr -s ' '; }}
 state() {{ "$npu_smi" info -t device-share -i "$1" -c {CHIP} 2>&1 </dev/null; }}
+switch() {{
+  set_out=$(printf 'Y\\n' | "$npu_smi" set -t device-share -i "$1" -c {CHIP} -d 1 2>&1)
+  case $(state "$1") in *"{STATUS_KEY}"*True*) return 0 ;; esac
+  return 1
+}}
 enable() {{
   out=$(state "$1")
   case $out in *"{STATUS_KEY}"*True*) echo "card $1: device-share already on"; return 0 ;; esac
   case $out in *"{UNSUPPORTED}"*)
     echo "card $1 does not support container sharing (npu-smi: $(oneline "$out"))"; return 1 ;; esac
-  set_out=$(printf 'Y\\n' | "$npu_smi" set -t device-share -i "$1" -c {CHIP} -d 1 2>&1)
-  case $(state "$1") in *"{STATUS_KEY}"*True*) echo "card $1: device-share on"; return 0 ;; esac
+  if switch "$1"; then echo "card $1: device-share on"; return 0; fi
   who=$(holders "$1")
   if [ "$held" = stopHolders ] && [ -n "$who" ]; then
     echo "card $1: stopping $who to switch it to device-share mode"
     "${{docker:-docker}}" stop $who </dev/null >/dev/null 2>&1
-    set_out=$(printf 'Y\\n' | "$npu_smi" set -t device-share -i "$1" -c {CHIP} -d 1 2>&1)
+    switch "$1"; switched=$?
     "${{docker:-docker}}" start $who </dev/null >/dev/null 2>&1 || echo "card $1: could not start $who again: docker start them"
-    case $(state "$1") in *"{STATUS_KEY}"*True*) echo "card $1: device-share on; $who started again"; return 0 ;; esac
+    if [ "$switched" -eq 0 ]; then echo "card $1: device-share on; $who started again"; return 0; fi
     who="$who (stopped and started again)"
   fi
   echo "card $1 could not be put into device-share mode (npu-smi: $(oneline "$set_out" | tail -c 300)); containers holding it: ${{who:-none found}}"
