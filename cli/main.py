@@ -19,7 +19,8 @@ from allocation.config import parse_fleet
 from allocation.errors import ConfigError, FleetError, printable
 from allocation.planner import plan_fleet
 from allocation.report import FORMATS, plan_json, render_plan
-from cli.pin import pin_stack_file, set_service_keys
+from cli.pin import pin_stack_file
+from cli.stack_editor import set_service_keys
 from cli.revision import plan_at_revision
 from cli.safe_write import write_set
 from cli.stackfile import PROJECT_ROOT, StackFile, load_fleet, locate, stack_values

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-import cli.pin
+import cli.stack_editor
 import cli.safe_write
 from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
@@ -257,8 +257,8 @@ def test_flow_style_service_entries_get_their_pins_inside_the_braces(tmp_path):
 def test_pin_refuses_to_write_text_that_would_change_anything_but_the_pins(tmp_path, monkeypatch):
     path = write(tmp_path, SEED)
     plan = plan_of(path)
-    real_apply = cli.pin._apply
-    monkeypatch.setattr(cli.pin, "_apply", lambda text, edits: real_apply(text, edits).replace("/m/bge", "/m/b"))
+    real_apply = cli.stack_editor._apply
+    monkeypatch.setattr(cli.stack_editor, "_apply", lambda text, edits: real_apply(text, edits).replace("/m/bge", "/m/b"))
     with pytest.raises(ConfigError, match="without changing other content") as err:
         pin_stack_file(path, plan)
     assert str(path) in str(err.value)

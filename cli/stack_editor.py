@@ -1,0 +1,337 @@
+"""Set keys of services in a stack file by editing its text, not by re-dumping the document.
+
+`pin` writes a plan's pins with it and `profile` writes `modelSize`. It parses the file to find
+where each service's mapping and each existing key sit, then changes only those values in place
+(a key that is missing becomes a new line after the service's last line, indented like its other
+keys). Everything else stays byte for byte: comments, indentation, CRLF line ends, a UTF-8 byte
+order mark, number spellings, quotes, long flow lists. Before anything is written, the new text is
+parsed again and must equal the old document with exactly those keys set.
+
+The file is replaced by `cli.safe_write` (a temporary file beside it, never following a link,
+fsynced, renamed into place) with the old file's mode and owner; a stack file that is a symlink is
+resolved first and its target is replaced, so the link stays a link. Every problem (no services
+list, a read-only file or directory, a full disk) is a ConfigError that leaves the file untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+from ruamel.yaml.events import (
+    AliasEvent,
+    CollectionEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+)
+
+from allocation.config import NAMESPACE
+from allocation.errors import ConfigError
+from cli.safe_write import write_file
+
+BOM = "\ufeff"
+SERVICES = f"{NAMESPACE}:services"
+# What YAML (and ruamel's line count) treats as a line break.
+LINE_BREAK = re.compile(r"\r\n|[\n\r\x85\u2028\u2029]")
+PLAIN_WORD = re.compile(r"[a-z0-9-]+")
+COLON = re.compile(r"[ \t]*:")
+
+
+# ---- where things are in the text ------------------------------------------------------
+
+
+@dataclass
+class _Node:
+    """One YAML node as the parser saw it: its kind and where its text is."""
+
+    kind: str  # "scalar", "alias", "seq" or "map"
+    start: int
+    end: int | None  # just past the node's last character; None for an empty scalar
+    column: int
+    flow: bool = False
+    value: str | None = None
+    children: list[_Node] = field(default_factory=list)
+    close: int | None = None  # a flow collection: index of its closing bracket
+
+    def pairs(self) -> Iterator[tuple[_Node, _Node]]:
+        return zip(self.children[::2], self.children[1::2])
+
+    def get(self, key: str) -> tuple[_Node, _Node] | None:
+        """The own (written, not merged) key `key` of a mapping and its value."""
+        return next(((k, v) for k, v in self.pairs() if k.kind == "scalar" and k.value == key), None)
+
+
+def _node(events: _Events, text: str) -> _Node:
+    event = next(events)
+    start = event.start_mark
+    if isinstance(event, ScalarEvent):
+        empty = event.value == "" and event.style is None
+        end = None if empty else _trimmed(text, start.index, event.end_mark.index)
+        return _Node("scalar", start.index, end, start.column, value=event.value)
+    if isinstance(event, AliasEvent):
+        return _Node("alias", start.index, event.end_mark.index, start.column)
+    assert isinstance(event, (MappingStartEvent, SequenceStartEvent)), event
+    kind = "map" if isinstance(event, MappingStartEvent) else "seq"
+    node = _Node(kind, start.index, None, start.column, flow=bool(event.flow_style))
+    while True:
+        close = events.end_of_collection()
+        if close is not None:
+            if node.flow:
+                node.end, node.close = close.end_mark.index, close.end_mark.index - 1
+            else:
+                node.end = _content_end(node, text)
+            return node
+        node.children.append(_node(events, text))
+
+
+class _Events:
+    """The parser's events with one event of look-ahead."""
+
+    def __init__(self, text: str) -> None:
+        self._events = iter(YAML(typ="safe", pure=True).parse(text))
+        self._next: Any = None
+
+    def __iter__(self) -> _Events:
+        return self
+
+    def __next__(self) -> Any:
+        if self._next is not None:
+            event, self._next = self._next, None
+            return event
+        return next(self._events)
+
+    def peek(self) -> Any:
+        if self._next is None:
+            self._next = next(self._events)
+        return self._next
+
+    def end_of_collection(self) -> Any:
+        """The collection's end event if it comes next (consumed), else None."""
+        return next(self) if isinstance(self.peek(), CollectionEndEvent) else None
+
+
+def _trimmed(text: str, start: int, end: int) -> int:
+    """`end` moved back over whitespace (a block scalar's end mark lies past its trailing line breaks)."""
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return end
+
+
+def _content_end(node: _Node, text: str) -> int:
+    """Where a block collection's own text ends: its last value, not the comments after it."""
+    if node.kind == "map":
+        key, value = node.children[-2], node.children[-1]
+        return value.end if value.end is not None else _colon_end(key, text)
+    last = node.children[-1]
+    return last.end if last.end is not None else node.start + 1
+
+
+def _colon_end(key: _Node, text: str) -> int:
+    """Just past the `:` that follows a key."""
+    assert key.end is not None
+    match = COLON.match(text, key.end)
+    return match.end() if match else key.end
+
+
+def _document(text: str) -> _Node | None:
+    """The located node tree of the (first) document; None for an empty file."""
+    events = _Events(text)
+    while not isinstance(events.peek(), (MappingStartEvent, SequenceStartEvent, ScalarEvent, AliasEvent)):
+        if isinstance(next(events), StreamEndEvent):
+            return None
+    return _node(events, text)
+
+
+# ---- the edits ---------------------------------------------------------------------------
+
+
+def _yaml_text(value: Any) -> str:
+    """A pin value in YAML flow style: `7007`, `0.46`, `[0, 1, 2, 3]`, `npu-a`."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_yaml_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_yaml_text(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    plain = PLAIN_WORD.fullmatch(text) and YAML(typ="safe", pure=True).load(text) == text
+    return text if plain else json.dumps(text)
+
+
+def _same(old: Any, new: Any) -> bool:
+    return old == new and isinstance(old, bool) == isinstance(new, bool)
+
+
+Edit = tuple[int, int, str]  # replace text[start:end] with the string
+
+
+def _replace(key: _Node, value: _Node, new: str, text: str) -> Edit:
+    """Set an existing key: the value in place when it sits on one line, else the key's lines."""
+    if value.end is not None and not LINE_BREAK.search(text, value.start, value.end):
+        return value.start, value.end, new
+    colon = _colon_end(key, text)
+    assert key.end is not None
+    return key.end, max(colon, value.end or colon), f": {new}"
+
+
+def _insert(entry: _Node, missing: dict[str, str], text: str) -> Edit:
+    """New keys after a service's last line (block style) or before its `}` (flow style)."""
+    if entry.flow:
+        assert entry.close is not None
+        at = len(text[: entry.close].rstrip())  # after the last entry (or `{`, or a trailing comma)
+        sep = {"{": "", ",": " "}.get(text[at - 1], ", ")
+        return at, at, sep + ", ".join(f"{k}: {v}" for k, v in missing.items())
+    assert entry.end is not None
+    indent = " " * entry.children[0].column
+    brk = LINE_BREAK.search(text, entry.end)
+    newline = (brk or LINE_BREAK.search(text) or LINE_BREAK.match("\n")).group()
+    lines = [f"{indent}{k}: {v}" for k, v in missing.items()]
+    if brk:
+        return brk.end(), brk.end(), "".join(line + newline for line in lines)
+    return len(text), len(text), "".join(newline + line for line in lines)
+
+
+def _entry_edits(entry: _Node, current: dict[str, Any], pins: dict[str, Any], text: str) -> list[Edit]:
+    edits, missing = [], {}
+    for key, value in pins.items():
+        if key in current and _same(current[key], value):
+            continue
+        own = entry.get(key)
+        if own is None:
+            missing[key] = _yaml_text(value)
+        else:
+            edits.append(_replace(*own, _yaml_text(value), text))
+    if missing:
+        edits.append(_insert(entry, missing, text))
+    return edits
+
+
+def _apply(text: str, edits: list[Edit]) -> str:
+    for start, end, new in sorted(edits, reverse=True):
+        text = text[:start] + new + text[end:]
+    return text
+
+
+# ---- the file -----------------------------------------------------------------------------
+
+
+def _name(path: Path, target: Path) -> str:
+    """How messages name the file: as given, and the target too when it is a symlink."""
+    return f"{path} (a link to {target})" if path.is_symlink() else str(path)
+
+
+def _read(path: Path, name: str) -> tuple[str, str]:
+    """The byte order mark ('' or BOM) and the text after it, line ends untouched."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return (BOM, text[1:]) if text.startswith(BOM) else ("", text)
+
+
+def _load(text: str, name: str, what: str = "not valid YAML") -> Any:
+    try:
+        return YAML(typ="safe", pure=True).load(text)
+    except YAMLError as exc:
+        raise ConfigError(f"{name}: {what}: {' '.join(str(exc).split())}") from None
+
+
+def _services(doc: Any, tree: _Node | None, name: str) -> tuple[list[Any], list[_Node]]:
+    """The services list as data and as located nodes, or a ConfigError saying why there is none."""
+    config = doc.get("config") if isinstance(doc, dict) else None
+    services = config.get(SERVICES) if isinstance(config, dict) else None
+    if services is None:
+        empty = isinstance(doc, dict) and "config" in doc and config is None
+        raise ConfigError(
+            f"{name}: {'its config is empty, so it ' if empty else ''}has no '{SERVICES}' list to pin; "
+            "pin writes the stack file only, so services defined in Pulumi.yaml must move to the stack file first"
+        )
+    found = tree.get("config") if tree is not None and tree.kind == "map" else None
+    found = found[1].get(SERVICES) if found and found[1].kind == "map" else None
+    nodes = found[1] if found else None
+    if not isinstance(services, list) or nodes is None or nodes.kind != "seq":
+        raise ConfigError(f"{name}: '{SERVICES}' must be a list of services written out in the file")
+    if len(nodes.children) != len(services) or any(
+        n.kind != "map" or not isinstance(s, dict) for n, s in zip(nodes.children, services)
+    ):
+        raise ConfigError(f"{name}: every entry of '{SERVICES}' must be a mapping written out in the file")
+    return services, nodes.children
+
+
+def _set_text(text: str, keys: dict[str, dict[str, Any]], name: str, *, every: bool) -> tuple[str, list[str]]:
+    """The text with each named service's keys set, and the services that changed. With `every`,
+    a service of the file without keys is an error (a plan covers all of them)."""
+    doc = _load(text, name)
+    try:
+        tree = _document(text)
+    except YAMLError as exc:
+        raise ConfigError(f"{name}: not valid YAML: {' '.join(str(exc).split())}") from None
+    services, nodes = _services(doc, tree, name)
+    edits, changed, expected = [], [], []
+    for entry, node in zip(services, nodes):
+        values = keys.get(entry.get("name"))
+        if values is None:
+            if every:
+                which = f"service {entry['name']}" if "name" in entry else "a service without a name"
+                raise ConfigError(f"{name}: {which} is not in the plan; nothing was written")
+            expected.append(entry)
+            continue
+        values = {k: list(v) if isinstance(v, list) else v for k, v in values.items()}
+        found = _entry_edits(node, entry, values, text)
+        if found:
+            edits += found
+            changed.append(entry["name"])
+        expected.append({**entry, **values})
+    new = _apply(text, edits)
+    doc["config"][SERVICES] = expected
+    check = _load(new, name, "the edit would write text that does not parse; the file is untouched")
+    if check != doc:
+        raise ConfigError(
+            f"{name}: could not set the keys without changing other content (anchors, aliases or "
+            "merge keys in the services?); the file is untouched: write them by hand or simplify the entries"
+        )
+    return new, changed
+
+
+def _check_writable(name: str, target: Path) -> None:
+    try:
+        st = os.stat(target)
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot write: {exc.strerror or exc}") from None
+    if not os.access(target, os.W_OK) or not st.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(
+            f"{name}: the file is read-only (mode {stat.S_IMODE(st.st_mode):04o}); pin did not write it: "
+            "make it writable (chmod u+w) to pin, or pin a copy"
+        )
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{name}: its directory {target.parent} is not writable; pin replaces the file atomically through "
+            "a temporary file beside it, so it needs to write there; the file is untouched"
+        )
+
+
+def set_service_keys(path: Path, keys: dict[str, dict[str, Any]], *, every: bool = False) -> list[str]:
+    """Set keys of the named services in the stack file, in its own text; the services that changed."""
+    target = Path(os.path.realpath(path))
+    name = _name(Path(path), target)
+    bom, text = _read(target, name)
+    new, changed = _set_text(text, keys, name, every=every)
+    if new != text:
+        _check_writable(name, target)
+        write_file(target, (bom + new).encode("utf-8"), name)
+    return changed
