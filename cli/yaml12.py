@@ -1,0 +1,122 @@
+"""Reading stack files fast, with the meaning ruamel.yaml gives them.
+
+Every `plan` reads the whole stack file, and a fleet of 1,300 hosts and 5,333 services is a
+file of some 25,000 lines: ruamel's pure-Python loader took about 4 s of a 5-7 s `plan`.
+PyYAML's `CParser` parses with libyaml, in C, and only builds the Python values in Python.
+
+But PyYAML resolves plain scalars as YAML 1.1 does, and ruamel (which read stack files before,
+and still reads them where `pin` and `profile` write them back) as YAML 1.2's core schema does.
+Read by PyYAML's own `SafeLoader`, `yes`, `no`, `on` and `off` would become booleans, `017` the
+octal 15, `1:30` the sexagesimal 90, and a key written twice would silently keep its last value.
+So `load` uses libyaml's parser with the 1.2 core schema's resolvers and constructors below and
+refuses duplicate keys, as ruamel does: `tests/test_yaml12.py` checks that the two readers agree,
+value for value, on the scalars where YAML 1.1 and 1.2 differ and on every committed stack file.
+
+Errors are PyYAML's `YAMLError`s, with the line and column where the parser stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import yaml
+from yaml.cyaml import CParser  # libyaml, which the PyYAML wheels of requirements.txt ship
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.nodes import MappingNode
+from yaml.resolver import BaseResolver
+
+YAMLError = yaml.YAMLError
+TAG = "tag:yaml.org,2002:"
+
+
+class Resolver12(BaseResolver):
+    """YAML 1.2's core schema, with ruamel's spelling of it (`ruamel/yaml/resolver.py`): no
+    yes/no/on/off booleans, no sexagesimals, `0o` octals, and 1.1's `=`, `<<` and timestamps kept."""
+
+    yaml_implicit_resolvers: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
+
+
+for _tag, _pattern, _first in [
+    ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    (
+        "float",
+        r"[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
+        r"|[-+]?\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)",
+        "-+0123456789.",
+    ),
+    ("int", r"[-+]?0b[0-1_]+|[-+]?0o?[0-7_]+|[-+]?[0-9_]+|[-+]?0x[0-9a-fA-F_]+", "-+0123456789"),
+    ("merge", r"<<", "<"),
+    ("null", r"~|null|Null|NULL|", ["~", "n", "N", ""]),
+    (
+        "timestamp",
+        r"[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]|[0-9][0-9][0-9][0-9]-[0-9][0-9]?-[0-9][0-9]?"
+        r"(?:[Tt]|[ \t]+)[0-9][0-9]?:[0-9][0-9]:[0-9][0-9](?:\.[0-9]*)?(?:[ \t]*(?:Z|[-+][0-9][0-9]?(?::[0-9][0-9])?))?",
+        "0123456789",
+    ),
+    ("value", r"=", "="),
+]:
+    Resolver12.add_implicit_resolver(TAG + _tag, re.compile(f"^(?:{_pattern})$"), list(_first))
+
+
+class Constructor12(SafeConstructor):
+    """PyYAML's safe constructor with 1.2's integers, floats and booleans, and no duplicate keys."""
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == TAG + "merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                continue  # an unhashable key: the base class says so, with its place
+            if duplicate:
+                raise ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_bool(self, node: Any) -> bool:
+        return self.construct_scalar(node).lower() == "true"
+
+    def construct_yaml_int(self, node: Any) -> int:
+        text = self.construct_scalar(node).replace("_", "")
+        sign = -1 if text[:1] == "-" else 1
+        text = text[1:] if text[:1] in ("-", "+") else text
+        if not text:  # `_`: the core schema's pattern matches it, and it is no number
+            raise ConstructorError(None, None, "an integer without digits", node.start_mark)
+        for prefix, base in (("0b", 2), ("0x", 16), ("0o", 8)):
+            if text.startswith(prefix):
+                return sign * int(text[2:], base)
+        return sign * int(text)  # `017` is seventeen in YAML 1.2, not octal 15
+
+    def construct_yaml_float(self, node: Any) -> float:
+        text = self.construct_scalar(node).replace("_", "").lower()
+        sign = -1 if text[:1] == "-" else 1
+        text = text[1:] if text[:1] in ("-", "+") else text
+        if text == ".inf":
+            return sign * math.inf
+        if text == ".nan":
+            return math.nan
+        return sign * float(text)
+
+
+Constructor12.add_constructor(TAG + "bool", Constructor12.construct_yaml_bool)
+Constructor12.add_constructor(TAG + "int", Constructor12.construct_yaml_int)
+Constructor12.add_constructor(TAG + "float", Constructor12.construct_yaml_float)
+
+
+class Loader12(CParser, Constructor12, Resolver12):
+    def __init__(self, stream: str) -> None:
+        CParser.__init__(self, stream)
+        Constructor12.__init__(self)
+        Resolver12.__init__(self)
+
+
+def load(text: str) -> Any:
+    """The one YAML document in `text`, as YAML 1.2 (and ruamel) reads it."""
+    return yaml.load(text, Loader=Loader12)  # noqa: S506 - Loader12 is a safe loader

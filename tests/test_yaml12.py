@@ -1,0 +1,124 @@
+"""Stack files read by libyaml (`cli.yaml12`) mean what they meant when ruamel read them: YAML 1.2.
+
+PyYAML's own loaders read YAML 1.1, where `yes` is a boolean, `017` is octal and `1:30` is 90;
+ruamel (which `pin` and `profile` still use to write files back) reads YAML 1.2's core schema.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml as pyyaml
+from hypothesis import given
+from hypothesis import strategies as st
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError as RuamelError
+
+from allocation.errors import ConfigError
+from cli import yaml12
+from cli.stackfile import PROJECT_ROOT, load_fleet
+
+# Plain scalars whose meaning YAML 1.1 and 1.2 disagree on, with the YAML 1.2 value.
+DIFFERENT_IN_1_1 = [
+    ("yes", "yes"),
+    ("No", "No"),
+    ("on", "on"),
+    ("OFF", "OFF"),
+    ("017", 17),
+    ("-017", -17),
+    ("0017_0", 170),
+    ("1:30", "1:30"),
+    ("190:20:30", "190:20:30"),
+    ("1:30.5", "1:30.5"),
+    ("+.5", 0.5),
+    ("0o17", 15),
+]
+# And some on which they agree, which must not change either.
+SAME_IN_BOTH = [("true", True), ("False", False), ("0x1F", 31), ("0b101", 5), ("1_000", 1000), ("1.5", 1.5),
+                ("1e3", 1000.0), ("-.inf", -math.inf), ("~", None), ("null", None), ("", None), ("0.95", 0.95),
+                ("_", "_"), ("y", "y"), ("2026-12-03", pyyaml.safe_load("2026-12-03"))]  # fmt: skip
+
+
+def ruamel(text: str) -> Any:
+    return YAML(typ="safe", pure=True).load(text)
+
+
+def outcome(load: Any, text: str) -> Any:
+    """The value read, with NaN made comparable, or the kind of error."""
+    try:
+        value = load(text)
+    except (pyyaml.YAMLError, RuamelError, IndexError, ValueError):  # ruamel fails `+_` with an IndexError
+        return "error"
+    return "nan" if isinstance(value.get("k"), float) and math.isnan(value["k"]) else value
+
+
+@pytest.mark.parametrize(("scalar", "expected"), DIFFERENT_IN_1_1 + SAME_IN_BOTH)
+def test_a_plain_scalar_means_what_yaml_1_2_and_ruamel_say(scalar, expected):
+    text = f"k: {scalar}\n"
+    assert yaml12.load(text) == {"k": expected}
+    assert ruamel(text) == {"k": expected}
+
+
+@pytest.mark.parametrize(("scalar", "expected"), DIFFERENT_IN_1_1)
+def test_pyyamls_own_safe_loader_would_change_these_values(scalar, expected):
+    # Why `cli.yaml12` exists: the stock loader reads YAML 1.1.
+    assert pyyaml.load(f"k: {scalar}\n", Loader=pyyaml.CSafeLoader) != {"k": expected}
+
+
+PLAIN = st.text(alphabet="0123456789+-._:eEoxbOXBabcfinlnstuyYNTF~ ", min_size=1, max_size=10)
+
+
+@given(PLAIN)
+def test_any_plain_scalar_of_numbers_and_words_reads_the_same_as_ruamel_reads_it(scalar):
+    text = f"k: {scalar}\n"
+    assert outcome(yaml12.load, text) == outcome(ruamel, text)
+
+
+def test_every_committed_stack_file_reads_the_same_as_ruamel_reads_it():
+    files = sorted(PROJECT_ROOT.glob("Pulumi*.yaml"))
+    assert len(files) >= 4
+    for path in files:
+        text = path.read_text(encoding="utf-8-sig")
+        assert yaml12.load(text) == ruamel(text), path.name
+
+
+def test_a_key_written_twice_is_refused_with_its_line_not_silently_overwritten(tmp_path: Path):
+    path = tmp_path / "Pulumi.t.yaml"
+    path.write_text(
+        "config:\n  ascend-fleet:hosts:\n    - name: a\n      address: 10.0.0.1\n      address: 10.0.0.2\n"
+        "  ascend-fleet:services: [{name: m, model: /m}]\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_fleet(config=str(path))
+    message = str(caught.value)
+    assert "found duplicate key 'address'" in message and "line 5, column 7" in message
+    with pytest.raises(RuamelError, match="duplicate key"):  # as ruamel refuses it
+        ruamel(path.read_text())
+
+
+def test_a_merge_key_may_be_overridden_by_a_key_of_its_own_mapping():
+    text = "base: &b {a: 1, b: 2}\nk: {<<: *b, a: 3}\n"
+    assert yaml12.load(text)["k"] == {"a": 3, "b": 2} == ruamel(text)["k"]
+
+
+def test_a_syntax_error_names_the_file_the_line_and_the_column(tmp_path: Path):
+    path = tmp_path / "Pulumi.t.yaml"
+    path.write_text("config:\n  ascend-fleet:hosts: [\n    {name: a, address: x\n  ascend-fleet:services: []\n")
+    with pytest.raises(ConfigError) as caught:
+        load_fleet(config=str(path))
+    message = str(caught.value)
+    assert message.startswith(f"{path}: not valid YAML: ") and ", line 4, column " in message and "\n" not in message
+
+
+def test_a_value_that_yaml_1_1_reads_as_octal_or_a_boolean_reaches_the_plan_as_written(tmp_path: Path):
+    path = tmp_path / "Pulumi.t.yaml"
+    path.write_text(
+        "config:\n  ascend-fleet:hosts: [{name: on, address: 10.0.0.1, hbmGiB: 064}]\n"
+        "  ascend-fleet:services: [{name: no, model: /m, memoryFraction: 0.5}]\n"
+    )
+    fleet, _ = load_fleet(config=str(path))
+    assert (fleet.hosts[0].name, fleet.hosts[0].hbm_gi_b) == ("on", 64)  # YAML 1.1: True, 52
+    assert fleet.services[0].name == "no"  # YAML 1.1: False
