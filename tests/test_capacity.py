@@ -62,6 +62,17 @@ def test_more_fraction_never_gives_fewer_tokens(fraction, more, tp, kv_heads):
     assert tokens(min(fraction + more, 100)) >= tokens(fraction)
 
 
+@given(weight_bytes=st.integers(1, 200 * GIB), tp=st.sampled_from([1, 2, 4, 8]))
+def test_the_weights_per_card_are_the_largest_ranks_share_so_no_byte_of_them_counts_as_cache(weight_bytes, tp):
+    # Each rank holds a shard; with weights that do not divide by TP some rank holds the larger
+    # share, and the cache is the smallest over ranks: that rank's share is what is subtracted.
+    shape = Shape(weight_bytes=weight_bytes, layers=64, kv_dtype_bytes=2, kv_heads=8, head_dim=128)
+    cap = capacity(shape, tp=tp, fraction=Decimal("0.9"), total_bytes=TOTAL_64, overhead_bytes=4 * GIB,
+                   max_model_len=None, max_num_seqs=None)  # fmt: skip
+    assert weight_bytes <= cap.weight_bytes_per_card * tp < weight_bytes + tp
+    assert cap.kv_bytes_per_card == int(Decimal("0.9") * TOTAL_64) - cap.weight_bytes_per_card - 4 * GIB
+
+
 @given(kv_heads=st.sampled_from([1, 2, 4, 8, 16, 32, 64]), tp=st.sampled_from([1, 2, 4, 8, 16]))
 def test_tp_splits_kv_heads_only_when_there_are_at_least_as_many_heads_as_ranks(kv_heads, tp):
     per_rank_heads = dense(kv_heads=kv_heads, head_dim=1, layers=1, dtype=1).token_bytes(tp) // 2
