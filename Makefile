@@ -3,6 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 STACK ?= prod
 
 .PHONY: plan test test-engine bench
@@ -24,6 +25,10 @@ test: $(STAMP)
 test-engine: $(STAMP)
 	$(VENV)/bin/python -m pytest tests/engine -v --durations=0
 
-bench: $(STAMP)
+$(BENCH_STAMP): $(STAMP) requirements-bench.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-bench.txt
+	touch $@
+
+bench: $(BENCH_STAMP)
 	$(VENV)/bin/python benchmarks/plan_bench.py
 	$(VENV)/bin/python benchmarks/program_bench.py
