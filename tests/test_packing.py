@@ -54,3 +54,14 @@ def test_the_solver_behind_the_benchmarks_bound_is_never_imported_outside_the_be
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert not {m.split(".")[0] for m in imported} & {"highspy", "benchmarks"}, path
+
+
+def test_a_card_stays_a_running_services_card_after_a_newcomer_had_to_join_it():
+    # n1 finds no free pair anywhere and shares the running p and q's cards; n2 must still keep
+    # off them (switching a card to device-share mode stops what runs there) while npu-b has a
+    # free card, although n1 on them is not running yet.
+    pinned = [service("p", 1, 0.5, host="npu-a", devices=[0]), service("q", 1, 0.5, host="npu-a", devices=[1]),
+              service("r", 1, 0.5, host="npu-b", devices=[0])]  # fmt: skip
+    plan = plan_fleet(fleet([host("npu-a", npus=2), host("npu-b", npus=2)], [*pinned, service("n1", 2, 0.1), service("n2", 1, 0.05)]))
+    assert placed(plan)["n1"] == ("npu-a", (0, 1))
+    assert placed(plan)["n2"] == ("npu-b", (1,))
