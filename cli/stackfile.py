@@ -49,6 +49,8 @@ def _read_yaml(path: Path) -> Any:
     can be unreadable is one ConfigError naming the file, and the line where the parser stopped."""
     try:
         return yaml12.load(path.read_text(encoding="utf-8-sig"))
+    except yaml12.Ambiguous as exc:
+        raise ConfigError(f"{path}, line {exc.line}: {exc.problem}") from None
     except yaml12.YAMLError as exc:
         if "maximum nesting depth" in str(exc):  # libyaml stops at 1,000 levels
             raise ConfigError(f"{path}: nested too deeply to be a stack file: {' '.join(str(exc).split())}") from None

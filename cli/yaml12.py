@@ -8,6 +8,8 @@ But PyYAML resolves plain scalars as YAML 1.1 does, and ruamel (which read stack
 and still reads them where `pin` and `profile` write them back) as YAML 1.2's core schema does.
 Read by PyYAML's own `SafeLoader`, `yes`, `no`, `on` and `off` would become booleans, `017` the
 octal 15, `1:30` the sexagesimal 90, and a key written twice would silently keep its last value.
+One spelling is refused instead of read: a plain integer with a leading zero, which the Pulumi CLI
+reads as octal (see `_leading_zero`), so `plan` and `pulumi up` would disagree on it.
 So `load` uses libyaml's parser with the 1.2 core schema's resolvers and constructors below and
 refuses duplicate keys, as ruamel does: `tests/test_yaml12.py` checks that the two readers agree,
 value for value, on the scalars where YAML 1.1 and 1.2 differ and on every committed stack file.
@@ -28,6 +30,14 @@ from yaml.nodes import MappingNode
 from yaml.resolver import BaseResolver
 
 YAMLError = yaml.YAMLError
+
+
+class Ambiguous(YAMLError):
+    """Valid YAML that another reader of the same file reads otherwise; `line` counts from 1."""
+
+    def __init__(self, problem: str, line: int) -> None:
+        super().__init__(problem)
+        self.problem, self.line = problem, line
 TAG = "tag:yaml.org,2002:"
 
 
@@ -92,7 +102,9 @@ class Constructor12(SafeConstructor):
         for prefix, base in (("0b", 2), ("0x", 16), ("0o", 8)):
             if text.startswith(prefix):
                 return sign * int(text[2:], base)
-        return sign * int(text)  # `017` is seventeen in YAML 1.2, not octal 15
+        if len(text) > 1 and text.startswith("0"):
+            raise Ambiguous(_leading_zero(self.construct_scalar(node), sign, text), node.start_mark.line + 1)
+        return sign * int(text)
 
     def construct_yaml_float(self, node: Any) -> float:
         text = self.construct_scalar(node).replace("_", "").lower()
@@ -103,6 +115,20 @@ class Constructor12(SafeConstructor):
         if text == ".nan":
             return math.nan
         return sign * float(text)
+
+
+def _leading_zero(scalar: str, sign: int, digits: str) -> str:
+    """Why a plain number written with a leading zero is refused: the two readers of a stack file
+    disagree on it. YAML 1.2 (and `plan`) reads `017` as 17; the Pulumi CLI, which hands `pulumi up`
+    its config, reads it with gopkg.in/yaml.v3 (`resolve.go`: `strconv.ParseInt(plain, 0, 64)`) as
+    octal 15 (checked with pulumi v3.274.0's `pulumi config --json`; `08` stays 8 there)."""
+    octal = all(c in "01234567" for c in digits)
+    pulumi = sign * int(digits, 8 if octal else 10)
+    return (
+        f"the number {scalar} is written with a leading zero: `plan` reads it as {sign * int(digits)} but the "
+        f"Pulumi CLI as {pulumi}{' (octal)' if octal and pulumi != sign * int(digits) else ''}, so the plan and "
+        "`pulumi up` could disagree; write it without the leading zero (or 0o... for octal, or quote it as text)"
+    )
 
 
 Constructor12.add_constructor(TAG + "bool", Constructor12.construct_yaml_bool)
