@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from allocation.config import FleetConfig, Host, ModelProfile, Service, vllm_ascend_version
+from allocation.config import FleetConfig, Host, ModelProfile
+from allocation.instance import Instance
 from allocation.kv_cache import Engine, GatedDeltaNet, Layout, Unsized, dense_layout, engine_of, hybrid_layout, log_lines
 
 GIB = 1 << 30
@@ -229,12 +230,12 @@ class Verdict:
     """It starts, but not as configured: shown, the plan goes on."""
 
 
-def engine_for(fleet: FleetConfig, service: Service) -> Engine | str:
-    """The engine the service runs: the image's version and the defaults' then the service's `args`."""
-    return engine_of([*(fleet.defaults.args or ()), *(service.args or ())], vllm_ascend_version(fleet, service))
+def engine_for(fleet: FleetConfig, service: Instance) -> Engine | str:
+    """The engine the service runs: its vLLM-Ascend version and the defaults' then the service's `args`."""
+    return engine_of(list(service.resolved.args), service.resolved.vllm_ascend_version)
 
 
-def _sized(fleet: FleetConfig, service: Service, total: int, fraction: Decimal) -> Capacity | Unsized | str:
+def _sized(fleet: FleetConfig, service: Instance, total: int, fraction: Decimal) -> Capacity | Unsized | str:
     """The service's capacity at `fraction` of a card of `total` bytes; `Unsized` or why vLLM refuses."""
     assert service.profile is not None
     shape, engine = shape_of(service.profile), engine_for(fleet, service)
@@ -256,7 +257,7 @@ def _sized(fleet: FleetConfig, service: Service, total: int, fraction: Decimal) 
     )
 
 
-def size_service(fleet: FleetConfig, host: Host, service: Service) -> Verdict:
+def size_service(fleet: FleetConfig, host: Host, service: Instance) -> Verdict:
     """The capacity of a service with a profile on its host, and what is wrong with it."""
     name, profile = service.name, service.profile
     if profile is None:
@@ -306,7 +307,7 @@ def size_service(fleet: FleetConfig, host: Host, service: Service) -> Verdict:
     return Verdict(cap, warning="; ".join(notes) or None)
 
 
-def auto_fraction(fleet: FleetConfig, service: Service) -> Decimal | str:
+def auto_fraction(fleet: FleetConfig, service: Instance) -> Decimal | str:
     """`memoryFraction: auto`: the smallest fraction, in hundredths, at which vLLM starts and the
     cache holds `maxNumSeqs` (default 1) requests of `maxModelLen` (an encoder-only model: its weights
     and the allowance); else why none does. A service the allocator places is sized for the smallest

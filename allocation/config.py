@@ -33,7 +33,6 @@ from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, 
 from allocation.windows import KINDS, MAX_PORT, WINDOW_ENV, PortSpan, WindowKind
 
 NAMESPACE = "ascend-fleet"
-DEFAULT_IMAGE = "quay.io/ascend/vllm-ascend:v0.20.2rc1"
 DEFAULT_MEMORY_BUDGET = Decimal("0.95")
 DEFAULT_RUNTIME_OVERHEAD_GIB = Decimal("4")  # see allocation/capacity.py and the README
 # Memory fractions are compared in integer units of 1/10000 so that 0.1 + 0.85
@@ -140,7 +139,18 @@ def _pin_fields() -> dict[str, Any]:
     return fields
 
 
-_WindowPins: type[Model] = create_model("_WindowPins", __base__=Model, **_pin_fields())
+class _Pinned(Model):
+    """What pins windows: a service, or one replica of it."""
+
+    def pinned(self, kind: WindowKind, size: int) -> PortSpan | None:
+        """The window of `kind` pinned here (`size` ports from a pinned port); None if unpinned."""
+        value = getattr(self, kind.key)
+        if isinstance(value, PortRange):
+            return value.first, value.last
+        return (value, value + size - 1) if value is not None else None
+
+
+_WindowPins: type[_Pinned] = create_model("_WindowPins", __base__=_Pinned, **_pin_fields())
 
 
 class Mount(Model):
@@ -543,13 +553,6 @@ class Service(ContainerSettings, _WindowPins):
                 raise ValueError("memoryFraction auto needs maxModelLen: the fraction is sized to hold it")
         return self
 
-    def pinned(self, kind: WindowKind, size: int) -> PortSpan | None:
-        """The window of `kind` this service pins (`size` ports from a pinned port); None if unpinned."""
-        value = getattr(self, kind.key)
-        if isinstance(value, PortRange):
-            return value.first, value.last
-        return (value, value + size - 1) if value is not None else None
-
 
 def _policy_fields() -> dict[str, Any]:
     fields: dict[str, Any] = {}
@@ -821,23 +824,3 @@ def parse_fleet(stack: str, values: Mapping[str, Any]) -> FleetConfig:
         if not problems:
             return fleet
     raise ConfigError(f"stack {stack}: invalid configuration: " + listing(problems) + ".")
-
-
-def image_of(fleet: FleetConfig, service: Service) -> str:
-    """The image a service runs: its own, the defaults', else the project's."""
-    return service.image or fleet.defaults.image or DEFAULT_IMAGE
-
-
-def router_base_image(fleet: FleetConfig, service: Service) -> str:
-    """The image a replicated service's router image is built from: `router.baseImage`, else the service's."""
-    return (service.router.base_image if service.router else None) or image_of(fleet, service)
-
-
-def vllm_ascend_version(fleet: FleetConfig, service: Service) -> tuple[int, int] | None:
-    """(major, minor) of the service's vLLM-Ascend: configured, else from the image tag; None if unknown."""
-    text = service.vllm_ascend_version or fleet.defaults.vllm_ascend_version
-    if text is None:
-        tag = image_of(fleet, service).partition("@")[0].rpartition(":")[2]  # `@sha256:...` after the tag
-        text = tag if "/" not in tag else ""
-    match = re.match(r"v?([0-9]{1,4})\.([0-9]{1,4})(?![0-9])", text)
-    return (int(match.group(1)), int(match.group(2))) if match else None

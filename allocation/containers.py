@@ -11,13 +11,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from allocation.config import VISIBLE_DEVICES_ENV, Defaults, FleetConfig, Mount, image_of
+from allocation.config import VISIBLE_DEVICES_ENV, FleetConfig, Mount
 from allocation.plan import PlannedService
 from allocation.windows import KINDS, span_text
 
 LABEL_PREFIX = "ascend-fleet"
-DEFAULT_SHM_SIZE_MIB = 10486  # the seed's shm_size: 10.24gb
-DEFAULT_START_TIMEOUT_SECONDS = 1800
 # The seed's tuning; defaults' and services' env override it.
 TUNING_ENV = {
     "HCCL_BUFFSIZE": "512",
@@ -35,8 +33,6 @@ DRIVER_MOUNTS = (
     NPU_SMI,
     "/etc/ascend_install.info",
 )
-LOG_OPTS = MappingProxyType({"max-size": "100m", "max-file": "5"})
-DEFAULT_STOP_GRACE_SECONDS = 60
 # Beyond the health wait: creating and starting the container, and the provider's own calls.
 CREATE_MARGIN_SECONDS = 300
 RESERVED_PORTS_SYSCTL = "net.ipv4.ip_local_reserved_ports"
@@ -172,15 +168,10 @@ class ContainerSpec:
         return self.stop_grace_seconds + CREATE_MARGIN_SECONDS
 
 
-def _first(*values: int | None) -> int:
-    """The first value that is set: 0 is a setting, not an absence."""
-    return next(v for v in values if v is not None)
-
-
-def _command(planned: PlannedService, defaults: Defaults) -> tuple[str, ...]:
+def _command(planned: PlannedService) -> tuple[str, ...]:
     """`vllm serve` with what the plan owns first, then defaults' and the service's `args`."""
     s = planned.service
-    command = ["vllm", "serve", s.model, "--served-model-name", s.served_model_name or s.original_name]
+    command = ["vllm", "serve", s.model, "--served-model-name", planned.instance.served_model_name]
     command += ["--host", "0.0.0.0", "--port", str(planned.assignment.api_port)]
     utilization = planned.gpu_memory_utilization
     command += ["--tensor-parallel-size", str(s.tensor_parallel_size), "--gpu-memory-utilization", str(utilization)]
@@ -188,7 +179,7 @@ def _command(planned: PlannedService, defaults: Defaults) -> tuple[str, ...]:
         command += ["--max-model-len", str(s.max_model_len)]
     if s.max_num_seqs is not None:
         command += ["--max-num-seqs", str(s.max_num_seqs)]
-    return (*command, *(defaults.args or ()), *(s.args or ()))
+    return (*command, *planned.resolved.args)
 
 
 def _gated(command: tuple[str, ...], env: dict[str, str], cards: Sequence[int], port: int, wait: int) -> tuple[str, ...]:
@@ -200,23 +191,22 @@ def _gated(command: tuple[str, ...], env: dict[str, str], cards: Sequence[int], 
     return ("sh", "-c", START_GATE, START_GATE_NAME, *command)
 
 
-def _env_and_labels(stack: str, planned: PlannedService, defaults: Defaults, all_devices: bool) -> tuple[dict, dict]:
-    s, a = planned.service, planned.assignment
+def _env_and_labels(stack: str, planned: PlannedService, all_devices: bool) -> tuple[dict, dict]:
+    s, a, name = planned.service, planned.assignment, planned.instance.original_name
     env = dict(TUNING_ENV)
-    if (s.ipc_mode or defaults.ipc_mode) == "host":
+    if planned.resolved.ipc_mode == "host":
         # One /dev/shm for every service and the host: ATB's shared-memory names must not meet.
-        env["ATB_SHARE_MEMORY_NAME_SUFFIX"] = f"_{s.original_name}"
+        env["ATB_SHARE_MEMORY_NAME_SUFFIX"] = f"_{name}"
     if s.tensor_parallel_size > 1:
         env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
-    env.update(defaults.env or {})
-    env.update(s.env or {})
+    env.update(planned.resolved.env)
     # With only its own /dev/davinciN mounted, the runtime numbers a container's
     # cards from 0; in all-devices mode every card is visible under its physical index.
     visible = a.cards if all_devices else range(s.tensor_parallel_size)
     env[VISIBLE_DEVICES_ENV] = ",".join(map(str, visible))
     labels = {
         f"{LABEL_PREFIX}.stack": stack,
-        f"{LABEL_PREFIX}.service": s.original_name,
+        f"{LABEL_PREFIX}.service": name,
         f"{LABEL_PREFIX}.host": a.host_name,
         f"{LABEL_PREFIX}.devices": ",".join(map(str, a.cards)),
     }
@@ -242,25 +232,23 @@ def http_probe(port: int, path: str) -> str:
 def container_spec(fleet: FleetConfig, planned: PlannedService, *, shared: bool = False) -> ContainerSpec:
     """The container of `planned`. `shared`: one of its cards is used by another service too. Nothing
     about its neighbours reaches it: adding, removing or renaming one leaves this container as it is."""
-    s, a, d = planned.service, planned.assignment, fleet.defaults
+    s, a, r = planned.service, planned.assignment, planned.resolved
     host = fleet.host(a.host_name)
-    # What reaches Docker carries the name the container was created with: a renamed service
-    # (`previousNames`) keeps its container, whose name the docker provider cannot change in place.
-    all_devices = bool(s.all_devices if s.all_devices is not None else d.all_devices)
-    all_devices = all_devices or (shared and host.card_sharing == "privileged")
-    env, labels = _env_and_labels(fleet.stack, planned, d, all_devices)
+    all_devices = r.all_devices or (shared and host.card_sharing == "privileged")
+    env, labels = _env_and_labels(fleet.stack, planned, all_devices)
     cards = range(host.npus) if all_devices else a.cards
     device_files = tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES
     mounts = tuple(Mount(source=p, target=p) for p in DRIVER_MOUNTS)
     mounts += (Mount(source=LOCK_DIR_HOST, target=LOCK_DIR, read_only=False),)
     mounts += (Mount(source=s.model, target=s.model),)
-    mounts += tuple(d.mounts or ()) + tuple(s.mounts or ())
-    start_timeout = s.start_timeout_seconds or d.start_timeout_seconds or DEFAULT_START_TIMEOUT_SECONDS
-    command = _gated(_command(planned, d), env, a.cards, a.api_port, start_timeout)
+    mounts += r.mounts
+    command = _gated(_command(planned), env, a.cards, a.api_port, r.start_timeout_seconds)
     reserved = ",".join(span_text(a.windows[k.key]) for k in KINDS if k.netns and k.key in a.windows)
     return ContainerSpec(
-        name=s.original_name,
-        image=image_of(fleet, s),
+        # What reaches Docker carries the name the container was created with: a renamed service
+        # (`previousNames`) keeps its container, whose name the docker provider cannot change in place.
+        name=planned.instance.original_name,
+        image=r.image,
         command=command,
         env=MappingProxyType(dict(sorted(env.items()))),
         device_files=device_files,
@@ -271,15 +259,15 @@ def container_spec(fleet: FleetConfig, planned: PlannedService, *, shared: bool 
             test=("CMD-SHELL", http_probe(a.api_port, "/health")),
             interval_seconds=30,
             timeout_seconds=10,
-            start_period_seconds=start_timeout,
+            start_period_seconds=r.start_timeout_seconds,
             retries=3,
         ),
         privileged=all_devices,
-        ipc_mode=s.ipc_mode or d.ipc_mode or "private",
-        stop_grace_seconds=_first(s.stop_grace_seconds, d.stop_grace_seconds, DEFAULT_STOP_GRACE_SECONDS),
+        ipc_mode=r.ipc_mode,
+        stop_grace_seconds=r.stop_grace_seconds,
         sysctls=MappingProxyType({RESERVED_PORTS_SYSCTL: reserved}),
-        restart=s.restart or d.restart or "unless-stopped",
-        shm_size_mib=s.shm_size_mib or d.shm_size_mib or DEFAULT_SHM_SIZE_MIB,
-        start_timeout_seconds=start_timeout,
-        log_opts=MappingProxyType(dict(s.log_opts or d.log_opts or LOG_OPTS)),
+        restart=r.restart,
+        shm_size_mib=r.shm_size_mib,
+        start_timeout_seconds=r.start_timeout_seconds,
+        log_opts=r.log_opts,
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
-from allocation.config import Host, Ssh, router_base_image
+from allocation.config import Host, Ssh
 from allocation.containers import ContainerSpec, container_spec
 from allocation.device_share import device_share_script
 from allocation.host_check import host_check_script
@@ -47,7 +47,7 @@ class ServiceDeployment:
     @property
     def previous_names(self) -> tuple[str, ...]:
         """Its names under the service's previous names: what its resources get aliases to."""
-        return tuple(self.planned.service.previous_names or ())
+        return self.planned.instance.previous_names
 
     @property
     def url(self) -> str:
@@ -169,7 +169,7 @@ def _service_deployment(
 
 def _router_deployment(plan: Plan, router: RouterPlan, services: Mapping[str, ServiceDeployment]) -> RouterDeployment:
     replicas = [services[name] for name in router.replicas]
-    base = router_base_image(plan.fleet, router.service)
+    base = router.base_image
     host = plan.fleet.host(router.host_name)
     workers = tuple(sd.url for sd in replicas)
     return RouterDeployment(

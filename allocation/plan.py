@@ -12,6 +12,8 @@ from typing import Any, Mapping
 
 from allocation.capacity import GIB, Capacity
 from allocation.config import FleetConfig, Host, Service
+from allocation.instance import Instance
+from allocation.resolved import Resolved
 from allocation.windows import API, KINDS, PortSpan
 
 
@@ -32,43 +34,57 @@ class Assignment:
 
 @dataclass(frozen=True)
 class PlannedService:
-    """One service's configuration together with its assignment."""
+    """One instance of a service (the service itself, or one replica) together with its assignment."""
 
-    service: Service
+    instance: Instance
     assignment: Assignment
     capacity: Capacity | None = None
     """Memory per card as vLLM will find it; None without a `profile`."""
-    auto_fraction: bool = False
-    """The configured fraction was `auto`; `service.memory_fraction` is the one chosen."""
-    replica_of: str | None = None
-    """The replicated service this container is a replica of; None for a service of its own."""
     running_total: Decimal | None = None
     """`--gpu-memory-utilization` for a vLLM-Ascend before 0.15 on a shared card: the fractions of the
     services before it on its cards plus its own. None: its own fraction."""
 
     @property
+    def service(self) -> Service:
+        """The configured service this container is an instance of."""
+        return self.instance.service
+
+    @property
+    def resolved(self) -> Resolved:
+        return self.instance.resolved
+
+    @property
+    def memory_fraction(self) -> Decimal:
+        return self.instance.memory_fraction
+
+    @property
     def gpu_memory_utilization(self) -> Decimal:
-        return self.running_total if self.running_total is not None else self.service.memory_fraction
+        return self.running_total if self.running_total is not None else self.memory_fraction
 
     @property
     def name(self) -> str:
-        return self.service.name
+        return self.instance.name
+
+    @property
+    def replica_of(self) -> str | None:
+        """The replicated service this container is a replica of; None for a service of its own."""
+        return self.instance.replica_of
 
     @property
     def serves(self) -> str:
         """The configured service this container serves: its replicated service, or itself."""
-        return self.replica_of or self.name
+        return self.service.name
 
     def to_json(self) -> dict[str, Any]:
         a = self.assignment
         return {
             "name": self.name,
-            "previousNames": list(self.service.previous_names or ()),
+            "previousNames": list(self.instance.previous_names),
             "replicaOf": self.replica_of,
             "host": a.host_name,
             "devices": list(a.cards),
             "tensorParallelSize": self.service.tensor_parallel_size,
-            "memoryFraction": float(self.service.memory_fraction),
+            "memoryFraction": float(self.memory_fraction),
             "gpuMemoryUtilization": float(self.gpu_memory_utilization),
         } | {k.key: k.value(a.windows.get(k.key)) for k in KINDS} | {"capacity": _capacity_json(self.capacity)}
 
@@ -99,6 +115,8 @@ class RouterPlan:
 
     service: Service
     """The replicated service, as configured."""
+    resolved: Resolved
+    """Its settings over the defaults."""
     host_name: str
     port: int
     """Published on the host; the service's endpoint."""
@@ -106,6 +124,13 @@ class RouterPlan:
     """Prometheus metrics, published on the host."""
     replicas: tuple[str, ...]
     """Its replicas' names, in order."""
+    log_opts: Mapping[str, str]
+    """The defaults' log options, resolved: a router has no container settings of its own."""
+
+    @property
+    def base_image(self) -> str:
+        """The image the router's image is built from: `router.baseImage`, else the service's."""
+        return (self.service.router.base_image if self.service.router else None) or self.resolved.image
 
     @property
     def name(self) -> str:
@@ -143,6 +168,7 @@ class RouterPlan:
 @dataclass(frozen=True)
 class Plan:
     fleet: FleetConfig
+    """As configured: each service once, however many instances it has."""
     hosts: tuple[HostPlan, ...]
     """Sorted by host name; every configured host, used or not."""
     warnings: tuple[str, ...] = ()

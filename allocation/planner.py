@@ -12,61 +12,41 @@ from dataclasses import replace
 from decimal import Decimal
 
 from allocation.capacity import auto_fraction, gib, runtime_total, size_service
-from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service, vllm_ascend_version
+from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service
 from allocation.errors import AllocationError, listing
+from allocation.instance import Instance, instances
 from allocation.placement import Placer
 from allocation.plan import HostPlan, Plan, PlannedService, RouterPlan
 from allocation.ports import assign_ports
+from allocation.resolved import resolve
 
 
-def _resolve_auto(fleet: FleetConfig, problems: list[str]) -> tuple[FleetConfig, frozenset[str], frozenset[str]]:
-    """The fleet with every `memoryFraction: auto` replaced by the fraction chosen for it; the services
-    that were `auto`, and those for which no fraction fits (already a problem)."""
-    services, auto, unsized = [], set(), set()
-    for s in fleet.services:
-        if s.memory_fraction == "auto":
-            chosen = auto_fraction(fleet, s)
-            if isinstance(chosen, str):
-                problems.append(chosen)
-                # Placed with the least fraction, so every other problem is reported too, but none
-                # that only restates this one (a card over budget, a cache that does not fit).
-                chosen = Decimal(1) / FRACTION_SCALE
-                unsized.add(s.name)
-            s = s.model_copy(update={"memory_fraction": chosen})
-            auto.add(s.name)
-        services.append(s)
-    return fleet.model_copy(update={"services": services}), frozenset(auto), frozenset(unsized)
+def _instances(fleet: FleetConfig, problems: list[str]) -> tuple[list[Instance], frozenset[str]]:
+    """Every instance of every service, each `memoryFraction: auto` replaced by the fraction chosen
+    for it; and the instances for which no fraction fits (already a problem)."""
+    out, unsized = [], set()
+    for service in fleet.services:
+        for i in instances(service, fleet.defaults):
+            if i.auto_fraction:
+                chosen = auto_fraction(fleet, i)
+                if isinstance(chosen, str):
+                    problems.append(chosen)
+                    # Placed with the least fraction, so every other problem is reported too, but none
+                    # that only restates this one (a card over budget, a cache that does not fit).
+                    chosen = Decimal(1) / FRACTION_SCALE
+                    unsized.add(i.name)
+                i = replace(i, memory_fraction=chosen)
+            out.append(i)
+    return out, frozenset(unsized)
 
 
-def _replicas(fleet: FleetConfig) -> tuple[FleetConfig, dict[str, Service], dict[str, str]]:
-    """The fleet with each replicated service replaced by its replicas, each an ordinary service
-    with that replica's pins, the service's model name and its own previous names; the replicated
-    services by name; and each replica's service."""
-    services, replicated, replica_of = [], {}, {}
-    for s in fleet.services:
-        if s.replicas == 1:
-            services.append(s)
-            continue
-        replicated[s.name] = s
-        pins = list(s.replica_pins or ())
-        old = [s.replica_names(p) for p in s.previous_names or ()]  # per previous name, its replicas' names
-        for i, name in enumerate(s.replica_names()):
-            own = {k: getattr(pins[i], k) for k in type(pins[i]).model_fields} if i < len(pins) else {}
-            update = {"name": name, "served_model_name": s.served_model_name or s.original_name, "replicas": 1}
-            update |= {"previous_names": [names[i] for names in old] or None}
-            update |= {"replica_pins": None, "router": None, "router_port": None, "router_metrics_port": None}
-            services.append(s.model_copy(update=update | own))
-            replica_of[name] = s.name
-    return fleet.model_copy(update={"services": services}), replicated, replica_of
-
-
-def _router_hosts(
-    replicated: dict[str, Service], placed: dict[str, tuple[str, tuple[int, ...]]]
-) -> dict[str, list[Service]]:
+def _router_hosts(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, list[Service]]:
     """Host -> the replicated services whose router runs there: `router.host`, else the first
     replica's host. A service whose first replica found no room has no router (already a problem)."""
     hosts: dict[str, list[Service]] = {}
-    for s in replicated.values():
+    for s in fleet.services:
+        if s.replicas == 1:
+            continue
         host = s.router.host if s.router and s.router.host else placed.get(s.replica_names()[0], (None,))[0]
         if host is not None:
             hosts.setdefault(host, []).append(s)
@@ -75,52 +55,49 @@ def _router_hosts(
 
 def plan_fleet(fleet: FleetConfig) -> Plan:
     problems: list[str] = []
-    fleet, replicated, replica_of = _replicas(fleet)
-    fleet, auto, unsized = _resolve_auto(fleet, problems)
-    placer = Placer(fleet, replica_of)
-    placed = placer.run(list(fleet.services))
+    every, unsized = _instances(fleet, problems)
+    placer = Placer(fleet, {i.name: i.replica_of for i in every if i.replica_of is not None})
+    placed = placer.run(every)
     problems += placer.problems
-    router_hosts = _router_hosts(replicated, placed)
-    routers = []
+    router_hosts = _router_hosts(fleet, placed)
+    routers, logs = [], resolve(fleet.defaults, fleet.defaults).log_opts
 
-    per_host: dict[str, list[tuple[Service, tuple[int, ...]]]] = {h.name: [] for h in fleet.hosts}
-    for service in fleet.services:
-        if service.name in placed:
-            host, group = placed[service.name]
-            per_host[host].append((service, group))
+    per_host: dict[str, list[tuple[Instance, tuple[int, ...]]]] = {h.name: [] for h in fleet.hosts}
+    for i in every:
+        if i.name in placed:
+            host, group = placed[i.name]
+            per_host[host].append((i, group))
 
     host_plans, warnings = [], []
     for host in sorted(fleet.hosts, key=lambda h: h.name):
-        services = sorted(per_host[host.name], key=lambda p: p[0].name)
+        placed_here = sorted(per_host[host.name], key=lambda p: p[0].name)
         mine = router_hosts.get(host.name, [])
         exporter = fleet.metrics.npu_exporter_port
-        assignments, router_ports = assign_ports(host, services, fleet.ports, problems, mine, exporter)
+        assignments, router_ports = assign_ports(host, placed_here, fleet.ports, problems, mine, exporter)
         routers += [
-            RouterPlan(s, host.name, *router_ports[s.name], replicas=tuple(s.replica_names()))
+            RouterPlan(s, resolve(s, fleet.defaults), host.name, *router_ports[s.name], tuple(s.replica_names()), logs)
             for s in mine
             if s.name in router_ports
         ]
         planned = []
-        for (s, _), a in zip(services, assignments):
-            verdict = size_service(fleet, host, s)
-            problems += [verdict.problem] if verdict.problem and s.name not in unsized else []
+        for (i, _), a in zip(placed_here, assignments):
+            verdict = size_service(fleet, host, i)
+            problems += [verdict.problem] if verdict.problem and i.name not in unsized else []
             warnings += [verdict.warning] if verdict.warning else []
-            planned.append(
-                PlannedService(s, a, verdict.capacity, auto_fraction=s.name in auto, replica_of=replica_of.get(s.name))
-            )
-        planned = _running_totals(fleet, host, planned, warnings, problems)
+            planned.append(PlannedService(i, a, verdict.capacity))
+        planned = _running_totals(host, planned, warnings, problems)
         host_plans.append(HostPlan(host=host, budget=fleet.budget(host), services=tuple(planned)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
-    warnings += _crowded(replicated, placed)
+    warnings += _crowded(fleet, placed)
     routers.sort(key=lambda r: r.service.name)
     return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=tuple(routers))
 
 
-def _crowded(replicated: dict[str, Service], placed: dict[str, tuple[str, tuple[int, ...]]]) -> list[str]:
+def _crowded(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]]) -> list[str]:
     """A warning for each replicated service with two replicas on one host: losing it loses both."""
     notes = []
-    for s in replicated.values():
+    for s in (s for s in fleet.services if s.replicas > 1):
         hosts = [placed[n][0] for n in s.replica_names() if n in placed]
         shared = sorted({h for h in hosts if hosts.count(h) > 1})
         if shared:
@@ -132,7 +109,7 @@ def _crowded(replicated: dict[str, Service], placed: dict[str, tuple[str, tuple[
 
 
 def _running_totals(
-    fleet: FleetConfig, host: Host, services: list[PlannedService], notes: list[str], problems: list[str]
+    host: Host, services: list[PlannedService], notes: list[str], problems: list[str]
 ) -> list[PlannedService]:
     """What a later service on a shared card (in start order: name order) gets from the memory of
     those before it, by vLLM-Ascend version (vllm-ascend issue 7308, fixed by PR 7427 in v0.18.0rc1):
@@ -146,20 +123,20 @@ def _running_totals(
     total = runtime_total(host)
     out = []
     for ps in services:  # name order, the start order on each card
-        s, cards = ps.service, ps.assignment.cards
+        fraction, cards = ps.memory_fraction, ps.assignment.cards
         prior = max((before.get(c, Decimal(0)) for c in cards), default=Decimal(0))
-        version = vllm_ascend_version(fleet, s)
+        version = ps.resolved.vllm_ascend_version
         if prior and version is not None and version < (0, 15):
-            ps = replace(ps, running_total=prior + s.memory_fraction)
+            ps = replace(ps, running_total=prior + fraction)
             notes.append(
-                f"service {s.name}: vLLM-Ascend {version[0]}.{version[1]} counts the memory of the services started "
+                f"service {ps.name}: vLLM-Ascend {version[0]}.{version[1]} counts the memory of the services started "
                 f"before it on its cards as its own, so it gets --gpu-memory-utilization {ps.running_total} "
-                f"({prior} before it + its {s.memory_fraction})"
+                f"({prior} before it + its {fraction})"
             )
         elif prior and version is not None and version < (0, 18) and total is not None:
             _subtracted(ps, version, int(prior * total), notes, problems)
         for c in cards:
-            before[c] = before.get(c, Decimal(0)) + s.memory_fraction
+            before[c] = before.get(c, Decimal(0)) + fraction
         out.append(ps)
     return out
 

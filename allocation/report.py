@@ -50,10 +50,10 @@ def _card_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
     headers = ["card"] + [str(c) for c in range(hp.host.npus)]
     rows = []
     for ps in hp.services:
-        cells = [f"{ps.service.memory_fraction}" if c in ps.assignment.cards else "." for c in range(hp.host.npus)]
+        cells = [f"{ps.memory_fraction}" if c in ps.assignment.cards else "." for c in range(hp.host.npus)]
         rows.append([ps.name, *cells])
     load = hp.card_load()
-    used = [fmt_units(sum(units(s.service.memory_fraction) for s in load[c])) for c in range(hp.host.npus)]
+    used = [fmt_units(sum(units(s.memory_fraction) for s in load[c])) for c in range(hp.host.npus)]
     rows.append([f"used of {hp.budget}", *used])
     return headers, rows
 
@@ -84,13 +84,13 @@ def _port_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
     total = runtime_total(hp.host) or hp.host.hbm_gi_b * GIB
     rows = []
     for ps in hp.services:
-        a, s = ps.assignment, ps.service
+        a, fraction = ps.assignment, ps.memory_fraction
         rows.append(
             [
                 ps.name,
                 ",".join(map(str, a.cards)),
-                str(s.tensor_parallel_size),
-                f"{s.memory_fraction} ({gib(int(s.memory_fraction * total))} GiB)",
+                str(ps.service.tensor_parallel_size),
+                f"{fraction} ({gib(int(fraction * total))} GiB)",
                 *(_window_cell(k, a.windows.get(k.key)) for k in KINDS),
                 *(_capacity_cells(ps.capacity) if sized else []),
             ]

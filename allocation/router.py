@@ -12,9 +12,10 @@ import hashlib
 import shlex
 from types import MappingProxyType
 
-from allocation.config import FleetConfig, Mount, Router, Service, router_base_image
-from allocation.containers import LABEL_PREFIX, LOG_OPTS, ContainerSpec, HealthCheck, http_probe
+from allocation.config import FleetConfig, Mount, Router, Service
+from allocation.containers import LABEL_PREFIX, ContainerSpec, HealthCheck, http_probe
 from allocation.plan import RouterPlan
+from allocation.resolved import DEFAULT_IPC_MODE, DEFAULT_RESTART
 from allocation.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
 
 VERSION = "0.1.17"
@@ -89,17 +90,17 @@ def prefix_caching(args: list[str], hybrid: bool = False) -> bool:
     return not hybrid if not flags else flags[-1] == "--enable-prefix-caching"
 
 
-def _default_policy(service: Service, args: list[str]) -> str:
+def _default_policy(service: Service, args: tuple[str, ...]) -> str:
     """`cache_aware` sends a shared prefix to the replica that cached it; without caching, `round_robin`."""
     hybrid = service.profile is not None and service.profile.attention == "hybrid"
-    return "cache_aware" if prefix_caching(args, hybrid) else "round_robin"
+    return "cache_aware" if prefix_caching(list(args), hybrid) else "round_robin"
 
 
 def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> ContainerSpec:
     """The router's container. Its command names no worker: `LAUNCH` passes the URLs in its worker
     file as `--worker-urls` (allocation.rollout), so replicas come and go without a restart.
     `load_seconds`: the replicas' start timeout, which the router's wait for its workers must outlast."""
-    s, d = router.service, fleet.defaults
+    s = router.service
     settings = s.router or Router()
     timeout = settings.request_timeout_seconds or REQUEST_TIMEOUT_SECONDS
     wait = load_seconds + STARTUP_MARGIN_SECONDS
@@ -108,7 +109,7 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
         "vllm-router",
         "--host", "0.0.0.0",
         "--port", str(router.port),
-        "--policy", settings.policy or _default_policy(s, [*(d.args or ()), *(s.args or ())]),
+        "--policy", settings.policy or _default_policy(s, router.resolved.args),
         "--request-timeout-secs", str(timeout),
         "--worker-startup-timeout-secs", str(wait),
         "--health-check-interval-secs", str(HEALTH_INTERVAL_SECONDS),
@@ -132,7 +133,7 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
     }
     return ContainerSpec(
         name=router.container_name,
-        image=image_tag(router_base_image(fleet, s)),
+        image=image_tag(router.base_image),
         command=command,
         env=MappingProxyType({WORKERS_ENV: WORKERS_FILE}),
         device_files=(),
@@ -145,11 +146,11 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
             test=("CMD-SHELL", probe), interval_seconds=10, timeout_seconds=5, start_period_seconds=wait, retries=3
         ),
         privileged=False,
-        restart="unless-stopped",
+        restart=DEFAULT_RESTART,
         shm_size_mib=64,
         start_timeout_seconds=wait,
-        ipc_mode="private",
+        ipc_mode=DEFAULT_IPC_MODE,
         stop_grace_seconds=STOP_GRACE_SECONDS,
         sysctls=MappingProxyType({}),
-        log_opts=MappingProxyType(dict(d.log_opts or LOG_OPTS)),
+        log_opts=router.log_opts,
     )

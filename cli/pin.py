@@ -13,8 +13,9 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedSeq
 
+from allocation.config import Service
 from allocation.errors import ConfigError
-from allocation.plan import Plan, PlannedService
+from allocation.plan import Plan, PlannedService, RouterPlan
 from allocation.windows import KINDS
 from cli.stack_editor import set_service_keys
 
@@ -33,8 +34,8 @@ def pins_of(ps: PlannedService) -> dict[str, Any]:
     narrowed = ps.service.hosts is not None and ps.replica_of is None
     where: dict[str, Any] = {"hosts": _flow([a.host_name])} if narrowed else {"host": a.host_name}
     pins: dict[str, Any] = where | {"devices": _flow(list(a.cards))}
-    if ps.auto_fraction:  # `auto` becomes the number the planner chose
-        pins["memoryFraction"] = float(ps.service.memory_fraction)
+    if ps.instance.auto_fraction:  # `auto` becomes the number the planner chose
+        pins["memoryFraction"] = float(ps.memory_fraction)
     for kind in KINDS:
         if kind.key in a.windows:
             value = kind.value(a.windows[kind.key])
@@ -42,37 +43,30 @@ def pins_of(ps: PlannedService) -> dict[str, Any]:
     return pins
 
 
-def _replicated_pins(plan: Plan) -> dict[str, dict[str, Any]]:
+def _replicated_pins(service: Service, replicas: list[PlannedService], router: RouterPlan) -> dict[str, Any]:
     """A replicated service's pins: each replica's under `replicaPins`, in order, and its router's ports."""
-    replicas: dict[str, dict[str, PlannedService]] = {}
-    for _, ps in plan.services():
-        if ps.replica_of is not None:
-            replicas.setdefault(ps.replica_of, {})[ps.name] = ps
-    keys: dict[str, dict[str, Any]] = {}
-    for router in plan.routers:
-        ordered = [replicas[router.service.name][name] for name in router.replicas]
-        each = [pins_of(ps) for ps in ordered]
-        fractions = sorted({pins.pop("memoryFraction") for pins in each if "memoryFraction" in pins})
-        if len(fractions) > 1:
-            sized = ", ".join(f"{ps.name} {ps.service.memory_fraction} on {ps.assignment.host_name}" for ps in ordered)
-            raise ConfigError(
-                f"service {router.service.name}: memoryFraction auto chose different fractions for its replicas "
-                f"({sized}), and a service has one memoryFraction: set it by hand (the largest that fits every "
-                "replica's host), or give its replicas hosts of one HBM size; nothing was written"
-            )
-        shared = {"memoryFraction": fractions[0]} if fractions else {}
-        keys[router.service.name] = shared | {
-            "replicaPins": each,
-            "routerPort": router.port,
-            "routerMetricsPort": router.metrics_port,
-        }
-    return keys
+    each = [pins_of(ps) for ps in replicas]
+    fractions = sorted({pins.pop("memoryFraction") for pins in each if "memoryFraction" in pins})
+    if len(fractions) > 1:
+        sized = ", ".join(f"{ps.name} {ps.memory_fraction} on {ps.assignment.host_name}" for ps in replicas)
+        raise ConfigError(
+            f"service {service.name}: memoryFraction auto chose different fractions for its replicas "
+            f"({sized}), and a service has one memoryFraction: set it by hand (the largest that fits every "
+            "replica's host), or give its replicas hosts of one HBM size; nothing was written"
+        )
+    shared = {"memoryFraction": fractions[0]} if fractions else {}
+    return shared | {"replicaPins": each, "routerPort": router.port, "routerMetricsPort": router.metrics_port}
 
 
 def stack_pins(plan: Plan) -> dict[str, dict[str, Any]]:
     """Every configured service's pins, by its name in the stack file."""
-    keys = {ps.name: pins_of(ps) for _, ps in plan.services() if ps.replica_of is None}
-    return keys | _replicated_pins(plan)
+    planned = {ps.name: ps for _, ps in plan.services()}
+    routers = {r.service.name: r for r in plan.routers}
+    keys = {}
+    for s in plan.fleet.services:
+        instances = [planned[name] for name in s.replica_names()]
+        keys[s.name] = pins_of(instances[0]) if s.replicas == 1 else _replicated_pins(s, instances, routers[s.name])
+    return keys
 
 
 def pin_stack_file(path: Path, plan: Plan) -> list[str]:

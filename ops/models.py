@@ -216,11 +216,11 @@ def _kv_cache_arg(args: Sequence[str]) -> str | None:
     return found
 
 
-def _kv_cache_dtype(service: Service, defaults_args: Sequence[str]) -> str | None:
-    """The kvCacheDtype the stack fixes: set by hand in the profile, else from `--kv-cache-dtype`."""
+def _kv_cache_dtype(service: Service, args: Sequence[str]) -> str | None:
+    """The kvCacheDtype the stack fixes: set by hand in the profile, else from `--kv-cache-dtype` in `args`."""
     if service.profile is not None and "kv_cache_dtype" in service.profile.model_fields_set:
         return service.profile.kv_cache_dtype
-    value = _kv_cache_arg([*defaults_args, *(service.args or ())])
+    value = _kv_cache_arg(list(args))
     if value is None or value == "auto":
         return None
     if value not in KV_CACHE_DTYPES:
@@ -269,7 +269,6 @@ def profiles(deployment: Deployment, models_root: Path | None) -> dict[str, dict
     SSH round trip per host); ConfigError listing every failure."""
     found: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
-    defaults_args = deployment.plan.fleet.defaults.args or ()
     for hd in (h for h in deployment.hosts if h.services):
         wanted = [sd for sd in hd.services if sd.planned.serves not in found]
         paths = sorted({sd.planned.service.model for sd in wanted})
@@ -285,7 +284,7 @@ def profiles(deployment: Deployment, models_root: Path | None) -> dict[str, dict
             try:
                 folder = remote.get(model, Folder(f"{hd.name}:{model}", None)) if remote is not None else None
                 profile = read_profile(folder or _local_folder(model, models_root))
-                dtype = _kv_cache_dtype(service, defaults_args)
+                dtype = _kv_cache_dtype(service, sd.planned.resolved.args)
                 if dtype is not None:
                     profile = {k: v for k, v in profile.items() if k != "kvCacheDtype"}
                     profile["kvCacheDtype"] = dtype

@@ -170,7 +170,7 @@ def test_an_encoder_with_max_model_len_and_auto_gets_the_smallest_fraction_holdi
     profile = {"weightBytes": 2 * GIB, "numHiddenLayers": 24, "attention": "encoder"}
     svc = {**service("embed", 1, 0.1, maxModelLen=8192, maxNumSeqs=4, profile=profile), "memoryFraction": "auto"}
     ps = plan_fleet(fleet([host("npu-a")], [svc])).hosts[0].services[0]
-    assert ps.service.memory_fraction == Decimal("0.10")  # 6.10 GiB holds 2 + 4; 0.09 (5.49 GiB) does not
+    assert ps.memory_fraction == Decimal("0.10")  # 6.10 GiB holds 2 + 4; 0.09 (5.49 GiB) does not
     assert ps.capacity.fits and ps.capacity.kv_tokens == 0 and ps.capacity.block_tokens is None
     assert int(Decimal("0.09") * TOTAL_64) < 6 * GIB < int(Decimal("0.10") * TOTAL_64)
 
@@ -237,8 +237,8 @@ def test_auto_is_the_smallest_hundredth_that_holds_max_num_seqs_sequences(max_mo
         assert at_budget.kv_blocks < wanted
         return
     ps = plan.hosts[0].services[0]
-    chosen = ps.service.memory_fraction
-    assert ps.auto_fraction and chosen * 100 == int(chosen * 100)
+    chosen = ps.memory_fraction
+    assert ps.instance.auto_fraction and chosen * 100 == int(chosen * 100)
     assert ps.capacity.fits and ps.capacity.kv_blocks >= wanted
     if chosen > Decimal("0.01"):
         below = capacity(dense(), tp=4, fraction=chosen - Decimal("0.01"), total_bytes=TOTAL_64, overhead_bytes=4 * GIB,
@@ -250,7 +250,7 @@ def test_auto_goes_into_the_command_and_pin_writes_the_number(tmp_path):
     from cli.pin import pin_stack_file
 
     plan = plan_fleet(auto_fleet())
-    chosen = plan.hosts[0].services[0].service.memory_fraction
+    chosen = plan.hosts[0].services[0].memory_fraction
     [sd] = deploy(plan).services()
     assert sd.spec.command[sd.spec.command.index("--gpu-memory-utilization") + 1] == str(chosen)
     path = tmp_path / "Pulumi.auto.yaml"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from allocation.config import vllm_ascend_version
+from allocation.resolved import resolve
 from allocation.errors import AllocationError, ConfigError
 from allocation.planner import plan_fleet
 from cli.pin import pin_stack_file
@@ -74,7 +74,7 @@ def test_pin_of_a_replicated_auto_service_sized_differently_per_host_refuses_ins
     path.write_text(path.read_text().replace("address: 192.0.2.2\n", "address: 192.0.2.2\n      hbmGiB: 32\n"))
     before = path.read_text()
     plan = plan_fleet(load_fleet(config=str(path))[0])
-    fractions = {ps.name: ps.service.memory_fraction for _, ps in plan.services()}
+    fractions = {ps.name: ps.memory_fraction for _, ps in plan.services()}
     assert fractions["s-1"] != fractions["s-2"]
     with pytest.raises(ConfigError, match="chose different fractions for its replicas"):
         pin_stack_file(path, plan)
@@ -87,7 +87,7 @@ def test_auto_sizes_for_the_candidate_hosts_only():
     alone = plan_fleet(fleet([host("big")], [service("s", 1, "auto", maxModelLen=32768, profile=PROFILE)]))
     plan = plan_fleet(fleet(hosts, [svc]))
     (ps,) = [ps for _, ps in plan.services()]
-    assert ps.service.memory_fraction == next(p for _, p in alone.services()).service.memory_fraction
+    assert ps.memory_fraction == next(p for _, p in alone.services()).memory_fraction
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_auto_sizes_for_the_candidate_hosts_only():
 )
 def test_the_version_is_read_from_the_tag_even_when_a_digest_follows_and_huge_components_are_unknown(image, version):
     config = fleet([host()], [service("s", 1, 0.5, image=image)])
-    assert vllm_ascend_version(config, config.services[0]) == version
+    assert resolve(config.services[0], config.defaults).vllm_ascend_version == version
 
 
 def test_a_configured_version_with_huge_or_non_ascii_components_is_one_config_error():

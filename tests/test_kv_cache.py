@@ -283,7 +283,7 @@ def test_profile_of_the_published_qwen36_config_writes_a_hybrid_profile_the_plan
 def test_auto_sizes_a_hybrid_to_hold_its_requests():
     svc = {**service("qwen", 4, 0.5, profile=qwen36_profile(), maxModelLen=100_000, maxNumSeqs=4), "memoryFraction": "auto"}
     ps = plan_fleet(fleet([host("npu-a")], [svc])).hosts[0].services[0]
-    assert ps.auto_fraction and ps.capacity.kv_blocks >= 4 * ps.capacity.blocks_per_request
+    assert ps.instance.auto_fraction and ps.capacity.kv_blocks >= 4 * ps.capacity.blocks_per_request
 
 
 def test_a_request_needing_more_blocks_than_the_cache_holds_is_refused():

@@ -1,0 +1,118 @@
+"""Instance: one container's worth of a configured service.
+
+A service of its own (`replicas: 1`) has one instance, named after it. A replicated service has
+one per replica, `<name>-1` ... `<name>-N`, each with that replica's pins (`replicaPins`) and the
+names it had under the service's previous names. The service travels with each instance as
+configured, so nothing downstream rebuilds a service under a replica's name, and the planner,
+`pin`, the diff and the exporters all ask an instance, not a copy, which service it serves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from allocation.config import ContainerSettings, ModelProfile, ReplicaPins, Service
+from allocation.resolved import Resolved, resolve
+from allocation.windows import PortSpan, WindowKind
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One container of `service`: the service itself (`index` 0) or its replica number `index`."""
+
+    service: Service
+    """As configured; `memoryFraction` may be `auto`."""
+    resolved: Resolved
+    """The service's settings over the defaults."""
+    memory_fraction: Decimal | str
+    """The fraction it runs with: the configured one, or the one `auto` chose for this instance
+    (`auto` only until the planner has chosen, in `allocation.planner`)."""
+    index: int = 0
+    """1 to `replicas` for a replica; 0 for a service of its own."""
+
+    @property
+    def replica_of(self) -> str | None:
+        """The replicated service this is a replica of; None for a service of its own."""
+        return self.service.name if self.index else None
+
+    @property
+    def name(self) -> str:
+        return self.service.replica_names()[self.index - 1] if self.index else self.service.name
+
+    @property
+    def previous_names(self) -> tuple[str, ...]:
+        """Its names under the service's previous names, oldest first."""
+        old = self.service.previous_names or ()
+        return tuple(self.service.replica_names(p)[self.index - 1] for p in old) if self.index else tuple(old)
+
+    @property
+    def original_name(self) -> str:
+        """The name its container was created with and keeps across renames."""
+        return self.previous_names[0] if self.previous_names else self.name
+
+    @property
+    def served_model_name(self) -> str:
+        """`--served-model-name`: behind a router every replica answers to the service's model name."""
+        return self.service.served_model_name or self.service.original_name
+
+    @property
+    def auto_fraction(self) -> bool:
+        """The configured fraction was `auto`; `memory_fraction` is the one chosen."""
+        return self.service.memory_fraction == "auto"
+
+    @property
+    def pins(self) -> Service | ReplicaPins:
+        """Where its host, cards and windows are pinned: the service, or its replica's `replicaPins` entry."""
+        if not self.index:
+            return self.service
+        pins = self.service.replica_pins or ()
+        return pins[self.index - 1] if self.index <= len(pins) else ReplicaPins()
+
+    @property
+    def host(self) -> str | None:
+        return self.pins.host
+
+    @property
+    def devices(self) -> list[int] | None:
+        return self.pins.devices
+
+    def pinned(self, kind: WindowKind, size: int) -> PortSpan | None:
+        return self.pins.pinned(kind, size)
+
+    # What placement and sizing read of the service, the same for each of its instances.
+    @property
+    def hosts(self) -> list[str] | None:
+        return self.service.hosts
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return self.service.tensor_parallel_size
+
+    @property
+    def hccl_port_ranges(self) -> bool:
+        return self.service.hccl_port_ranges
+
+    @property
+    def profile(self) -> ModelProfile | None:
+        return self.service.profile
+
+    @property
+    def max_model_len(self) -> int | None:
+        return self.service.max_model_len
+
+    @property
+    def max_num_seqs(self) -> int | None:
+        return self.service.max_num_seqs
+
+    @property
+    def runtime_overhead_gi_b(self) -> Decimal | None:
+        return self.service.runtime_overhead_gi_b
+
+
+def instances(service: Service, defaults: ContainerSettings) -> list[Instance]:
+    """The instances of a configured service, in replica order, its settings resolved over `defaults`."""
+    resolved, fraction = resolve(service, defaults), service.memory_fraction
+    if service.replicas == 1:
+        return [Instance(service, resolved, fraction)]
+    return [Instance(service, resolved, fraction, i) for i in range(1, service.replicas + 1)]

@@ -1,0 +1,83 @@
+"""A service's container settings with the defaults applied, worked out once by the planner.
+
+A setting a service leaves unset comes from `ascend-fleet:defaults`, and when that leaves it unset
+too, from the project's default below. The planner resolves every service once; the container and
+router records, the capacity check and the config reference read these values and never look a
+default up again.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    from allocation.config import ContainerSettings, Mount
+
+DEFAULT_IMAGE = "quay.io/ascend/vllm-ascend:v0.20.2rc1"
+DEFAULT_SHM_SIZE_MIB = 10486  # the seed's shm_size: 10.24gb
+DEFAULT_START_TIMEOUT_SECONDS = 1800
+DEFAULT_STOP_GRACE_SECONDS = 60
+DEFAULT_RESTART = "unless-stopped"
+DEFAULT_IPC_MODE = "private"
+LOG_OPTS = MappingProxyType({"max-size": "100m", "max-file": "5"})
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What one service runs with: its own setting, else the defaults', else the project's."""
+
+    image: str
+    vllm_ascend_version: tuple[int, int] | None
+    """(major, minor): configured, else read from the image tag; None when neither says."""
+    env: Mapping[str, str]
+    """The defaults' env, then the service's over it."""
+    args: tuple[str, ...]
+    """The defaults' `args`, then the service's."""
+    mounts: tuple[Mount, ...]
+    """The defaults' mounts, then the service's."""
+    all_devices: bool
+    ipc_mode: str
+    shm_size_mib: int
+    start_timeout_seconds: int
+    stop_grace_seconds: int
+    restart: str
+    log_opts: Mapping[str, str]
+
+
+def resolve(service: ContainerSettings, defaults: ContainerSettings) -> Resolved:
+    """The settings of `service` over `defaults` over the project's defaults."""
+    s, d = service, defaults
+    image = s.image or d.image or DEFAULT_IMAGE
+    return Resolved(
+        image=image,
+        vllm_ascend_version=version_of(s.vllm_ascend_version or d.vllm_ascend_version, image),
+        env=MappingProxyType({**(d.env or {}), **(s.env or {})}),
+        args=(*(d.args or ()), *(s.args or ())),
+        mounts=(*(d.mounts or ()), *(s.mounts or ())),
+        all_devices=bool(_first(s.all_devices, d.all_devices, False)),
+        ipc_mode=s.ipc_mode or d.ipc_mode or DEFAULT_IPC_MODE,
+        # Zero is no setting of these (the config refuses it), but a stop grace period of 0 is one.
+        shm_size_mib=s.shm_size_mib or d.shm_size_mib or DEFAULT_SHM_SIZE_MIB,
+        start_timeout_seconds=s.start_timeout_seconds or d.start_timeout_seconds or DEFAULT_START_TIMEOUT_SECONDS,
+        stop_grace_seconds=_first(s.stop_grace_seconds, d.stop_grace_seconds, DEFAULT_STOP_GRACE_SECONDS),
+        restart=s.restart or d.restart or DEFAULT_RESTART,
+        log_opts=MappingProxyType(dict(s.log_opts or d.log_opts or LOG_OPTS)),
+    )
+
+
+def _first(*values):
+    """The first value that is set: 0 and False are settings, not absences."""
+    return next(v for v in values if v is not None)
+
+
+def version_of(configured: str | None, image: str) -> tuple[int, int] | None:
+    """(major, minor) of `configured` (`0.11.0`), else of the image's tag (`:v0.20.2rc1`); None if unknown."""
+    text = configured
+    if text is None:
+        tag = image.partition("@")[0].rpartition(":")[2]  # `@sha256:...` after the tag
+        text = tag if "/" not in tag else ""
+    match = re.match(r"v?([0-9]{1,4})\.([0-9]{1,4})(?![0-9])", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
