@@ -30,7 +30,7 @@ from pydantic.alias_generators import to_camel
 
 from allocation.errors import ConfigError, listing
 from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word
-from allocation.windows import KINDS, MAX_PORT, WINDOW_ENV, PortSpan, WindowKind
+from allocation.windows import KINDS, MAX_PORT, ROUTER_KINDS, WINDOW_ENV, PortSpan, WindowKind
 
 NAMESPACE = "ascend-fleet"
 DEFAULT_MEMORY_BUDGET = Decimal("0.95")
@@ -125,9 +125,9 @@ class PortRange(Model):
         return f"{self.first}-{self.last}" if self.last != self.first else str(self.first)
 
 
-def _pin_fields() -> dict[str, Any]:
+def _pin_fields(kinds: tuple[WindowKind, ...]) -> dict[str, Any]:
     fields: dict[str, Any] = {}
-    for k in KINDS:
+    for k in kinds:
         if k.shape == "range":
             kind: Any = PortRange
         elif k.count_key:  # the size is policy: the planner checks the end against 65535
@@ -150,7 +150,8 @@ class _Pinned(Model):
         return (value, value + size - 1) if value is not None else None
 
 
-_WindowPins: type[_Pinned] = create_model("_WindowPins", __base__=_Pinned, **_pin_fields())
+_WindowPins: type[_Pinned] = create_model("_WindowPins", __base__=_Pinned, **_pin_fields(KINDS))
+_RouterPins: type[Model] = create_model("_RouterPins", __base__=Model, **_pin_fields(ROUTER_KINDS))
 
 
 class Mount(Model):
@@ -415,7 +416,7 @@ class Router(Model):
     service's endpoint, keeps running."""
 
 
-class Service(ContainerSettings, _WindowPins):
+class Service(ContainerSettings, _WindowPins, _RouterPins):
     """One entry of `ascend-fleet:services`: a `vllm serve` instance."""
 
     name: Name
@@ -462,10 +463,6 @@ class Service(ContainerSettings, _WindowPins):
     """Pins of each replica, in order: `host`, `devices` and the windows (`pin` writes them)."""
     router: Router | None = None
     """The router of a replicated service."""
-    router_port: Port | None = None
-    """Pin: the router's port, published on its host; the service's endpoint."""
-    router_metrics_port: Port | None = None
-    """Pin: the router's Prometheus port, published on its host."""
 
     @model_validator(mode="after")
     def _replicas_agree(self) -> Service:
@@ -474,8 +471,8 @@ class Service(ContainerSettings, _WindowPins):
         if self.host is not None and self.hosts is not None:
             problems.append("set host or hosts, not both")
         if not replicated:
-            owned = {"replicaPins": self.replica_pins, "router": self.router, "routerPort": self.router_port}
-            owned["routerMetricsPort"] = self.router_metrics_port
+            owned = {"replicaPins": self.replica_pins, "router": self.router}
+            owned |= {k.key: getattr(self, k.key) for k in ROUTER_KINDS}
             problems += [f"{k} needs replicas above 1" for k, v in owned.items() if v is not None]
         else:
             pins = {"host": self.host, "devices": self.devices} | {k.key: getattr(self, k.key) for k in KINDS}

@@ -68,7 +68,7 @@ class RouterDeployment:
     plan: RouterPlan
     spec: ContainerSpec
     endpoint: str
-    """The service's OpenAI-compatible base URL: the router's, `http://address:routerPort/v1`."""
+    """The service's OpenAI-compatible base URL: the router's, `http://address:port/v1`."""
     base_image: str
     """The service's image, which the router image is built on."""
     build_script: str

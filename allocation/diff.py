@@ -22,13 +22,13 @@ from allocation import markdown
 from allocation.config import VISIBLE_DEVICES_ENV
 from allocation.containers import START_GATE_NAME
 from allocation.restarts import changed
-from allocation.windows import API, BY_KEY, KINDS, ROUTER_KEYS, span_text
+from allocation.windows import API, BY_KEY, KINDS, ROUTER_KINDS, span_text
 
 Format = Literal["table", "json", "markdown"]
 FORMATS: tuple[Format, ...] = ("table", "json", "markdown")
 
 # Port fields of a planned service or router, in the order they are reported.
-PORT_FIELDS = tuple(k.key for k in KINDS) + ROUTER_KEYS
+PORT_FIELDS = tuple(k.key for k in (*KINDS, *ROUTER_KINDS))
 # Container settings that are only a rendering of a placement or port field.
 # When that field changed the difference is already reported (as a move or a
 # port change), so repeating it as a restart reason would only be noise. When

@@ -14,7 +14,7 @@ from allocation.capacity import GIB, Capacity
 from allocation.config import FleetConfig, Host, Service
 from allocation.instance import Instance
 from allocation.resolved import Resolved
-from allocation.windows import API, KINDS, PortSpan
+from allocation.windows import API, ENDPOINT, KINDS, METRICS, ROUTER_KINDS, PortSpan
 
 
 @dataclass(frozen=True)
@@ -118,14 +118,22 @@ class RouterPlan:
     resolved: Resolved
     """Its settings over the defaults."""
     host_name: str
-    port: int
-    """Published on the host; the service's endpoint."""
-    metrics_port: int
-    """Prometheus metrics, published on the host."""
+    windows: Mapping[str, PortSpan]
+    """Router window kind key (`allocation.windows.ROUTER_KINDS`) -> span, published on the host."""
     replicas: tuple[str, ...]
     """Its replicas' names, in order."""
     log_opts: Mapping[str, str]
     """The defaults' log options, resolved: a router has no container settings of its own."""
+
+    @property
+    def port(self) -> int:
+        """The service's endpoint."""
+        return self.windows[ENDPOINT.key][0]
+
+    @property
+    def metrics_port(self) -> int:
+        """Prometheus metrics."""
+        return self.windows[METRICS.key][0]
 
     @property
     def base_image(self) -> str:
@@ -159,8 +167,7 @@ class RouterPlan:
             "name": self.name,
             "previousNames": list(self.previous_names),
             "host": self.host_name,
-            "routerPort": self.port,
-            "routerMetricsPort": self.metrics_port,
+            **{k.key: k.value(self.windows[k.key]) for k in ROUTER_KINDS},
             "replicas": list(self.replicas),
         }
 

@@ -75,7 +75,7 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         exporter = fleet.metrics.npu_exporter_port
         assignments, router_ports = assign_ports(host, placed_here, fleet.ports, problems, mine, exporter)
         routers += [
-            RouterPlan(s, resolve(s, fleet.defaults), host.name, *router_ports[s.name], tuple(s.replica_names()), logs)
+            RouterPlan(s, resolve(s, fleet.defaults), host.name, router_ports[s.name], tuple(s.replica_names()), logs)
             for s in mine
             if s.name in router_ports
         ]

@@ -8,7 +8,9 @@ are pairwise disjoint, whatever their kind. The NPU-side range would only need
 to be disjoint per card; host-wide is the simple, always-safe rule.
 
 Pins are laid down first; the rest is handed out in service-name order, each
-kind from its own base in aligned blocks (16666-16681, 16682-16697, ...).
+kind from its own base in aligned blocks (16666-16681, 16682-16697, ...). A
+router's windows (`ROUTER_KINDS`) are rows of the same table, pinned and handed
+out the same way, after every service's.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from allocation.config import Host, Ports, PortRange, Service
+from allocation.instance import Instance
 from allocation.plan import Assignment
-from allocation.windows import API, ROUTER_KEYS, HCCL_DEFAULT_NPU_PORT, KINDS, MAX_PORT, PortSpan, span_text
+from allocation.windows import HCCL_DEFAULT_NPU_PORT, KINDS, MAX_PORT, ROUTER_KINDS, PortSpan, WindowKind, span_text
 
 
 @dataclass
@@ -65,16 +68,16 @@ def _merged(ranges: list[PortRange]) -> list[PortSpan]:
 
 def assign_ports(
     host: Host,
-    placed: list[tuple[Service, tuple[int, ...]]],
+    placed: list[tuple[Instance, tuple[int, ...]]],
     policy: Ports,
     problems: list[str],
     routers: Sequence[Service] = (),
     exporter_port: int | None = None,
-) -> tuple[list[Assignment], dict[str, tuple[int, int]]]:
-    """Port windows for the services placed on one host, and the port and metrics port of each
-    router on it (by replicated service), taken like API ports after every service's windows, so
-    a new router moves no service. `exporter_port`, the host's NPU exporter, is taken first like a
-    reserved port. Problems are appended, not raised."""
+) -> tuple[list[Assignment], dict[str, Mapping[str, PortSpan]]]:
+    """Port windows for the services placed on one host, and the windows of each router on it (by
+    replicated service), handed out after every service's windows, so a new router moves no
+    service. `exporter_port`, the host's NPU exporter, is taken first like a reserved port.
+    Problems are appended, not raised."""
     taken = Occupied()
 
     def claim(span: PortSpan, owner: str) -> None:
@@ -95,51 +98,45 @@ def assign_ports(
         owner = "HCCL's default NPU port (kept by services with hcclPortRanges: false)"
         claim((HCCL_DEFAULT_NPU_PORT, HCCL_DEFAULT_NPU_PORT), owner)
     windows: dict[str, dict[str, PortSpan]] = {s.name: {} for s, _ in placed}
-    for s, _ in placed:
-        for kind in KINDS:
+    router_windows: dict[str, dict[str, PortSpan]] = {s.name: {} for s in sorted(routers, key=lambda s: s.name)}
+    owners: list[tuple[Instance | Service, tuple[WindowKind, ...], dict[str, PortSpan]]] = [
+        *((s, KINDS, windows[s.name]) for s, _ in placed),
+        *((s, ROUTER_KINDS, router_windows[s.name]) for s in sorted(routers, key=lambda s: s.name)),
+    ]
+    # Pins first, the routers' too, before anything is handed out.
+    for s, kinds, mine in owners:
+        for kind in kinds:
             span = s.pinned(kind, policy.size(kind))
             if span is not None:
-                windows[s.name][kind.key] = span
+                mine[kind.key] = span
                 claim(span, f"{kind.key} of {s.name}")
-    # Routers' pins are pins too: laid down before anything is handed out.
-    router_pins = {s.name: (s.router_port, s.router_metrics_port) for s in sorted(routers, key=lambda s: s.name)}
-    for name, pair in router_pins.items():
-        for key, pin in zip(ROUTER_KEYS, pair):
-            if pin is not None:
-                claim((pin, pin), f"{key} of {name}")
-    for s, _ in placed:
-        for kind in KINDS:
-            if kind.key in windows[s.name] or (kind.hccl_range and not s.hccl_port_ranges):
-                continue
-            base, size = policy.base(kind), policy.size(kind)
-            span = taken.first_free(base, size)
-            if span is None:
-                problems.append(
-                    f"host {host.name}: no free block of {size} port(s) from {base} up to {MAX_PORT} "
-                    f"for {kind.key} of {s.name}; lower ascend-fleet:ports.{kind.base_key} or free reserved ports"
-                )
-                continue
-            taken.add(*span, f"{kind.key} of {s.name}")
-            windows[s.name][kind.key] = span
+    for s, kinds, mine in owners:
+        _hand_out(host.name, s, kinds, mine, policy, taken, problems)
     assignments = [Assignment(host.name, cards, MappingProxyType(windows[s.name])) for s, cards in placed]
-    return assignments, _router_ports(host, router_pins, policy, taken, problems)
+    whole = {name: MappingProxyType(w) for name, w in router_windows.items() if len(w) == len(ROUTER_KINDS)}
+    return assignments, whole
 
 
-def _router_ports(
-    host: Host, pins: dict[str, tuple[int | None, int | None]], policy: Ports, taken: Occupied, problems: list[str]
-) -> dict[str, tuple[int, int]]:
-    """Each router's two ports: its pins (already taken), else the first free ports from `apiBase`."""
-    out: dict[str, tuple[int, int]] = {}
-    for name, pair in pins.items():
-        ports = []
-        for key, pin in zip(ROUTER_KEYS, pair):
-            span = (pin, pin) if pin is not None else taken.first_free(policy.base(API), 1)
-            if span is None:
-                problems.append(f"host {host.name}: no free port from {policy.base(API)} for {key} of {name}")
-                break
-            if pin is None:
-                taken.add(*span, f"{key} of {name}")
-            ports.append(span[0])
-        else:
-            out[name] = (ports[0], ports[1])
-    return out
+def _hand_out(
+    host: str,
+    owner: Instance | Service,
+    kinds: tuple[WindowKind, ...],
+    windows: dict[str, PortSpan],
+    policy: Ports,
+    taken: Occupied,
+    problems: list[str],
+) -> None:
+    """Adds to `windows` the first free window of each kind of `kinds` it lacks, from the kind's base."""
+    for kind in kinds:
+        if kind.key in windows or (kind.hccl_range and not owner.hccl_port_ranges):
+            continue
+        base, size = policy.base(kind), policy.size(kind)
+        span = taken.first_free(base, size)
+        if span is None:
+            problems.append(
+                f"host {host}: no free block of {size} port(s) from {base} up to {MAX_PORT} "
+                f"for {kind.key} of {owner.name}; lower ascend-fleet:ports.{kind.base_key} or free reserved ports"
+            )
+            continue
+        taken.add(*span, f"{kind.key} of {owner.name}")
+        windows[kind.key] = span

@@ -11,7 +11,7 @@ from allocation.config import units
 from allocation.deployment import Deployment
 from allocation.placement import fmt_units
 from allocation.plan import HostPlan
-from allocation.windows import KINDS, PortSpan, WindowKind, span_text
+from allocation.windows import KINDS, ROUTER_KINDS, PortSpan, WindowKind, span_text
 
 FORMATS = ("table", "markdown", "json")
 
@@ -137,8 +137,9 @@ def render_plan(deployment: Deployment, fmt: str) -> str:
             parts.append(_text_table(*_card_rows(hp)))
             parts.append(_text_table(*_port_rows(hp)))
     if plan.routers:
-        rows = [[r.service.name, r.host_name, str(r.port), str(r.metrics_port), ", ".join(r.replicas)] for r in plan.routers]
-        table = (["service", "router host", "port", "metrics", "replicas"], rows)
+        ports = [[span_text(r.windows[k.key]) for k in ROUTER_KINDS] for r in plan.routers]
+        rows = [[r.service.name, r.host_name, *p, ", ".join(r.replicas)] for r, p in zip(plan.routers, ports)]
+        table = (["service", "router host", *(k.column for k in ROUTER_KINDS), "replicas"], rows)
         parts += ["### Routers", _md_table(*table)] if fmt == "markdown" else ["routers", _text_table(*table)]
     return "\n\n".join(parts)
 

@@ -17,6 +17,7 @@ from allocation.containers import LABEL_PREFIX, ContainerSpec, HealthCheck, http
 from allocation.plan import RouterPlan
 from allocation.resolved import DEFAULT_IPC_MODE, DEFAULT_RESTART
 from allocation.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
+from allocation.windows import ROUTER_KINDS
 
 VERSION = "0.1.17"
 # sha256 of the two wheels pip may pick (PyPI, vllm_router-0.1.17-cp38-abi3-manylinux_2_28_{x86_64,aarch64}.whl).
@@ -128,9 +129,7 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
         f"{LABEL_PREFIX}.service": router.container_name,
         f"{LABEL_PREFIX}.router-of": s.original_name,
         f"{LABEL_PREFIX}.host": router.host_name,
-        f"{LABEL_PREFIX}.router-port": str(router.port),
-        f"{LABEL_PREFIX}.router-metrics-port": str(router.metrics_port),
-    }
+    } | {f"{LABEL_PREFIX}.{k.label}": k.text(router.windows[k.key]) for k in ROUTER_KINDS}
     return ContainerSpec(
         name=router.container_name,
         image=image_tag(router.base_image),

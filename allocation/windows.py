@@ -1,10 +1,11 @@
-"""The port windows a service binds on its host: one row per kind, and nothing else names them.
+"""The port windows a service and a router bind on their host: one row per kind, and nothing else names them.
 
 Every place that deals with a window (the config pins, the port policy, the
 allocator, the plan JSON, `pin`, the container's env and labels, the report
-columns, the diff, the refused `env` keys) loops over `KINDS`. Adding a window
-is adding a row. A window is a span of ports `(first, last)`, inclusive; a
-"port" kind is written as its first port, a "range" kind as `[first, last]`.
+columns, the diff, the refused `env` keys) loops over `KINDS`, a router's over
+`ROUTER_KINDS`. Adding a window is adding a row. A window is a span of ports
+`(first, last)`, inclusive; a "port" kind is written as its first port, a
+"range" kind as `[first, last]`.
 """
 
 from __future__ import annotations
@@ -99,5 +100,16 @@ API = BY_KEY["apiPort"]
 NPU_SOCKETS = BY_KEY["hcclNpuSocketPortRange"]
 """The window HCCL falls back to its default port for when the variable is unset."""
 WINDOW_ENV = tuple(k.env for k in KINDS if k.env)
-ROUTER_KEYS = ("routerPort", "routerMetricsPort")
-"""A router's two ports: config pins and plan JSON keys, taken like API ports (from `apiBase`)."""
+ROUTER_KINDS: tuple[WindowKind, ...] = (
+    WindowKind(
+        "routerPort", None, "router-port", "port", "port", "apiBase", 8000, 1, None, False, None, True,
+        "the router's port, published on its host; the service's endpoint",
+    ),
+    WindowKind(
+        "routerMetricsPort", None, "router-metrics-port", "metrics", "port", "apiBase", 8000, 1, None, False, None,
+        True, "the router's Prometheus metrics port, published on its host",
+    ),
+)  # fmt: skip
+"""A router's windows: pins of its replicated service, keys of its plan JSON, `pin` and stack output, its
+labels and report columns. Handed out like API ports, after every service's windows on its host."""
+ENDPOINT, METRICS = ROUTER_KINDS

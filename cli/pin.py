@@ -16,7 +16,7 @@ from ruamel.yaml.comments import CommentedSeq
 from allocation.config import Service
 from allocation.errors import ConfigError
 from allocation.plan import Plan, PlannedService, RouterPlan
-from allocation.windows import KINDS
+from allocation.windows import KINDS, ROUTER_KINDS
 from cli.stack_editor import set_service_keys
 
 
@@ -55,7 +55,7 @@ def _replicated_pins(service: Service, replicas: list[PlannedService], router: R
             "replica's host), or give its replicas hosts of one HBM size; nothing was written"
         )
     shared = {"memoryFraction": fractions[0]} if fractions else {}
-    return shared | {"replicaPins": each, "routerPort": router.port, "routerMetricsPort": router.metrics_port}
+    return shared | {"replicaPins": each} | {k.key: k.value(router.windows[k.key]) for k in ROUTER_KINDS}
 
 
 def stack_pins(plan: Plan) -> dict[str, dict[str, Any]]:

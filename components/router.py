@@ -22,6 +22,7 @@ import pulumi
 import pulumi_docker as docker
 
 from allocation.deployment import RouterDeployment
+from allocation.windows import ROUTER_KINDS
 from components.ascend_host import AscendHost, script
 from components.model_service import ModelService, container_args, container_options, renamed
 
@@ -110,8 +111,7 @@ class Router(pulumi.ComponentResource):
         self.summary = {
             "endpoint": self.container.name.apply(lambda _: endpoint),
             "host": plan.host_name,
-            "routerPort": plan.port,
-            "routerMetricsPort": plan.metrics_port,
+            **{k.key: k.value(plan.windows[k.key]) for k in ROUTER_KINDS},
             "replicas": list(plan.replicas),
         }
         self.register_outputs(self.summary)

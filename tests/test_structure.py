@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from allocation.windows import KINDS
+from allocation.windows import KINDS, ROUTER_KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("allocation", "cli", "components", "ops", "sim")
@@ -54,7 +54,8 @@ def test_importing_the_whole_planner_loads_no_pulumi_process_or_higher_layer():
 
 
 def test_each_windows_env_label_and_key_is_written_once_in_the_code_in_the_table():
-    names = {f'"{name}"' for k in KINDS for name in (k.key, k.env, k.label) if name}
+    """A router's windows too: adding a window of a service or a router is adding a row."""
+    names = {f'"{name}"' for k in (*KINDS, *ROUTER_KINDS) for name in (k.key, k.env, k.label) if name}
     found: dict[str, set[str]] = {name: set() for name in names}
     for path in source_files():
         text = path.read_text()
