@@ -101,7 +101,8 @@ class ServiceDiff:
     placement: Placement | None = None
     """Where an added service lands, or where a removed one was."""
     replica_of: str | None = None
-    """The replicated service a replica or router belongs to."""
+    """The configured service the container serves (the plan JSON's `replicaOf`): a replica's or a
+    router's service, or a service of its own itself, where a plan before the replica model has None."""
     renamed_from: str | None = None
     """Its name in the old plan, found through its `previousNames`; None when it kept its name."""
 
@@ -156,7 +157,7 @@ class ServiceDiff:
     def lines(self) -> list[tuple[str, str]]:
         """(kind, detail) pairs, one per fact a reviewer should read."""
         out: list[tuple[str, str]] = []
-        of = f"replica of {self.replica_of}, " if self.replica_of else ""
+        of = f"replica of {self.replica_of}, " if self.replica_of not in (None, self.name) else ""
         if self.added:
             out.append(("added", of + (f"on {self.placement}" if self.placement else "")))
         if self.removed:
@@ -555,7 +556,7 @@ def _new_stack_note(diff: PlanDiff) -> str:
 
 def _restart_note(s: ServiceDiff) -> str:
     """What a re-created container costs the service it serves."""
-    if s.replica_of is None:
+    if s.replica_of in (None, s.name):
         return "down for the model load"
     if s.name == f"{s.replica_of}-router":
         return f"router of {s.replica_of}: the endpoint is down until it is back"

@@ -32,9 +32,10 @@ class Instance:
     """1 to `replicas` for a replica; 0 for a service of its own."""
 
     @property
-    def replica_of(self) -> str | None:
-        """The replicated service this is a replica of; None for a service of its own."""
-        return self.service.name if self.index else None
+    def replica_of(self) -> str:
+        """The configured service this is an instance of: a replica's service, or a service of its own
+        itself. The plan JSON's `replicaOf` and Prometheus's `replica_of` label carry it."""
+        return self.service.name
 
     @property
     def name(self) -> str:

@@ -66,14 +66,9 @@ class PlannedService:
         return self.instance.name
 
     @property
-    def replica_of(self) -> str | None:
-        """The replicated service this container is a replica of; None for a service of its own."""
-        return self.instance.replica_of
-
-    @property
-    def serves(self) -> str:
+    def replica_of(self) -> str:
         """The configured service this container serves: its replicated service, or itself."""
-        return self.service.name
+        return self.instance.replica_of
 
     def to_json(self) -> dict[str, Any]:
         a = self.assignment

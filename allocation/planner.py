@@ -56,7 +56,7 @@ def _router_hosts(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ..
 def plan_fleet(fleet: FleetConfig) -> Plan:
     problems: list[str] = []
     every, unsized = _instances(fleet, problems)
-    placer = Placer(fleet, {i.name: i.replica_of for i in every if i.replica_of is not None})
+    placer = Placer(fleet, {i.name: i.replica_of for i in every if i.index})
     placed = placer.run(every)
     problems += placer.problems
     router_hosts = _router_hosts(fleet, placed)

@@ -31,7 +31,7 @@ def pins_of(ps: PlannedService) -> dict[str, Any]:
     a = ps.assignment
     # A service that lists candidate `hosts` keeps that key (narrowed to its host): `host` beside it is
     # refused. A replica's pins (`replicaPins`) have only `host`.
-    narrowed = ps.service.hosts is not None and ps.replica_of is None
+    narrowed = ps.service.hosts is not None and not ps.instance.index
     where: dict[str, Any] = {"hosts": _flow([a.host_name])} if narrowed else {"host": a.host_name}
     pins: dict[str, Any] = where | {"devices": _flow(list(a.cards))}
     if ps.instance.auto_fraction:  # `auto` becomes the number the planner chose

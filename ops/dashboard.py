@@ -75,7 +75,7 @@ def uid(stack: str) -> str:
 
 def build(deployment: Deployment) -> dashboard.Dashboard:
     stack = deployment.stack
-    services = sorted({ps.serves for _, ps in deployment.plan.services()})
+    services = sorted({ps.replica_of for _, ps in deployment.plan.services()})
     board = (
         dashboard.Dashboard(f"ascend-fleet {stack}")
         .uid(uid(stack))

@@ -270,14 +270,14 @@ def profiles(deployment: Deployment, models_root: Path | None) -> dict[str, dict
     found: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     for hd in (h for h in deployment.hosts if h.services):
-        wanted = [sd for sd in hd.services if sd.planned.serves not in found]
+        wanted = [sd for sd in hd.services if sd.planned.replica_of not in found]
         paths = sorted({sd.planned.service.model for sd in wanted})
         remote = None if models_root or hd.host.is_local() or not paths else _remote_folders(deployment.ssh, hd, paths)
         if isinstance(remote, str):
             problems.append(remote)
             continue
         for sd in wanted:
-            name, service = sd.planned.serves, sd.planned.service
+            name, service = sd.planned.replica_of, sd.planned.service
             if name in found:
                 continue
             model = service.model

@@ -48,7 +48,7 @@ def targets(deployment: Deployment) -> dict[str, list[dict[str, Any]]]:
             labels = {
                 "stack": stack,
                 "service": ps.name,
-                "replica_of": ps.serves,
+                "replica_of": ps.replica_of,
                 "host": hd.name,
                 "cards": ",".join(map(str, ps.assignment.cards)),
             }
@@ -82,7 +82,7 @@ def _card_rules(deployment: Deployment) -> list[dict[str, Any]]:
             for card in sd.planned.assignment.cards:
                 ps = sd.planned
                 labels = {"stack": deployment.stack, "host": hd.name, "card": str(card), "service": ps.name}
-                labels["replica_of"] = ps.serves
+                labels["replica_of"] = ps.replica_of
                 rules.append({"record": CARD_SERVICE, "expr": "vector(1)", "labels": labels})
     return rules
 
