@@ -10,6 +10,7 @@ unknown keys are errors, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections import Counter
 from decimal import Decimal
@@ -30,6 +31,16 @@ from pydantic.alias_generators import to_camel
 
 from allocation.errors import ConfigError, listing
 from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word
+from allocation.resolved import (
+    DEFAULT_IMAGE,
+    DEFAULT_IPC_MODE,
+    DEFAULT_RESTART,
+    DEFAULT_SHM_SIZE_MIB,
+    DEFAULT_START_TIMEOUT_SECONDS,
+    DEFAULT_STOP_GRACE_SECONDS,
+    LOG_OPTS,
+    REQUEST_TIMEOUT_SECONDS,
+)
 from allocation.windows import KINDS, MAX_PORT, ROUTER_KINDS, WINDOW_ENV, PortSpan, WindowKind
 
 NAMESPACE = "ascend-fleet"
@@ -251,8 +262,7 @@ LINEAR_FIELDS = (
 class ContainerSettings(Model):
     """Settings a service inherits from `ascend-fleet:defaults` unless it sets them itself."""
 
-    image: Image | None = None
-    """Container image. Default `quay.io/ascend/vllm-ascend:v0.20.2rc1`."""
+    image: Image | None = Field(default=None, description=f"Container image. Default `{DEFAULT_IMAGE}`.")
     env: dict[EnvKey, EnvValue] | None = None
     """Extra environment; merged over the tuning defaults (defaults' env, then the service's)."""
     args: list[Arg] | None = None
@@ -260,33 +270,44 @@ class ContainerSettings(Model):
     plan sets (`--port`, `--tensor-parallel-size`, `--gpu-memory-utilization`...) are refused."""
     mounts: list[Mount] | None = None
     """Extra bind mounts (defaults' and the service's are both applied)."""
-    shm_size_mib: int | None = Field(default=None, ge=64, le=1_048_576, alias="shmSizeMiB")
-    """Shared memory of the container in MiB. Default 10486 (the seed's 10.24 GB)."""
-    start_timeout_seconds: int | None = Field(default=None, ge=60, le=86_400)
-    """How long a model may take to load before it counts as failed: the health check's
-    start period and how long `pulumi up` waits for healthy. Default 1800."""
+    shm_size_mib: int | None = Field(
+        default=None, ge=64, le=1_048_576, alias="shmSizeMiB",
+        description=f"Shared memory of the container in MiB. Default {DEFAULT_SHM_SIZE_MIB} (the seed's 10.24 GB).",
+    )  # fmt: skip
+    start_timeout_seconds: int | None = Field(
+        default=None, ge=60, le=86_400,
+        description="How long a model may take to load before it counts as failed: the health check's start period "
+        f"and how long `pulumi up` waits for healthy. Default {DEFAULT_START_TIMEOUT_SECONDS}.",
+    )  # fmt: skip
     all_devices: bool | None = None
     """Opt in to the seed's layout: every card mounted into a privileged container.
     Off by default, so a container can only touch its own cards."""
-    restart: Literal["unless-stopped", "always"] | None = None
-    """Docker restart policy. Default `unless-stopped`."""
-    log_opts: dict[Annotated[str, Field(pattern=r"^[a-z0-9-]{1,64}$")], Text] | None = None
-    """Options of the `json-file` log driver. Default `{max-size: 100m, max-file: "5"}`. dockerd adds
-    `/etc/docker/daemon.json`'s `log-opts` to every container that leaves a key unset, and the provider
-    would then replace the container on every `pulumi up`: set here every key daemon.json sets (the
-    host check refuses a host where they differ)."""
-    ipc_mode: Literal["private", "host"] | None = None
-    """`private` (default): the container's own IPC namespace and `/dev/shm` of `shmSizeMiB`, as the
-    official vllm-ascend `docker run`. `host` shares the host's: `shmSizeMiB` is then ignored and each
-    service gets its own `ATB_SHARE_MEMORY_NAME_SUFFIX`."""
+    restart: Literal["unless-stopped", "always"] | None = Field(
+        default=None, description=f"Docker restart policy. Default `{DEFAULT_RESTART}`."
+    )
+    log_opts: dict[Annotated[str, Field(pattern=r"^[a-z0-9-]{1,64}$")], Text] | None = Field(
+        default=None,
+        description=f"Options of the `json-file` log driver. Default `{json.dumps(dict(LOG_OPTS))}`. dockerd adds "
+        "`/etc/docker/daemon.json`'s `log-opts` to every container that leaves a key unset, and the provider "
+        "would then replace the container on every `pulumi up`: set here every key daemon.json sets (the "
+        "host check refuses a host where they differ).",
+    )
+    ipc_mode: Literal["private", "host"] | None = Field(
+        default=None,
+        description=f"Default `{DEFAULT_IPC_MODE}`. `private`: the container's own IPC namespace and `/dev/shm` of "
+        "`shmSizeMiB`, as the official vllm-ascend `docker run`. `host` shares the host's: `shmSizeMiB` is then "
+        "ignored and each service gets its own `ATB_SHARE_MEMORY_NAME_SUFFIX`.",
+    )
     vllm_ascend_version: Annotated[str, Field(pattern=r"^v?[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,4})?(rc[0-9]{1,4})?$")] | None = None
-    """vLLM-Ascend version the image runs (`0.11.0`); default: read from the image tag (`:v0.20.2rc1`).
+    """vLLM-Ascend version the image runs (`0.11.0`); default: read from the image's tag.
     It decides the KV cache layout the capacity check computes, and what a later service on a shared
     card gets: before 0.15 the running total of the fractions there, until 0.18 a warning that the
     others' memory comes off its KV cache."""
-    stop_grace_seconds: int | None = Field(default=None, ge=0, le=3600)
-    """How long `docker stop`, a replacement or a destroy waits after SIGTERM before SIGKILL, so vLLM
-    releases its HBM before the next container starts. Default 60."""
+    stop_grace_seconds: int | None = Field(
+        default=None, ge=0, le=3600,
+        description="How long `docker stop`, a replacement or a destroy waits after SIGTERM before SIGKILL, so vLLM "
+        f"releases its HBM before the next container starts. Default {DEFAULT_STOP_GRACE_SECONDS}.",
+    )  # fmt: skip
 
     @field_validator("env", mode="before")
     @classmethod
@@ -407,8 +428,10 @@ class Router(Model):
     """Host of the router container; default the first replica's host."""
     policy: Literal["round_robin", "random", "power_of_two", "cache_aware", "consistent_hash"] | None = None
     """Load-balancing policy; default `round_robin`, or `cache_aware` when prefix caching is on."""
-    request_timeout_seconds: int | None = Field(default=None, ge=10, le=86_400)
-    """How long one request may take through the router. Default 3600, for long contexts."""
+    request_timeout_seconds: int | None = Field(
+        default=None, ge=10, le=86_400,
+        description=f"How long one request may take through the router. Default {REQUEST_TIMEOUT_SECONDS}, for long contexts.",
+    )  # fmt: skip
     base_image: Image | None = None
     """The image the router's image is built from (it needs Python and vLLM's dependencies); default
     the service's image. The router's image, and so its container, follow it: pin it to the current

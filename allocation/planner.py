@@ -77,7 +77,6 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         routers += [
             RouterPlan(s, resolve(s, fleet.defaults), host.name, router_ports[s.name], tuple(s.replica_names()), logs)
             for s in mine
-            if s.name in router_ports
         ]
         planned = []
         for (i, _), a in zip(placed_here, assignments):

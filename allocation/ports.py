@@ -77,7 +77,7 @@ def assign_ports(
     """Port windows for the services placed on one host, and the windows of each router on it (by
     replicated service), handed out after every service's windows, so a new router moves no
     service. `exporter_port`, the host's NPU exporter, is taken first like a reserved port.
-    Problems are appended, not raised."""
+    Problems are appended, not raised; a window that found no room is missing from its mapping."""
     taken = Occupied()
 
     def claim(span: PortSpan, owner: str) -> None:
@@ -113,8 +113,7 @@ def assign_ports(
     for s, kinds, mine in owners:
         _hand_out(host.name, s, kinds, mine, policy, taken, problems)
     assignments = [Assignment(host.name, cards, MappingProxyType(windows[s.name])) for s, cards in placed]
-    whole = {name: MappingProxyType(w) for name, w in router_windows.items() if len(w) == len(ROUTER_KINDS)}
-    return assignments, whole
+    return assignments, {name: MappingProxyType(w) for name, w in router_windows.items()}
 
 
 def _hand_out(

@@ -23,6 +23,8 @@ DEFAULT_STOP_GRACE_SECONDS = 60
 DEFAULT_RESTART = "unless-stopped"
 DEFAULT_IPC_MODE = "private"
 LOG_OPTS = MappingProxyType({"max-size": "100m", "max-file": "5"})
+REQUEST_TIMEOUT_SECONDS = 3600
+"""A router's bound on one request (`router.requestTimeoutSeconds`): long contexts take long."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from allocation.config import FleetConfig, Mount, Router, Service
 from allocation.containers import LABEL_PREFIX, ContainerSpec, HealthCheck, http_probe
 from allocation.plan import RouterPlan
-from allocation.resolved import DEFAULT_IPC_MODE, DEFAULT_RESTART
+from allocation.resolved import DEFAULT_IPC_MODE, DEFAULT_RESTART, REQUEST_TIMEOUT_SECONDS
 from allocation.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
 from allocation.windows import ROUTER_KINDS
 
@@ -39,7 +39,6 @@ RUNTIME_HASHES = {
     ),
 }
 IMAGE_REPOSITORY = "ascend-fleet-router"
-REQUEST_TIMEOUT_SECONDS = 3600
 HEALTH_INTERVAL_SECONDS = 10
 HEALTH_FAILURES = 3
 STOP_GRACE_SECONDS = 30

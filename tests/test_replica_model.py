@@ -12,6 +12,7 @@ from allocation.deployment import deploy
 from allocation.diff import diff_plans, render_diff
 from allocation.planner import plan_fleet
 from allocation.report import plan_json
+from cli.pin import stack_pins
 from ops import prometheus
 from tests.goldens import PROFILE
 from tests.fleets import host, service
@@ -80,3 +81,14 @@ def test_a_re_created_service_of_its_own_costs_its_model_load_and_a_replica_one_
     rows = {line.split()[1]: line for line in restarts if line.split()[:1] in (["npu-a"], ["npu-b"])}
     assert rows["chat"].endswith("down for the model load")
     assert rows["bge-1"].endswith("replica of bge: one replica at a time, the others keep serving")
+
+
+def test_pinning_a_replicated_service_limited_to_hosts_writes_each_replicas_host_and_plans_the_same_again():
+    values = {"hosts": [host("npu-a"), host("npu-b"), host("npu-c")],
+              "services": [service("bge", 1, 0.1, replicas=2, hosts=["npu-b", "npu-c"])]}  # fmt: skip
+    plan = plan_fleet(parse_fleet("test", values))
+    pins = stack_pins(plan)["bge"]
+    assert [p["host"] for p in pins["replicaPins"]] == ["npu-b", "npu-c"] and "hosts" not in pins["replicaPins"][0]
+    pinned = {**values, "services": [{**values["services"][0], **pins}]}
+    again = plan_fleet(parse_fleet("test", json.loads(json.dumps(pinned))))
+    assert plan_json(deploy(again)) == plan_json(deploy(plan))
