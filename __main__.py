@@ -27,7 +27,7 @@ deployment = fleet_deployment()
 async def main() -> None:
     key = ssh_private_key(deployment.ssh)
     services: dict[str, ModelService] = {}
-    hosts = {hd.name: AscendHost(hd.name, hd, deployment.ssh, private_key=key) for hd in deployment.hosts if hd.in_use}
+    hosts = {hd.name: AscendHost(hd.name, hd, private_key=key) for hd in deployment.hosts if hd.in_use}
     rollout = Rollout(deployment.routers)  # a replica's container waits for the one before it to serve again
     for hd in (hd for hd in deployment.hosts if hd.services):
         for sd in hd.services:

@@ -15,7 +15,7 @@ from typing import Iterator, Mapping
 
 from allocation.config import Host, Ssh
 from allocation.containers import ContainerSpec, container_spec
-from allocation.device_share import device_share_script
+from allocation.device_share import device_share_script, removal_script
 from allocation.host_check import host_check_script
 from allocation.known_hosts import find_host_key
 from allocation.plan import HostPlan, Plan, PlannedService, RouterPlan
@@ -107,6 +107,8 @@ class HostDeployment:
     """The SSH host key every client trusts: the host's `hostKey`, else the known_hosts entry."""
     ssh_options: tuple[str, ...] | None
     """Options of the system `ssh` the docker provider and `doctor` run; None for a local daemon."""
+    connect_timeout_seconds: int
+    """How long reaching the host over SSH may take (`ssh.connectTimeoutSeconds`): every client's bound."""
     check_script: str
     """The host check (`allocation.host_check`), run before any image or container."""
     shared_cards: tuple[int, ...]
@@ -114,6 +116,8 @@ class HostDeployment:
     device_share_script: str | None
     """Puts the shared cards into device-share mode (`allocation.device_share`), after the check and
     before any container on them; None unless the host shares cards with `cardSharing: deviceShare`."""
+    device_share_removal: str | None
+    """Undoes `device_share_script` when the host stops sharing cards; None with no such script."""
     images: tuple[str, ...]
     pull_timeout_seconds: int
     services: tuple[ServiceDeployment, ...]
@@ -211,11 +215,13 @@ def _host_deployment(
         # BatchMode and ConnectTimeout make an unreachable host fail in seconds instead of
         # waiting for a password; a configured hostKey is the only key trusted.
         ssh_options=None if host.is_local() else tuple(plan.fleet.ssh.options(host.host_key)),
+        connect_timeout_seconds=plan.fleet.ssh.connect_timeout_seconds,
         check_script=host_check_script(
             host, [(s.planned, s.spec) for s in services], shared_cards=shared_cards if sharing else ()
         ),
         shared_cards=shared_cards,
         device_share_script=device_share_script(host, shared_cards) if sharing else None,
+        device_share_removal=removal_script() if sharing else None,
         images=tuple(sorted({s.spec.image for s in services} | {r.base_image for r in routers})),
         pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,
         services=services,

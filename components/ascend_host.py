@@ -16,9 +16,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from allocation.config import Ssh
 from allocation.deployment import HostDeployment
-from allocation.device_share import removal_script
 from allocation.durations import go_duration
 from ops.ssh import run_script
 
@@ -37,7 +35,6 @@ class AscendHost(pulumi.ComponentResource):
         self,
         name: str,
         deployment: HostDeployment,
-        ssh: Ssh,
         private_key: Optional[pulumi.Input[str]] = None,
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
@@ -61,7 +58,7 @@ class AscendHost(pulumi.ComponentResource):
                 # The key the docker provider's ssh and `doctor` trust; None only when
                 # strictHostKeyChecking is not `yes` (then any key is accepted here).
                 host_key=deployment.host_key,
-                per_dial_timeout=ssh.connect_timeout_seconds,
+                per_dial_timeout=deployment.connect_timeout_seconds,
                 dial_error_limit=3,
             )
         self.connection = connection
@@ -71,7 +68,8 @@ class AscendHost(pulumi.ComponentResource):
         if deployment.device_share_script is not None:
             after_check = pulumi.ResourceOptions(parent=self, depends_on=[self.check])
             self.device_share = script(
-                f"{name}-device-share", deployment.device_share_script, connection, after_check, delete=removal_script()
+                f"{name}-device-share", deployment.device_share_script, connection, after_check,
+                delete=deployment.device_share_removal,
             )
 
         # Pulled once per host and image, after the check: a 20 GB pull onto a host
@@ -88,14 +86,14 @@ class AscendHost(pulumi.ComponentResource):
             image: docker.RemoteImage(f"{name}-{image}", name=image, keep_locally=True, opts=after_check)
             for image in deployment.images
         }
-        self._ssh, self._deployment = ssh, deployment
+        self._deployment = deployment
         self.register_outputs({"dockerHost": deployment.docker_url, "images": list(deployment.images)})
 
     def last_log_lines(self, container: str, lines: int = LOG_LINES) -> str:
         """A container's last log lines on this host (`docker logs --tail`, over SSH like `doctor`),
         or why they could not be read. For the error hook of a container that did not start."""
         script = f"docker logs --tail {int(lines)} {shlex.quote(container)} 2>&1\n"
-        result = run_script(self._ssh, self._deployment, script)
+        result = run_script(self._deployment, script)
         if not result.reachable:
             return f"(its log could not be read: {result.error})"
         return result.stdout.strip() or "(its log is empty)"

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from pydantic import ValidationError
 
-from allocation.config import ModelProfile, Service, Ssh
+from allocation.config import ModelProfile, Service
 from allocation.deployment import Deployment, HostDeployment
 from allocation.errors import ConfigError, listing
 from ops.bounded_json import JsonError, excerpt, loads
@@ -186,9 +186,9 @@ def read_profile(model: Path | Folder) -> dict[str, Any]:
     return profile
 
 
-def _remote_folders(ssh: Ssh, hd: HostDeployment, paths: list[str]) -> dict[str, Folder] | str:
+def _remote_folders(hd: HostDeployment, paths: list[str]) -> dict[str, Folder] | str:
     """The host's model folders in one round trip, or why they could not be read."""
-    result = run_script(ssh, hd, gather_script(paths))
+    result = run_script(hd, gather_script(paths))
     if not result.reachable:
         return f"host {hd.name} is unreachable: {result.error}"
     if result.returncode != 0:
@@ -272,7 +272,7 @@ def profiles(deployment: Deployment, models_root: Path | None) -> dict[str, dict
     for hd in (h for h in deployment.hosts if h.services):
         wanted = [sd for sd in hd.services if sd.planned.replica_of not in found]
         paths = sorted({sd.planned.service.model for sd in wanted})
-        remote = None if models_root or hd.host.is_local() or not paths else _remote_folders(deployment.ssh, hd, paths)
+        remote = None if models_root or hd.host.is_local() or not paths else _remote_folders(hd, paths)
         if isinstance(remote, str):
             problems.append(remote)
             continue

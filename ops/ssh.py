@@ -65,10 +65,10 @@ def script_argv(hd: HostDeployment) -> list[str]:
     return ["sh", "-s"] if hd.host.is_local() else ssh_command(hd.ssh_options or (), hd.host, "sh -s")
 
 
-def run_script(ssh: Ssh, hd: HostDeployment, script: str, *, timeout: float | None = None) -> RemoteResult:
+def run_script(hd: HostDeployment, script: str, *, timeout: float | None = None) -> RemoteResult:
     """Run a POSIX shell script on a deployment's host (locally when its Docker daemon is `unix://`)."""
     host = hd.host
-    connect = ssh.connect_timeout_seconds
+    connect = hd.connect_timeout_seconds
     timeout = timeout if timeout is not None else max(DEFAULT_TIMEOUT_SECONDS, connect + 30.0)
     argv = script_argv(hd)
     if host.is_local():

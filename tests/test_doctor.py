@@ -455,7 +455,7 @@ def test_an_unreachable_host_is_a_finding_and_the_other_hosts_are_still_checked(
     fleet_config = fleet([host("npu-a"), host("npu-b")], [service("alpha", 1, 0.4, host="npu-a", devices=[0])])
     plan = deployed(fleet_config)
 
-    def fake_run_script(ssh, h, script, *, timeout=None):
+    def fake_run_script(h, script, *, timeout=None):
         if h.name == "npu-b":
             return RemoteResult(False, None, "", "", 2.0, "ssh: connect to host npu-b.example port 22: Connection timed out")
         return RemoteResult(True, 0, gathered(("docker-inspect", "", "[]"), ("npu-smi-rc", "", "0")), "", 0.1)
@@ -475,7 +475,7 @@ def test_a_script_for_a_unix_docker_host_runs_locally_with_docker_host_set_to_th
     """No ssh: a real local `sh` runs the script, pointed at the host's daemon, not the caller's."""
     monkeypatch.setenv("DOCKER_HOST", "tcp://elsewhere.example:2375")
     config = fleet([host("dev", dockerHost="unix:///tmp/x.sock")], [])
-    result = run_script(config.ssh, deployed(config).hosts[0], 'echo "$DOCKER_HOST"\n')
+    result = run_script(deployed(config).hosts[0], 'echo "$DOCKER_HOST"\n')
     assert (result.reachable, result.returncode, result.stderr) == (True, 0, "")
     assert result.stdout == "unix:///tmp/x.sock\n"
 

@@ -127,7 +127,7 @@ def test_a_host_whose_output_cannot_be_read_is_a_finding_and_the_other_hosts_are
     config = fleet([host("npu-a"), host("npu-b")], [service("alpha", 1, 0.4, host="npu-a", devices=[0])])
     deployment = deploy(plan_fleet(config))
 
-    def fake_run_script(ssh, hd, script, *, timeout=None):
+    def fake_run_script(hd, script, *, timeout=None):
         if hd.name == "npu-a":
             return RemoteResult(True, 0, f"{MARK} docker-inspect not-base64! \n", "", 0.1)
         return RemoteResult(True, 0, gathered(("docker-inspect", "", "[]"), ("npu-smi-rc", "", "0")), "", 0.1)

@@ -318,6 +318,13 @@ def test_the_host_check_runs_the_generated_script_over_ssh_or_locally_for_a_unix
             assert connection["privateKey"] == FAKE_PRIVATE_KEY
 
 
+def test_the_scripts_ssh_connection_waits_as_long_as_the_stacks_connect_timeout():
+    values = {**two_host_values(), "ssh": {"connectTimeoutSeconds": 7}}
+    run = run_program("test", values)
+    connection = unwrap(run.by_name(REMOTE_COMMAND)["npu-a-check"].inputs["connection"])
+    assert connection["perDialTimeout"] == 7
+
+
 def test_a_unix_docker_host_gets_a_local_check_and_no_ssh_options():
     values = two_host_values()
     values["hosts"][0]["dockerHost"] = "unix:///var/run/docker.sock"

@@ -13,7 +13,6 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from allocation.config import Ssh
 from allocation.deployment import Deployment, HostDeployment
 from allocation.errors import printable
 from ops.doctor.facts import FactsError, parse_facts
@@ -31,11 +30,11 @@ class HostReport:
     findings: tuple[Finding, ...]
 
 
-def audit_host(ssh: Ssh, hd: HostDeployment, *, timeout: float | None = None) -> HostReport:
+def audit_host(hd: HostDeployment, *, timeout: float | None = None) -> HostReport:
     """Gather one host's facts in one round trip and judge them."""
     host = hd.host
     routers = [(rd.name, rd.plan.port) for rd in hd.routers]
-    result = run_script(ssh, hd, gather_script(hd.shared_cards, routers), timeout=timeout)
+    result = run_script(hd, gather_script(hd.shared_cards, routers), timeout=timeout)
     if not result.reachable:
         text = f"host {host.name} ({hd.docker_url}) is unreachable: {result.error}"
         return HostReport(host.name, False, (Finding("unreachable", text),))
@@ -53,7 +52,7 @@ def audit(deployment: Deployment, *, timeout: float | None = None) -> list[HostR
     if not deployment.hosts:
         return []
     with ThreadPoolExecutor(max_workers=min(16, len(deployment.hosts))) as pool:
-        return list(pool.map(lambda hd: audit_host(deployment.ssh, hd, timeout=timeout), deployment.hosts))
+        return list(pool.map(lambda hd: audit_host(hd, timeout=timeout), deployment.hosts))
 
 
 def render_reports(stack: str, reports: list[HostReport], fmt: str) -> str:
