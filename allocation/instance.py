@@ -10,6 +10,7 @@ configured, so nothing downstream rebuilds a service under a replica's name, and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from decimal import Decimal
 
 from allocation.config import ContainerSettings, ModelProfile, ReplicaPins, Service
@@ -19,7 +20,8 @@ from allocation.windows import PortSpan, WindowKind
 
 @dataclass(frozen=True)
 class Instance:
-    """One container of `service`: the service itself (`index` 0) or its replica number `index`."""
+    """One container of `service`: the service itself (`index` 0) or its replica number `index`.
+    Its name and pins are worked out once (`cached_property`): placement asks for them often."""
 
     service: Service
     """As configured; `memoryFraction` may be `auto`."""
@@ -37,11 +39,11 @@ class Instance:
         itself. The plan JSON's `replicaOf` and Prometheus's `replica_of` label carry it."""
         return self.service.name
 
-    @property
+    @cached_property
     def name(self) -> str:
         return self.service.replica_names()[self.index - 1] if self.index else self.service.name
 
-    @property
+    @cached_property
     def previous_names(self) -> tuple[str, ...]:
         """Its names under the service's previous names, oldest first."""
         old = self.service.previous_names or ()
@@ -62,7 +64,7 @@ class Instance:
         """The configured fraction was `auto`; `memory_fraction` is the one chosen."""
         return self.service.memory_fraction == "auto"
 
-    @property
+    @cached_property
     def pins(self) -> Service | ReplicaPins:
         """Where its host, cards and windows are pinned: the service, or its replica's `replicaPins` entry."""
         if not self.index:
@@ -70,11 +72,11 @@ class Instance:
         pins = self.service.replica_pins or ()
         return pins[self.index - 1] if self.index <= len(pins) else ReplicaPins()
 
-    @property
+    @cached_property
     def host(self) -> str | None:
         return self.pins.host
 
-    @property
+    @cached_property
     def devices(self) -> list[int] | None:
         return self.pins.devices
 

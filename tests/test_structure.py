@@ -17,6 +17,7 @@ PACKAGES = ("allocation", "cli", "components", "ops", "sim")
 # What the planner may import: the standard library's pure parts, pydantic, itself.
 PURE_IMPORTS = {
     "__future__", "allocation", "base64", "binascii", "bisect", "collections", "dataclasses", "decimal", "difflib",
+    "functools",
     "hashlib", "hmac", "ipaddress", "json",
     "pydantic", "re", "shlex", "types", "typing", "unicodedata",
 }  # fmt: skip
