@@ -73,9 +73,9 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         placed_here = sorted(per_host[host.name], key=lambda p: p[0].name)
         mine = router_hosts.get(host.name, [])
         exporter = fleet.metrics.npu_exporter_port
-        assignments, router_ports = assign_ports(host, placed_here, fleet.ports, problems, mine, exporter)
+        assignments, router_windows = assign_ports(host, placed_here, fleet.ports, problems, mine, exporter)
         routers += [
-            RouterPlan(s, resolve(s, fleet.defaults), host.name, router_ports[s.name], tuple(s.replica_names()), logs)
+            RouterPlan(s, resolve(s, fleet.defaults), host.name, router_windows[s.name], tuple(s.replica_names()), logs)
             for s in mine
         ]
         planned = []
