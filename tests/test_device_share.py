@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from allocation.config import Host
-from allocation.device_share import BOOT_SCRIPT, UNIT_PATH, boot_unit, device_share_script
-from allocation.containers import NPU_SMI
-from allocation.host_check import host_check_script
+from records.device_share import BOOT_SCRIPT, UNIT_PATH, boot_unit, device_share_script
+from records.containers import NPU_SMI
+from records.host_check import host_check_script
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = Host(name="npu-a", address="192.0.2.10")
@@ -64,7 +64,9 @@ def hold(root: Path, card: int) -> subprocess.Popen:
     claim.mkdir(parents=True)
     os.mkfifo(claim / "alive")
     (claim / "owner").write_text("service=bge-m3\ncontainer=c0ffee\nmem_mb=6000\n")
-    return subprocess.Popen(["sh", "-c", f'while :; do cat "{claim}/alive" >/dev/null; done'], start_new_session=True)
+    # As sim/npu-sim/vllm's rank holds it: open without a gap, so a busy machine never makes it look dead.
+    rank = 'exec 3<>"$1"; while :; do read -r _ <&3; done'
+    return subprocess.Popen(["sh", "-c", rank, "npu-sim-rank", str(claim / "alive")], start_new_session=True)
 
 
 def test_the_shared_cards_go_into_device_share_mode_once_and_the_boot_unit_is_installed(root):
