@@ -11,7 +11,7 @@ import gc
 
 import pulumi
 
-from allocation.report import plan_json
+from views.report import plan_json
 from components import AscendHost, ModelService, Rollout, Router, fleet_deployment, ssh_private_key
 
 # The SDK keeps ~90 futures and tasks per container alive until the engine answers,

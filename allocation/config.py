@@ -31,7 +31,7 @@ from pydantic.alias_generators import to_camel
 
 from allocation.errors import ConfigError, listing
 from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word
-from allocation.resolved import (
+from allocation.defaults import (
     DEFAULT_IMAGE,
     DEFAULT_IPC_MODE,
     DEFAULT_RESTART,

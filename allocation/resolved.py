@@ -13,18 +13,19 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
+from allocation.defaults import (
+    DEFAULT_IMAGE,
+    DEFAULT_IPC_MODE,
+    DEFAULT_RESTART,
+    DEFAULT_SHM_SIZE_MIB,
+    DEFAULT_START_TIMEOUT_SECONDS,
+    DEFAULT_STOP_GRACE_SECONDS,
+    LOG_OPTS,
+)
+
 if TYPE_CHECKING:
     from allocation.config import ContainerSettings, Mount
 
-DEFAULT_IMAGE = "quay.io/ascend/vllm-ascend:v0.20.2rc1"
-DEFAULT_SHM_SIZE_MIB = 10486  # the seed's shm_size: 10.24gb
-DEFAULT_START_TIMEOUT_SECONDS = 1800
-DEFAULT_STOP_GRACE_SECONDS = 60
-DEFAULT_RESTART = "unless-stopped"
-DEFAULT_IPC_MODE = "private"
-LOG_OPTS = MappingProxyType({"max-size": "100m", "max-file": "5"})
-REQUEST_TIMEOUT_SECONDS = 3600
-"""A router's bound on one request (`router.requestTimeoutSeconds`): long contexts take long."""
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ import sys
 import traceback
 from pathlib import Path
 
-from allocation.deployment import Deployment, deploy
-from allocation.diff import diff_plans, render_diff
+from records.deployment import Deployment, deploy
+from views.diff import diff_plans, render_diff
 from allocation.config import parse_fleet
 from allocation.errors import ConfigError, FleetError, printable
 from allocation.planner import plan_fleet
-from allocation.report import FORMATS, plan_json, render_plan
+from views.report import FORMATS, plan_json, render_plan
 from cli.pin import pin_stack_file
 from cli.stack_editor import set_service_keys
 from cli.revision import plan_at_revision

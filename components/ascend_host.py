@@ -16,8 +16,8 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from allocation.deployment import HostDeployment
-from allocation.durations import go_duration
+from records.deployment import HostDeployment
+from records.durations import go_duration
 from ops.ssh import run_script
 
 LOG_LINES = 20

@@ -12,9 +12,9 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_docker as docker
 
-from allocation.containers import ContainerSpec
-from allocation.deployment import ServiceDeployment
-from allocation.durations import go_duration
+from records.containers import ContainerSpec
+from records.deployment import ServiceDeployment
+from records.durations import go_duration
 from components.ascend_host import LOG_LINES, AscendHost
 
 

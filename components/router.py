@@ -2,9 +2,9 @@
 steps that replace those replicas one at a time.
 
 Its image is built on the host by a script (the service's image plus the pinned wheel;
-`allocation.router`), which prints the image id; the container runs that id, so a rebuilt
+`records.router`), which prints the image id; the container runs that id, so a rebuilt
 image replaces it. Its worker list is a file on the host written by a second script
-(`allocation.rollout.workers_script`), which the container reads at start: scaling rewrites
+(`records.rollout.workers_script`), which the container reads at start: scaling rewrites
 the file and reconciles the running router, and changes nothing of the container. The
 container is created after the first replica is healthy: the router exits when no worker answers.
 
@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_docker as docker
 
-from allocation.deployment import RouterDeployment
+from records.deployment import RouterDeployment
 from allocation.windows import ROUTER_KINDS
 from components.ascend_host import AscendHost, script
 from components.model_service import ModelService, container_args, container_options, renamed

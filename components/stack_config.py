@@ -19,7 +19,7 @@ import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
 
 from allocation.config import NAMESPACE, PROGRAM_ONLY_KEYS, Ssh, parse_fleet
-from allocation.deployment import Deployment, deploy, untrusted_hosts
+from records.deployment import Deployment, deploy, untrusted_hosts
 from allocation.errors import FleetError
 from allocation.planner import plan_fleet
 from ops.ssh import known_hosts_text

@@ -16,7 +16,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import units
 from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
-from allocation.deployment import Deployment
+from records.deployment import Deployment
 from ops.metric_names import ROUTER, VLLM
 from ops.prometheus import HBM_USED, NPU_UTILIZATION
 

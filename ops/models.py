@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 from pydantic import ValidationError
 
 from allocation.config import ModelProfile, Service
-from allocation.deployment import Deployment, HostDeployment
+from records.deployment import Deployment, HostDeployment
 from allocation.errors import ConfigError, listing
 from ops.bounded_json import JsonError, excerpt, loads
 from ops.model_files import INDEX, Folder, ModelFileError, gather_script, parse_folders

@@ -15,7 +15,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from allocation.deployment import Deployment
+from records.deployment import Deployment
 from ops.metric_names import NPU, ROUTER, VLLM
 
 VLLM_TARGETS = "targets-vllm.json"

@@ -1,7 +1,7 @@
 """Break-glass exports: the planned containers as docker-compose files or `docker run` scripts.
 
 For operators who must act without Pulumi. Both are written from the
-deployment records (`allocation.deployment`) the Pulumi program uses, so an
+deployment records (`records.deployment`) the Pulumi program uses, so an
 export cannot drift from what Pulumi would deploy. Every value is quoted by
 the library made for its target: shell words by `shlex.quote`, compose files
 by the YAML emitter (every string double-quoted, so YAML 1.1 and 1.2 readers
@@ -19,8 +19,8 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.representer import SafeRepresenter
 
-from allocation.containers import LOCK_DIR_HOST, ContainerSpec
-from allocation.deployment import Deployment, HostDeployment
+from records.containers import LOCK_DIR_HOST, ContainerSpec
+from records.deployment import Deployment, HostDeployment
 from ops.ssh import script_argv
 
 # Ends the here-documents that feed a host its device-share and router-image scripts; they never contain it.

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from allocation.config import Host, Ssh
-from allocation.deployment import HostDeployment
+from records.deployment import HostDeployment
 
 # ssh exits 255 when it could not connect or authenticate (or the connection broke).
 SSH_FAILED = 255

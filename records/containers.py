@@ -128,7 +128,7 @@ class ContainerSpec:
 
     def to_json(self) -> dict[str, object]:
         """Everything that reaches the container: the plan JSON's `container`, which `plan --against`
-        compares key by key (`allocation.restarts` says which keys re-create it)."""
+        compares key by key (`records.restarts` says which keys re-create it)."""
         hc = self.healthcheck
         return {
             "name": self.name,

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping
 
 from allocation.config import Host, Ssh
-from allocation.containers import ContainerSpec, container_spec
-from allocation.device_share import device_share_script, removal_script
-from allocation.host_check import host_check_script
-from allocation.known_hosts import find_host_key
+from records.containers import ContainerSpec, container_spec
+from records.device_share import device_share_script, removal_script
+from records.host_check import host_check_script
+from records.known_hosts import find_host_key
 from allocation.plan import HostPlan, Plan, PlannedService, RouterPlan
-from allocation.rollout import Handover, handover, workers_script
-from allocation.router import build_script, image_tag, router_spec
-from allocation.start_order import start_after
+from records.rollout import Handover, handover, workers_script
+from records.router import build_script, image_tag, router_spec
+from records.start_order import start_after
 from allocation.windows import KINDS
 
 
@@ -72,12 +72,12 @@ class RouterDeployment:
     base_image: str
     """The service's image, which the router image is built on."""
     build_script: str
-    """Builds the router image on its host (`allocation.router`); prints the image id."""
+    """Builds the router image on its host (`records.router`); prints the image id."""
     workers: tuple[str, ...]
     """Each replica's URL, in the order of `plan.replicas`: the router's `--worker-urls`."""
     workers_script: str
     """Writes `workers` where the router reads it at start, and reconciles the running router
-    (`allocation.rollout`): the router's container never names its workers."""
+    (`records.rollout`): the router's container never names its workers."""
     handovers: tuple[Handover, ...]
     """Per replica, in order: the step that confirms it serves again, which the next replica's
     container waits for (one replica down at a time)."""
@@ -110,11 +110,11 @@ class HostDeployment:
     connect_timeout_seconds: int
     """How long reaching the host over SSH may take (`ssh.connectTimeoutSeconds`): every client's bound."""
     check_script: str
-    """The host check (`allocation.host_check`), run before any image or container."""
+    """The host check (`records.host_check`), run before any image or container."""
     shared_cards: tuple[int, ...]
     """Cards more than one of its services use, ascending."""
     device_share_script: str | None
-    """Puts the shared cards into device-share mode (`allocation.device_share`), after the check and
+    """Puts the shared cards into device-share mode (`records.device_share`), after the check and
     before any container on them; None unless the host shares cards with `cardSharing: deviceShare`."""
     device_share_removal: str | None
     """Undoes `device_share_script` when the host stops sharing cards; None with no such script."""

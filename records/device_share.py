@@ -24,7 +24,7 @@ import shlex
 from typing import Sequence
 
 from allocation.config import Host
-from allocation.containers import NPU_SMI
+from records.containers import NPU_SMI
 
 CHIP = 0  # one chip per 910B card
 UNIT = "ascend-fleet-device-share.service"

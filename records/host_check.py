@@ -22,8 +22,8 @@ import shlex
 from typing import Sequence
 
 from allocation.config import Host
-from allocation.containers import DRIVER_DIR, DRIVER_MOUNTS, LOCK_DIR_HOST, NPU_SMI, ContainerSpec
-from allocation.device_share import CHIP, HOLDERS, STATUS_KEY, UNSUPPORTED
+from records.containers import DRIVER_DIR, DRIVER_MOUNTS, LOCK_DIR_HOST, NPU_SMI, ContainerSpec
+from records.device_share import CHIP, HOLDERS, STATUS_KEY, UNSUPPORTED
 from allocation.plan import PlannedService
 from allocation.windows import KINDS
 
@@ -76,7 +76,7 @@ def _path_checks(needs: tuple[dict, dict, dict], root: str) -> list[str]:
         test = "-d" if path == DRIVER_DIR else "-e"
         text = f"missing Ascend {what} {root + path} (mounted read-only into every container)"
         lines.append(f"[ {test} {_q(root + path)} ] || missing {_q(text)}")
-    # The start gate's card locks (allocation.containers): the one thing the check creates, since every
+    # The start gate's card locks (records.containers): the one thing the check creates, since every
     # container mounts the folder and Docker refuses a bind mount whose source is missing.
     locks = root + LOCK_DIR_HOST
     text = f"cannot create the start gate's lock folder {locks}: create it once as root (install -d {locks})"

@@ -13,10 +13,10 @@ import shlex
 from types import MappingProxyType
 
 from allocation.config import FleetConfig, Mount, Router, Service
-from allocation.containers import LABEL_PREFIX, ContainerSpec, HealthCheck, http_probe
+from records.containers import LABEL_PREFIX, ContainerSpec, HealthCheck, http_probe
 from allocation.plan import RouterPlan
-from allocation.resolved import DEFAULT_IPC_MODE, DEFAULT_RESTART, REQUEST_TIMEOUT_SECONDS
-from allocation.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
+from allocation.defaults import DEFAULT_IPC_MODE, DEFAULT_RESTART, REQUEST_TIMEOUT_SECONDS
+from records.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
 from allocation.windows import ROUTER_KINDS
 
 VERSION = "0.1.17"
@@ -98,7 +98,7 @@ def _default_policy(service: Service, args: tuple[str, ...]) -> str:
 
 def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> ContainerSpec:
     """The router's container. Its command names no worker: `LAUNCH` passes the URLs in its worker
-    file as `--worker-urls` (allocation.rollout), so replicas come and go without a restart.
+    file as `--worker-urls` (records.rollout), so replicas come and go without a restart.
     `load_seconds`: the replicas' start timeout, which the router's wait for its workers must outlast."""
     s = router.service
     settings = s.router or Router()

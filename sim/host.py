@@ -81,11 +81,11 @@ DEVICE_SHARE_DIR = CLAIMS_DIR / "device-share"
 UNHEALTHY_FILE = DRIVER_DIR / "sim" / "unhealthy"
 NO_DEVICE_SHARE_FILE = DRIVER_DIR / "sim" / "no-device-share"
 MODELS_DIR = Path("/srv/models")
-GATE_LOCK_DIR = Path("/var/lib/ascend-fleet/locks")  # allocation.containers.LOCK_DIR_HOST; the host check makes it
+GATE_LOCK_DIR = Path("/var/lib/ascend-fleet/locks")  # records.containers.LOCK_DIR_HOST; the host check makes it
 LOCK_FILE = Path("/run/ascend-fleet-simhost.lock")
 DOCKER_SOCKET = Path("/var/run/docker.sock")
 BUSYBOX = Path("/bin/busybox")
-# util-linux's flock, which the start gate uses (allocation.containers.START_GATE) and vllm-ascend's
+# util-linux's flock, which the start gate uses (records.containers.START_GATE) and vllm-ascend's
 # Ubuntu-based images carry; busybox-static has no flock applet. Copied into the image with the
 # shared libraries it loads.
 FLOCK = Path("/usr/bin/flock")

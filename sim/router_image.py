@@ -1,8 +1,8 @@
-"""The router image on the simulated host: a stand-in for the one `allocation.router.build_script` builds.
+"""The router image on the simulated host: a stand-in for the one `records.router.build_script` builds.
 
 On a real host the program builds the router image itself, `FROM` the service's image plus a
 `pip install` of the pinned vllm-router wheel (tests/test_router_image.py runs that install line for
-real), and skips the build when the tag `allocation.router.image_tag(base)` exists. The simulated
+real), and skips the build when the tag `records.router.image_tag(base)` exists. The simulated
 host has no registry and its service image (`ascend-fleet/npu-sim`) has no Python or pip, so that
 build cannot run there. Instead `build_router_image(base)` pre-creates an image under exactly that
 tag, so the program's own build script finds it and skips the build, as on a real host the second
@@ -38,7 +38,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from allocation.router import image_tag
+from records.router import image_tag
 
 HASH_LABEL = "ascend-fleet.router-sim.hash"
 ROUTER_DISTRIBUTION = "vllm-router"
@@ -146,7 +146,7 @@ def _content_hash(base_id: str, layout: dict[Path, Path], launcher: str) -> str:
 
 
 def build_router_image(docker: list[str], base_image: str) -> str:
-    """Make `allocation.router.image_tag(base_image)` on the daemon `docker` (the CLI argv that reaches
+    """Make `records.router.image_tag(base_image)` on the daemon `docker` (the CLI argv that reaches
     it) unless the image with the same content is there; its tag."""
     tag = image_tag(base_image)
     base_id = _inspect(docker, "{{.Id}}", base_image)
@@ -169,7 +169,7 @@ def build_router_image(docker: list[str], base_image: str) -> str:
         launcher_path.write_text(launcher)
         launcher_path.chmod(0o755)
         (Path(context) / "Dockerfile").write_text(
-            "# Stands in for allocation.router.dockerfile(base): the same base, vllm-router copied instead of pip-installed.\n"
+            "# Stands in for records.router.dockerfile(base): the same base, vllm-router copied instead of pip-installed.\n"
             f"FROM {base_image}\n"
             "COPY rootfs/ /\n"
             f'RUN ["/bin/busybox", "ln", "-sf", "{interpreter}", "/usr/local/bin/python3"]\n'

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from allocation.containers import ContainerSpec
+from records.containers import ContainerSpec
 from cli.main import main
 from ops.doctor.facts import LiveContainer
 

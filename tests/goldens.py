@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from allocation.config import parse_fleet
-from allocation.deployment import deploy
+from records.deployment import deploy
 from allocation.planner import plan_fleet
-from allocation.report import render_plan
+from views.report import render_plan
 from cli.pin import stack_pins
 from cli.stackfile import load_fleet
 from ops import dashboard, prometheus

@@ -121,7 +121,7 @@ def differences(inputs: Mapping[str, Any], state: Mapping[str, Any]) -> list[str
 # Which `docker_container` attributes re-create the container when they change: `ForceNew: true`
 # in the resource schema (internal/provider/resource_docker_container.go, v4.5.0); the others the
 # provider's `resourceDockerContainerUpdate` applies in place. Only the attributes the program sets
-# are listed. Transcribed from the source, independently of allocation/restarts.py, which the
+# are listed. Transcribed from the source, independently of records/restarts.py, which the
 # tests check against it.
 FORCE_NEW = frozenset({
     "name", "image", "command", "env", "privileged", "devices", "mounts", "ports", "host", "labels",

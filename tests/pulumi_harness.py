@@ -61,7 +61,7 @@ if str(PROJECT_ROOT) not in sys.path:
     sys.path.insert(0, str(PROJECT_ROOT))
 
 
-# The last line of allocation.router.build_script: the built image's id, by tag.
+# The last line of records.router.build_script: the built image's id, by tag.
 IMAGE_BUILT = re.compile(r"docker image inspect -f '\{\{\.Id\}\}' (\S+)\n?$")
 
 

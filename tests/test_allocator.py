@@ -10,8 +10,8 @@ import pytest
 from allocation.config import parse_fleet
 from allocation.errors import AllocationError, ConfigError
 from allocation.planner import plan_fleet
-from allocation.deployment import deploy
-from allocation.report import plan_json
+from records.deployment import deploy
+from views.report import plan_json
 from tests.fleets import fleet, host, seed_values, service
 
 

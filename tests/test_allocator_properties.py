@@ -15,8 +15,8 @@ from allocation.errors import FleetError
 from cli.pin import pins_of
 from allocation.plan import Plan
 from allocation.planner import plan_fleet
-from allocation.deployment import deploy
-from allocation.report import plan_json
+from records.deployment import deploy
+from views.report import plan_json
 
 FRACTIONS = [Decimal(f"0.{n:02d}") for n in range(5, 100, 5)]
 SMALL = FRACTIONS[:6]  # up to 0.3: several services can share a card

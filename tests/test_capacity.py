@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from allocation.capacity import GIB, RUNTIME_TOTAL_BYTES, Capacity, Shape, capacity
 from allocation.kv_cache import Engine
-from allocation.deployment import deploy
+from records.deployment import deploy
 from allocation.errors import AllocationError
 from allocation.planner import plan_fleet
-from allocation.report import plan_json, render_plan
+from views.report import plan_json, render_plan
 from tests.fleets import fleet, host, service
 
 TOTAL_64 = RUNTIME_TOTAL_BYTES[64]
@@ -198,7 +198,7 @@ def test_a_hybrid_without_gated_delta_net_fields_is_not_sized_and_the_plan_says_
 
 
 def test_the_diff_shows_what_a_change_does_to_the_capacity():
-    from allocation.diff import diff_plans, render_diff
+    from views.diff import diff_plans, render_diff
 
     old = plan_json(deploy(plan_fleet(profiled(0.9))))
     new = plan_json(deploy(plan_fleet(profiled(0.9, runtimeOverheadGiB=2))))

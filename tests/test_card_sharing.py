@@ -12,12 +12,12 @@ import json
 import pytest
 
 from allocation.config import VISIBLE_DEVICES_ENV
-from allocation.containers import CARDS_ENV, HEALTH_URL_ENV, LOCK_DIR, LOCK_DIR_HOST, START_GATE, START_GATE_NAME
-from allocation.deployment import deploy
-from allocation.diff import diff_plans, render_diff
+from records.containers import CARDS_ENV, HEALTH_URL_ENV, LOCK_DIR, LOCK_DIR_HOST, START_GATE, START_GATE_NAME
+from records.deployment import deploy
+from views.diff import diff_plans, render_diff
 from allocation.errors import AllocationError
 from allocation.planner import plan_fleet
-from allocation.report import plan_json, render_plan
+from views.report import plan_json, render_plan
 from ops.render import render
 from tests.fleets import fleet, host, service
 from tests.pulumi_harness import CONTAINER, LOCAL_COMMAND, REMOTE_COMMAND, run_program

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from allocation.config import VISIBLE_DEVICES_ENV
-from allocation.containers import CONTROL_DEVICES, ContainerSpec
-from allocation.deployment import deploy
+from records.containers import CONTROL_DEVICES, ContainerSpec
+from records.deployment import deploy
 from allocation.planner import plan_fleet
 from tests.fleets import fleet, host, service
 

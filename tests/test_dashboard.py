@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from allocation.deployment import deploy
+from records.deployment import deploy
 from allocation.planner import plan_fleet
 from cli.main import DASHBOARD
 from cli.stackfile import load_fleet

@@ -14,10 +14,10 @@ import copy
 import pytest
 
 from allocation.config import parse_fleet
-from allocation.deployment import deploy
-from allocation.diff import diff_plans
+from records.deployment import deploy
+from views.diff import diff_plans
 from allocation.planner import plan_fleet
-from allocation.report import plan_json
+from views.report import plan_json
 from tests.provider_readback import recreates
 from tests.pulumi_harness import CONTAINER, run_program
 from tests.test_program import _pinned, values_of

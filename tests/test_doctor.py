@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 import ops.doctor as doctor
-from allocation.containers import CONTROL_DEVICES
-from allocation.deployment import deploy
+from records.containers import CONTROL_DEVICES
+from records.deployment import deploy
 from allocation.planner import plan_fleet
 from ops.doctor import render_reports
 from ops.doctor.facts import FactsError, HostFacts, Listener, LiveContainer, parse_facts, parse_port_list, parse_ss

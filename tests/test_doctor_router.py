@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from allocation.config import parse_fleet
-from allocation.deployment import deploy
+from records.deployment import deploy
 from allocation.planner import plan_fleet
 from ops.doctor.facts import HostFacts, parse_facts
 from ops.doctor.findings import host_findings

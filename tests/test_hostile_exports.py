@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from allocation.deployment import deploy
-from allocation.diff import diff_plans, render_diff
+from records.deployment import deploy
+from views.diff import diff_plans, render_diff
 from allocation.errors import FleetError
 from allocation.planner import plan_fleet
-from allocation.report import plan_json, render_plan
+from views.report import plan_json, render_plan
 from cli.main import main
 from ops.render import render
 from tests.fleets import fleet, host, service

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import ops.doctor as doctor
-from allocation.deployment import deploy
+from records.deployment import deploy
 from allocation.planner import plan_fleet
 from ops.doctor.facts import FactsError, parse_facts
 from ops.doctor.findings import host_findings

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from allocation.deployment import deploy
+from records.deployment import deploy
 from allocation.planner import plan_fleet
 from ops.doctor import Finding, HostReport, render_reports
 from ops.doctor.facts import FactsError, parse_facts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from allocation.known_hosts import find_host_key
+from records.known_hosts import find_host_key
 
 KEY_A = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 KEY_B = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBj4dVx0qkO9pLWQ0oAh0fb3m3d7JMhmE8VY1sYVc8mN"

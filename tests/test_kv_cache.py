@@ -12,13 +12,13 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from allocation.capacity import GIB, RUNTIME_TOTAL_BYTES, Capacity, Shape, capacity
-from allocation.deployment import deploy
+from records.deployment import deploy
 from allocation.errors import AllocationError
 from allocation.kv_cache import (
     Engine, GatedDeltaNet, Layout, Unsized, dense_block_size, engine_of, hybrid_layout, log_lines, state_pages,
 )  # fmt: skip
 from allocation.planner import plan_fleet
-from allocation.report import plan_json
+from views.report import plan_json
 from tests.fleets import fleet, host, service
 
 TOTAL_64 = RUNTIME_TOTAL_BYTES[64]

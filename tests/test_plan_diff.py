@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from allocation.diff import diff_plans, render_diff
+from views.diff import diff_plans, render_diff
 from allocation.errors import FleetError
 from cli import main as cli_main
 from cli.revision import plan_at_revision
@@ -478,7 +478,7 @@ def git(repo: Path, *args: str) -> str:
 
 def copy_program(dest: Path) -> None:
     """The packages `python -m allocation plan` runs, as a repository would hold them."""
-    for package in ("allocation", "cli", "ops"):
+    for package in ("allocation", "records", "views", "cli", "ops"):
         shutil.copytree(REPO / package, dest / package, ignore=shutil.ignore_patterns("__pycache__"))
 
 

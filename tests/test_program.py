@@ -19,15 +19,15 @@ from ruamel.yaml import YAML
 
 from allocation.config import parse_fleet
 from allocation.errors import FleetError
-from allocation.containers import (
+from records.containers import (
     CONTROL_DEVICES, DRIVER_MOUNTS, LOCK_DIR, LOCK_DIR_HOST, START_GATE, START_GATE_NAME, container_spec,
 )  # fmt: skip
 from allocation.planner import plan_fleet
-from allocation.deployment import deploy
-from allocation.report import plan_json
+from records.deployment import deploy
+from views.report import plan_json
 from cli.stackfile import StackFile, stack_values
-from allocation.durations import go_duration
-from allocation.host_check import DAEMON_JSON, DMI_PRODUCT, NPU_SMI, host_check_script
+from records.durations import go_duration
+from records.host_check import DAEMON_JSON, DMI_PRODUCT, NPU_SMI, host_check_script
 from allocation.windows import KINDS
 from cli.pin import stack_pins
 from components.model_service import start_failure_text

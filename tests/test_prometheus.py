@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from allocation.deployment import deploy
+from records.deployment import deploy
 from allocation.planner import plan_fleet
 from cli.stackfile import load_fleet
 from ops import prometheus

@@ -11,7 +11,7 @@ import copy
 
 import pytest
 
-from allocation.durations import go_duration
+from records.durations import go_duration
 from tests.provider_readback import differences, go_seconds, stored, stored_after_stop
 from tests.pulumi_harness import CONTAINER, REMOTE_IMAGE
 from tests.test_program import STACKS, stack_run, stack_params

@@ -17,11 +17,11 @@ import re
 import pytest
 
 from allocation.config import parse_fleet
-from allocation.deployment import deploy
-from allocation.diff import diff_plans, render_diff
+from records.deployment import deploy
+from views.diff import diff_plans, render_diff
 from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
-from allocation.report import plan_json
+from views.report import plan_json
 from cli.pin import pin_stack_file, stack_pins
 from cli.stackfile import StackFile, stack_values
 from ops.render import render

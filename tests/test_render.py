@@ -7,7 +7,7 @@ import subprocess
 
 from ruamel.yaml import YAML
 
-from allocation.deployment import deploy
+from records.deployment import deploy
 from allocation.planner import plan_fleet
 from cli.stackfile import load_fleet
 from ops.render import docker_run_args, render

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 
 from allocation.config import parse_fleet
-from allocation.deployment import deploy
-from allocation.diff import diff_plans, render_diff
+from records.deployment import deploy
+from views.diff import diff_plans, render_diff
 from allocation.planner import plan_fleet
-from allocation.report import plan_json
+from views.report import plan_json
 from cli.pin import stack_pins
 from ops import prometheus
 from tests.goldens import PROFILE

@@ -15,13 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from allocation.config import parse_fleet
-from allocation.deployment import deploy
-from allocation.diff import diff_plans
+from records.deployment import deploy
+from views.diff import diff_plans
 from allocation.errors import AllocationError, ConfigError
 from allocation.planner import plan_fleet
-from allocation.report import plan_json
-from allocation.rollout import LAUNCH, SERVE_MARGIN_SECONDS, WORKERS_ENV, WORKERS_MOUNT
-from allocation.router import VERSION, image_tag, prefix_caching
+from views.report import plan_json
+from records.rollout import LAUNCH, SERVE_MARGIN_SECONDS, WORKERS_ENV, WORKERS_MOUNT
+from records.router import VERSION, image_tag, prefix_caching
 from cli.pin import stack_pins
 from cli.stackfile import load_fleet
 from components.router import SERVES_SUFFIX

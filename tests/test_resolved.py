@@ -8,9 +8,10 @@ import json
 import pytest
 
 from allocation.config import ContainerSettings, Defaults, Mount, Router, Service, parse_fleet
-from allocation.deployment import deploy
+from records.deployment import deploy
 from allocation.planner import plan_fleet
-from allocation.resolved import REQUEST_TIMEOUT_SECONDS, resolve
+from allocation.defaults import REQUEST_TIMEOUT_SECONDS
+from allocation.resolved import resolve
 from tests.fleets import host, service
 
 BARE = resolve(Service(name="s", model="/m"), Defaults())

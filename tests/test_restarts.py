@@ -1,6 +1,6 @@
 """Which container inputs re-create a container: the one table, checked against the provider.
 
-`allocation.restarts` classifies every key of a container's plan JSON as the docker provider
+`records.restarts` classifies every key of a container's plan JSON as the docker provider
 classifies the attribute it becomes; `plan --against` and the README's table read it. These
 tests hold it to the provider's schema (transcribed in tests/provider_readback.py), to what the
 program really registers, and to every format a container record is written in.
@@ -15,8 +15,8 @@ from types import MappingProxyType
 import pytest
 
 from allocation.config import Mount
-from allocation.containers import ContainerSpec, HealthCheck
-from allocation.restarts import BY_KEY, CONSTANT_PROVIDER_INPUTS, INPUTS, restart_table
+from records.containers import ContainerSpec, HealthCheck
+from records.restarts import BY_KEY, CONSTANT_PROVIDER_INPUTS, INPUTS, restart_table
 from ops.render import compose_service, docker_run_args
 from tests.provider_readback import FORCE_NEW, UPDATED_IN_PLACE, attribute
 from tests.test_program import stack_run
@@ -36,7 +36,7 @@ def test_every_input_the_program_registers_for_a_container_is_classified():
     classified = {a for i in INPUTS for a in i.provider} | set(CONSTANT_PROVIDER_INPUTS)
     for name, inputs in stack_run("staging").containers().items():
         unknown = {attribute(k) for k in inputs} - classified
-        assert not unknown, f"{name}: inputs no row of allocation.restarts classifies: {sorted(unknown)}"
+        assert not unknown, f"{name}: inputs no row of records.restarts classifies: {sorted(unknown)}"
 
 
 def sample() -> ContainerSpec:

@@ -31,14 +31,14 @@ from pathlib import Path
 import pytest
 
 from allocation.config import parse_fleet
-from allocation.deployment import Deployment, deploy
+from records.deployment import Deployment, deploy
 from allocation.planner import plan_fleet
 from cli.safe_write import write_set
 from ops import prometheus
 from ops.doctor.facts import HostFacts
 from ops.doctor.findings import host_findings
-from allocation import rollout
-from allocation.rollout import WORKERS_ENV
+from records import rollout
+from records.rollout import WORKERS_ENV
 from ops.metric_names import NPU
 from tests.conftest import live_container, require_binary
 
@@ -312,7 +312,7 @@ def test_a_killed_replica_costs_no_request_shows_unhealthy_and_rejoins_when_rest
 
 # --- scaling and rolling replacement, through the scripts the deployment runs on the router's host ---
 
-# Stands in for the docker CLI on the router's host, for the scripts of allocation.rollout:
+# Stands in for the docker CLI on the router's host, for the scripts of records.rollout:
 # `exec <container> cmd...` runs cmd here (the router "container" is the local process);
 # `inspect` says the router runs once $FAKE_DOCKER_ROOT/running exists; `run ... -v SRC:TARGET IMAGE -c SCRIPT` runs SCRIPT with
 # TARGET standing for $FAKE_DOCKER_ROOT/SRC. Anything else is refused.
@@ -334,7 +334,7 @@ sys.exit("fake docker: not supported: " + " ".join(args))
 
 
 class Host:
-    """The router's host: runs allocation.rollout's scripts with `sh`, docker as above."""
+    """The router's host: runs records.rollout's scripts with `sh`, docker as above."""
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from allocation import router
+from records import router
 
 # vLLM 0.20.2's Requires-Dist that vllm-router 0.1.17 imports (fastapi[standard] brings uvicorn);
 # fastapi below 0.124 as vllm-ascend's requirements.txt pins it.

@@ -13,13 +13,15 @@ import pytest
 from allocation.windows import KINDS, ROUTER_KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("allocation", "cli", "components", "ops", "sim")
-# What the planner may import: the standard library's pure parts, pydantic, itself.
+PACKAGES = ("allocation", "records", "views", "cli", "components", "ops", "sim")
+PURE_PACKAGES = ("allocation", "records", "views")
+# What the planner, its records and views may import: the standard library's pure parts, pydantic,
+# themselves (which of them may import which: tests/test_layers.py).
 PURE_IMPORTS = {
     "__future__", "allocation", "base64", "binascii", "bisect", "collections", "dataclasses", "decimal", "difflib",
     "functools",
     "hashlib", "hmac", "ipaddress", "json",
-    "pydantic", "re", "shlex", "types", "typing", "unicodedata",
+    "pydantic", "re", "records", "shlex", "types", "typing", "unicodedata", "views",
 }  # fmt: skip
 MAX_FUNCTION_LINES = 60
 
@@ -29,23 +31,26 @@ def source_files(*, tests: bool = False) -> list[Path]:
     return sorted(files + (list((ROOT / "tests").rglob("*.py")) if tests else []))
 
 
-def allocation_modules() -> list[str]:
-    """Every module of the planner but `__main__`, which only forwards to `cli`."""
-    return sorted(f"allocation.{p.stem}" for p in (ROOT / "allocation").glob("*.py") if p.stem != "__main__")
+def pure_modules() -> list[str]:
+    """Every module of the planner, its records and views but `allocation.__main__`, which only
+    forwards to `cli`."""
+    return sorted(
+        f"{pkg}.{p.stem}" for pkg in PURE_PACKAGES for p in (ROOT / pkg).glob("*.py") if p.stem != "__main__"
+    )
 
 
-@pytest.mark.parametrize("module", allocation_modules())
-def test_every_planner_module_imports_only_pure_modules(module):
+@pytest.mark.parametrize("module", pure_modules())
+def test_every_planner_record_and_view_module_imports_only_pure_modules(module):
     tree = ast.parse((ROOT / module.replace(".", "/")).with_suffix(".py").read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert {m.split(".")[0] for m in imported} <= PURE_IMPORTS
 
 
-def test_importing_the_whole_planner_loads_no_pulumi_process_or_higher_layer():
+def test_importing_the_planner_records_and_views_loads_no_pulumi_process_or_higher_layer():
     code = (
         "import importlib, sys\n"
-        f"for m in {allocation_modules()!r}: importlib.import_module(m)\n"
+        f"for m in {pure_modules()!r}: importlib.import_module(m)\n"
         "bad = ('pulumi', 'pulumi_docker', 'pulumi_command', 'subprocess', 'ruamel', 'cli', 'ops', 'components')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in bad))\n"
     )

@@ -4,7 +4,7 @@
 would add, remove, move to other cards, give other ports, or restart with a new
 container spec, before anyone runs `pulumi up`: first of all which containers
 `pulumi up` will re-create (each one a model reload), classified as the docker
-provider classifies their inputs (`allocation.restarts`). This module compares two plan
+provider classifies their inputs (`records.restarts`). This module compares two plan
 JSON documents (the output of `plan --format json`) and renders the result. It
 is pure: no I/O, no git, no Pulumi; `cli.revision` fetches the old plan.
 
@@ -18,10 +18,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping
 
-from allocation import markdown
+from views import markdown
 from allocation.config import VISIBLE_DEVICES_ENV
-from allocation.containers import START_GATE_NAME
-from allocation.restarts import changed
+from records.containers import START_GATE_NAME
+from records.restarts import changed
 from allocation.windows import API, BY_KEY, KINDS, ROUTER_KINDS, span_text
 
 Format = Literal["table", "json", "markdown"]
@@ -95,7 +95,7 @@ class ServiceDiff:
     in_place: tuple[str, ...] = ()
     """Changes the docker provider applies to the running container (restart policy, start wait)."""
     recreate_keys: tuple[str, ...] = ()
-    """The container keys whose change re-creates it (`allocation.restarts`)."""
+    """The container keys whose change re-creates it (`records.restarts`)."""
     capacity: tuple[FieldChange, ...] = ()
     """What the capacity check says differently (KV cache, tokens, concurrency); re-creates nothing."""
     placement: Placement | None = None
@@ -356,7 +356,7 @@ def _container_changes(
     old: Mapping[str, Any], new: Mapping[str, Any], explained: set[str], recreate: list[str]
 ) -> list[str]:
     """Why a container is re-created, one short phrase per difference; `recreate`: the keys whose
-    change re-creates it (`allocation.restarts.changed`)."""
+    change re-creates it (`records.restarts.changed`)."""
     out = []
     if old.get("image") != new.get("image"):
         out.append(f"image {old.get('image')} -> {new.get('image')}")

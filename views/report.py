@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from allocation import markdown
+from views import markdown
 from allocation.capacity import GIB, Capacity, gib, runtime_total
 from allocation.config import units
-from allocation.deployment import Deployment
+from records.deployment import Deployment
 from allocation.placement import fmt_units
 from allocation.plan import HostPlan
 from allocation.windows import KINDS, ROUTER_KINDS, PortSpan, WindowKind, span_text

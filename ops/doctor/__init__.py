@@ -13,7 +13,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from allocation.deployment import Deployment, HostDeployment
+from records.deployment import Deployment, HostDeployment
 from allocation.errors import printable
 from ops.doctor.facts import FactsError, parse_facts
 from ops.doctor.findings import Finding, host_findings

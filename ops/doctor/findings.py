@@ -35,9 +35,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Mapping
 
-from allocation.containers import CONTROL_DEVICES, DRIVER_DIR, ContainerSpec
-from allocation.deployment import HostDeployment
-from allocation.device_share import STATUS_KEY, UNIT
+from records.containers import CONTROL_DEVICES, DRIVER_DIR, ContainerSpec
+from records.deployment import HostDeployment
+from records.device_share import STATUS_KEY, UNIT
 from allocation.windows import NPU_SOCKETS as NPU_RANGE, PortSpan, span_text
 from ops.bounded_json import excerpt, loads
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list

@@ -5,7 +5,7 @@ the PIDs of every running container (`docker top`), the listening TCP sockets
 (`ss -ltnpH`), `npu-smi info`, the device-share mode of the shared cards, what
 each router says of its workers (`/workers`), the Ascend device files and the
 driver folder.
-Paths come from `allocation.containers`, the constants the containers use.
+Paths come from `records.containers`, the constants the containers use.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import shlex
 
 from typing import Sequence
 
-from allocation.containers import CONTROL_DEVICES, DRIVER_DIR
-from allocation.device_share import CHIP
+from records.containers import CONTROL_DEVICES, DRIVER_DIR
+from records.device_share import CHIP
 from ops.framing import shell_preamble
 
 MARK = "@@ascend-fleet-doctor@@"

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from allocation.device_share import BOOT_SCRIPT, UNIT_PATH
-from allocation.diff import diff_plans
+from records.device_share import BOOT_SCRIPT, UNIT_PATH
+from views.diff import diff_plans
 from sim.host import IMAGE, SimHost
 from tests.engine.engine import (
     CONTAINER,
@@ -120,7 +120,7 @@ def plan_of(project: Project, values: dict[str, Any]) -> dict[str, Any]:
 
 def plan_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[set[str], set[str], set[str], set[str]]:
     """(added, removed, re-created, updated in place) services as the plan diff that `plan --against`
-    prints reports them (allocation.diff); a capacity-only change touches no container."""
+    prints reports them (views.diff); a capacity-only change touches no container."""
     diff = diff_plans(old, new)
     added = {s.name for s in diff.services if s.added}
     removed = {s.name for s in diff.services if s.removed}
@@ -314,5 +314,5 @@ def test_destroy_leaves_no_container_and_no_device_share_boot_unit(project, host
     assert {urn_name(u) for u in destroy.urns("delete")} == {f"{s}-container" for s in services}
     assert stack_containers(host) == set()
     assert not Path(UNIT_PATH).exists() and not Path(BOOT_SCRIPT).exists()
-    # The card keeps its mode until the next reboot (allocation.device_share.removal_script).
+    # The card keeps its mode until the next reboot (records.device_share.removal_script).
     assert host.device_shared_cards() == [0]

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from allocation.rollout import workers_dir
+from records.rollout import workers_dir
 from sim.host import CLAIMS_DIR, IMAGE, SimHost
 from sim.router_image import build_router_image
 from tests.engine.engine import CONTAINER, REPLACE_OPS, Project, apply_and_preview, container_changes, preview_steps, urn_name, urn_type

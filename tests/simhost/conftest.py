@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from allocation.device_share import BOOT_SCRIPT, UNIT_PATH  # noqa: E402
+from records.device_share import BOOT_SCRIPT, UNIT_PATH  # noqa: E402
 from sim.host import SimHost, SimHostUnavailable, unavailable_reason  # noqa: E402
 
 REQUIRE_ENV = "ASCEND_FLEET_REQUIRE_SIMHOST"

@@ -13,7 +13,7 @@ import json
 import subprocess
 
 from allocation.config import parse_fleet
-from allocation.deployment import deploy
+from records.deployment import deploy
 from allocation.planner import plan_fleet
 from ops.render import docker_run_args
 from sim.host import SimHost

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from allocation.device_share import BOOT_SCRIPT
+from records.device_share import BOOT_SCRIPT
 from sim.host import SimHost
 from tests.simhost.test_prod_layout import REPO, prod_on_the_simulated_host
 

@@ -3,7 +3,7 @@
 Two vLLM instances loading or profiling on one card at the same time fail (vllm issue 55827:
 a loading neighbour's memory is counted as the profiling instance's own; the simulator fails
 the later one with vLLM's "No available memory for the cache blocks", sim/README.md). Every
-container runs the same gate (allocation.containers.START_GATE): a `flock` per card it uses,
+container runs the same gate (records.containers.START_GATE): a `flock` per card it uses,
 held until its own /health answers. These tests start the prod layout's containers from the
 `render --format docker-run` script on the simulated host and then start, stop and race them
 as Docker does after a reboot.
@@ -16,8 +16,8 @@ import json
 import time
 
 from allocation.config import parse_fleet
-from allocation.containers import START_GATE_NAME
-from allocation.deployment import deploy
+from records.containers import START_GATE_NAME
+from records.deployment import deploy
 from allocation.planner import plan_fleet
 from ops.render import docker_run_args
 from sim.host import SimHost

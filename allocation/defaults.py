@@ -1,0 +1,17 @@
+"""The project's defaults: what a setting is when neither a service nor `ascend-fleet:defaults` sets it.
+
+The config reference (allocation/config.py field descriptions) states them and the planner
+(allocation/resolved.py) applies them, both from here.
+"""
+
+from types import MappingProxyType
+
+DEFAULT_IMAGE = "quay.io/ascend/vllm-ascend:v0.20.2rc1"
+DEFAULT_SHM_SIZE_MIB = 10486  # the seed's shm_size: 10.24gb
+DEFAULT_START_TIMEOUT_SECONDS = 1800
+DEFAULT_STOP_GRACE_SECONDS = 60
+DEFAULT_RESTART = "unless-stopped"
+DEFAULT_IPC_MODE = "private"
+LOG_OPTS = MappingProxyType({"max-size": "100m", "max-file": "5"})
+REQUEST_TIMEOUT_SECONDS = 3600
+"""A router's bound on one request (`router.requestTimeoutSeconds`): long contexts take long."""

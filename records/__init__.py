@@ -1,0 +1,1 @@
+"""Deployment records: what each host, container and router must be, built from the plan (pure)."""

@@ -1,0 +1,1 @@
+"""Views of a plan: the report, the plan diff and their markdown (pure)."""
