@@ -1,0 +1,53 @@
+"""`build(deployment)`: every component of the stack, each fed its own record.
+
+The loops live here rather than in `__main__.py`, as pulumi/examples' testing-unit-py keeps its
+resources in a module the program only imports, so the program stays a few lines and what it
+builds can be read (and run under the mocks) as one function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from components.ascend_host import AscendHost
+from components.model_service import ModelService
+from components.router import Rollout, Router
+from components.stack_config import ssh_private_key
+from records.deployment import Deployment
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The components of one stack, by name."""
+
+    hosts: dict[str, AscendHost]
+    services: dict[str, ModelService]
+    routers: dict[str, Router]
+
+    @property
+    def endpoints(self) -> dict[str, Any]:
+        """The stack output `services`: a replicated service's endpoint is its router's; each
+        replica keeps its own entry."""
+        return {n: s.summary for n, s in self.services.items()} | {n: r.summary for n, r in self.routers.items()}
+
+
+def build(deployment: Deployment) -> Fleet:
+    """One AscendHost per host in use, one ModelService per container of a service (each after the
+    one before it on its cards) and one Router per replicated service."""
+    key = ssh_private_key(deployment.ssh)
+    hosts = {hd.name: AscendHost(hd.name, hd, private_key=key) for hd in deployment.hosts if hd.in_use}
+    rollout = Rollout(deployment.routers)  # a replica's container waits for the one before it to serve again
+    services: dict[str, ModelService] = {}
+    for hd in (hd for hd in deployment.hosts if hd.services):
+        for sd in hd.services:
+            after = [services[name] for name in sd.after]
+            waits = rollout.waits_for(sd.name)
+            services[sd.name] = ModelService(sd.name, sd, hosts[hd.name], after=after, depends_on=waits)
+    routers = {
+        rd.plan.service.name: Router(
+            rd.name, rd, hosts[rd.plan.host_name], [services[name] for name in rd.plan.replicas], rollout
+        )
+        for rd in deployment.routers
+    }
+    return Fleet(hosts, services, routers)
