@@ -301,7 +301,7 @@ def test_pull_requests_post_the_allocation_diff_and_preview_only_the_touched_sta
     assert preview["with"]["stack-name"] == "${{ matrix.stack }}"
     assert plan["permissions"] == {"contents": "read", "pull-requests": "write"}
     changes = "\n".join(str(s.get("run", "")) for s in jobs(wf)["changes"]["steps"])
-    for path in ("Pulumi.yaml", "allocation", "components", "__main__.py", "requirements.txt", "Pulumi.${stack}.yaml"):
+    for path in ("Pulumi.yaml", "allocation", "records", "views", "components", "ops", "cli", "__main__.py", "requirements.txt", "Pulumi.${stack}.yaml"):
         assert path in changes, f"a change to {path} must trigger the plan"
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-PROGRAM = ("Pulumi.yaml", "__main__.py", "allocation", "components", "ops", "cli")
+PROGRAM = ("Pulumi.yaml", "__main__.py", "allocation", "records", "views", "components", "ops", "cli")
 PASSPHRASE = "ascend-fleet engine tests"
 NAMESPACE = "ascend-fleet"
 CONTAINER = "docker:index/container:Container"
