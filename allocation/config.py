@@ -14,6 +14,7 @@ import json
 import re
 from collections import Counter
 from decimal import Decimal
+from functools import cached_property
 from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import (
@@ -717,7 +718,12 @@ class FleetConfig(Model):
         return self
 
     def host(self, name: str) -> Host:
-        return next(h for h in self.hosts if h.name == name)
+        return self._hosts_by_name[name]
+
+    @cached_property
+    def _hosts_by_name(self) -> dict[str, Host]:
+        """Looked up once per service and router: a scan of 1,300 hosts each time was a fifth of `plan`."""
+        return {h.name: h for h in self.hosts}
 
     def budget(self, host: Host) -> Decimal:
         return host.memory_budget if host.memory_budget is not None else self.memory_budget

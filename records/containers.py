@@ -229,6 +229,14 @@ def http_probe(port: int, path: str) -> str:
     )
 
 
+# What every container mounts from the host: the driver (read-only) and the start gate's lock folder.
+# Made once: a model validates each field, and 5,000 containers made them 30,000 times.
+HOST_MOUNTS = (
+    *(Mount(source=p, target=p) for p in DRIVER_MOUNTS),
+    Mount(source=LOCK_DIR_HOST, target=LOCK_DIR, read_only=False),
+)
+
+
 def container_spec(fleet: FleetConfig, planned: PlannedService, *, shared: bool = False) -> ContainerSpec:
     """The container of `planned`. `shared`: one of its cards is used by another service too. Nothing
     about its neighbours reaches it: adding, removing or renaming one leaves this container as it is."""
@@ -238,10 +246,7 @@ def container_spec(fleet: FleetConfig, planned: PlannedService, *, shared: bool 
     env, labels = _env_and_labels(fleet.stack, planned, all_devices)
     cards = range(host.npus) if all_devices else a.cards
     device_files = tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES
-    mounts = tuple(Mount(source=p, target=p) for p in DRIVER_MOUNTS)
-    mounts += (Mount(source=LOCK_DIR_HOST, target=LOCK_DIR, read_only=False),)
-    mounts += (Mount(source=s.model, target=s.model),)
-    mounts += r.mounts
+    mounts = (*HOST_MOUNTS, Mount(source=s.model, target=s.model), *r.mounts)
     command = _gated(_command(planned), env, a.cards, a.api_port, r.start_timeout_seconds)
     reserved = ",".join(span_text(a.windows[k.key]) for k in KINDS if k.netns and k.key in a.windows)
     return ContainerSpec(

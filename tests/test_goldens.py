@@ -9,8 +9,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from tests.goldens import GOLDENS, fleets, outputs
+from allocation.planner import plan_fleet
+from records.deployment import deploy
+from views.report import _orjson_prints_alike, json_text, plan_json
 
 FLEETS = fleets()
 
@@ -40,3 +45,24 @@ def test_every_output_of_the_plan_is_byte_identical_to_the_golden_written_before
     for what in golden:
         assert now[what] == golden[what], f"{name}: {what} differs from the golden"
     assert sorted(now) == sorted(golden)
+
+
+JSON_SAMPLES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats() | st.floats(min_value=-1e-3, max_value=1e-3) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6) | st.integers(), inner, max_size=4),
+    max_leaves=20,
+)  # fmt: skip
+
+
+@given(JSON_SAMPLES)
+@example({"a": [1e-05, 9.9e-05, 1e-07, 1e16, 1e22, float("nan"), float("inf"), -0.0, 0.0001]})
+@example({"a": 2**64, "b": -(2**63) - 1, "c": "\u00e9", "d": True, "e": None})
+@example({1: 2})
+def test_the_plan_json_text_is_the_standard_librarys_indented_text_byte_for_byte(doc):
+    assert json_text(doc) == json.dumps(doc, indent=2)
+
+
+@pytest.mark.parametrize("name", sorted(FLEETS))
+def test_every_golden_plan_takes_orjsons_path(name):
+    assert _orjson_prints_alike(plan_json(deploy(plan_fleet(FLEETS[name]))))

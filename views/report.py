@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 from views import markdown
 from allocation.capacity import GIB, Capacity, gib, runtime_total
 from allocation.config import units
@@ -120,9 +122,38 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+def json_text(doc: Any) -> str:
+    """`json.dumps(doc, indent=2)`, byte for byte, made by orjson where that is the same text.
+
+    With an indent, the standard library encodes in pure Python: 0.7 s of a 3 s `plan` at 1,300
+    hosts, against 0.05 s for orjson's C encoder. The two print ASCII text, integers and floats in
+    [1e-4, 1e16) alike (same separators, shortest round-trip digits). Elsewhere they differ: the
+    standard library writes 1e-05 and NaN, escapes other characters as \\uXXXX and turns integer
+    keys into strings; orjson writes 0.00001 and null, writes UTF-8, and refuses such keys and
+    integers beyond 64 bits. A document holding any of those takes the standard library's path."""
+    if _orjson_prints_alike(doc):
+        text = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
+        if text.isascii():
+            return text
+    return json.dumps(doc, indent=2)
+
+
+def _orjson_prints_alike(value: Any) -> bool:
+    kind = type(value)
+    if kind is dict:
+        return all(type(k) is str and _orjson_prints_alike(v) for k, v in value.items())
+    if kind is list:
+        return all(_orjson_prints_alike(v) for v in value)
+    if kind is float:
+        return value == 0 or 1e-4 <= abs(value) < 1e16
+    if kind is int:
+        return -(2**63) <= value < 2**64
+    return value is None or kind in (str, bool)
+
+
 def render_plan(deployment: Deployment, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(plan_json(deployment), indent=2)
+        return json_text(plan_json(deployment))
     plan = deployment.plan
     services = sum(len(hp.services) for hp in plan.hosts)
     summary = f"stack {plan.stack}: {len(plan.hosts)} host(s), {services} service(s)"
