@@ -9,7 +9,6 @@ unknown keys are errors, so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections import Counter
@@ -30,6 +29,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from allocation.config_errors import field_aliases, suggest, unknown_keys, validation_problems
 from allocation.errors import ConfigError, listing
 from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word
 from allocation.defaults import (
@@ -616,24 +616,6 @@ class Ssh(Model):
     connect_timeout_seconds: int = Field(default=10, ge=1, le=300)
     """`ConnectTimeout`: an unreachable host costs this long, not minutes."""
 
-    def options(self, host_key: str | None = None) -> list[str]:
-        """The `ssh -o` style options shared by every SSH client the project runs; with a
-        host key, that key is the only one trusted (OpenSSH 8.5+ `KnownHostsCommand`)."""
-        opts = [
-            "-o", f"StrictHostKeyChecking={self.strict_host_key_checking}",
-            "-o", f"ConnectTimeout={self.connect_timeout_seconds}",
-            "-o", "BatchMode=yes",
-        ]  # fmt: skip
-        if host_key:
-            key = " ".join(host_key.split()[:2])  # without the comment: type and base64 only
-            opts += ["-o", "UserKnownHostsFile=/dev/null", "-o", "GlobalKnownHostsFile=/dev/null"]
-            opts += ["-o", f"KnownHostsCommand=/bin/echo %H {key}"]
-        elif self.known_hosts_file:
-            opts += ["-o", f"UserKnownHostsFile={self.known_hosts_file}"]
-        if self.identity_file:
-            opts += ["-i", self.identity_file]
-        return opts
-
 
 class Metrics(Model):
     """`ascend-fleet:metrics`: what `render --format prometheus` writes for Prometheus and Grafana."""
@@ -698,7 +680,7 @@ class FleetConfig(Model):
                 host = hosts.get(name)
                 if host is None:
                     problems.append(
-                        f"service {s.name}: {what}unknown host '{name}'{_suggest(name, hosts)}; "
+                        f"service {s.name}: {what}unknown host '{name}'{suggest(name, hosts)}; "
                         f"hosts are {', '.join(sorted(hosts))}"
                     )
                     continue
@@ -760,74 +742,6 @@ def _host_references(s: Service) -> list[tuple[str, str, list[int]]]:
     return refs
 
 
-def _suggest(word: str, choices: Any) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _field_aliases(model: type[BaseModel]) -> list[str]:
-    return [f.alias or n for n, f in model.model_fields.items()]
-
-
-def _shown(name: Any) -> str:
-    """A name from the config as a message shows it: as is when plain, else escaped and cut."""
-    text = str(name)
-    if re.fullmatch(r"[\w.:/@+-]{1,80}", text):
-        return text
-    return repr(text[:80]) + ("..." if len(text) > 80 else "")
-
-
-def _describe_location(loc: tuple[Any, ...], values: Mapping[str, Any]) -> str:
-    """`services[1] (qwen-vl).tensorParallelSize` from pydantic's location tuple."""
-    out = f"{NAMESPACE}:{_shown(loc[0])}" if loc else NAMESPACE
-    node: Any = values.get(loc[0]) if loc else values
-    for part in loc[1:]:
-        if isinstance(part, int):
-            out += f"[{part}]"
-            node = node[part] if isinstance(node, list) and part < len(node) else None
-            if isinstance(node, Mapping) and isinstance(node.get("name"), str):
-                out += f" ({_shown(node['name'])})"
-        else:
-            out += f".{_shown(part)}"
-            node = node.get(part) if isinstance(node, Mapping) else None
-    return out
-
-
-def _describe_error(err: Any, values: Mapping[str, Any]) -> str:
-    loc = tuple(err["loc"])
-    if err["type"] == "extra_forbidden":
-        parent_loc, key = loc[:-1], str(loc[-1])
-        model = _model_at(parent_loc)
-        hint = _suggest(key, _field_aliases(model)) if model else ""
-        where = _describe_location(parent_loc, values) if parent_loc else "the stack config"
-        shown = f"'{key}'" if _shown(key) == key else _shown(key)
-        return f"{where}: unknown key {shown}{hint}"
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"{_describe_location(loc, values)}: {msg}"
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The config model found at a pydantic location, to suggest the key the user meant."""
-    model: Any = FleetConfig
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = next(
-            (f for n, f in model.model_fields.items() if (f.alias or n) == part or n == part),
-            None,
-        )
-        if field is None:
-            return None
-        annotation = field.annotation
-        model = next(
-            (a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type) and issubclass(a, BaseModel)),
-            None,
-        )
-        if model is None:
-            return None
-    return model
-
-
 def parse_fleet(stack: str, values: Mapping[str, Any]) -> FleetConfig:
     """Validate the `ascend-fleet:` values of a stack (namespace stripped) into a FleetConfig.
 
@@ -835,17 +749,13 @@ def parse_fleet(stack: str, values: Mapping[str, Any]) -> FleetConfig:
     """
     if not StackName.match(stack):
         raise ConfigError(f"stack name {stack!r} is not a stack name: letters, digits, '_', '.', '-', at most 100")
-    known = set(_field_aliases(FleetConfig)) - {"stack"}
-    problems = [
-        f"unknown config key '{NAMESPACE}:{_shown(key)}'{_suggest(key, known)}"
-        for key in sorted(values)
-        if key not in known and key not in PROGRAM_ONLY_KEYS
-    ]
+    known = set(field_aliases(FleetConfig)) - {"stack"}
+    problems = unknown_keys(values, known, PROGRAM_ONLY_KEYS, NAMESPACE)
     data = {k: v for k, v in values.items() if k in known}
     try:
         fleet = FleetConfig.model_validate({"stack": stack, **data})
     except ValidationError as exc:
-        problems += [_describe_error(e, values) for e in exc.errors()]
+        problems += validation_problems(exc, values, FleetConfig, NAMESPACE)
     else:
         if not problems:
             return fleet

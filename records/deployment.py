@@ -18,6 +18,7 @@ from records.containers import ContainerSpec, container_spec
 from records.device_share import device_share_script, removal_script
 from records.host_check import host_check_script
 from records.known_hosts import find_host_key
+from records.ssh_options import ssh_options
 from allocation.plan import HostPlan, Plan, PlannedService, RouterPlan
 from records.rollout import Handover, handover, workers_script
 from records.router import build_script, image_tag, router_spec
@@ -212,9 +213,7 @@ def _host_deployment(
         plan=hp,
         docker_url=url,
         host_key=host.host_key or find_host_key(known_hosts, host.address, host.ssh_port),
-        # BatchMode and ConnectTimeout make an unreachable host fail in seconds instead of
-        # waiting for a password; a configured hostKey is the only key trusted.
-        ssh_options=None if host.is_local() else tuple(plan.fleet.ssh.options(host.host_key)),
+        ssh_options=None if host.is_local() else tuple(ssh_options(plan.fleet.ssh, host.host_key)),
         connect_timeout_seconds=plan.fleet.ssh.connect_timeout_seconds,
         check_script=host_check_script(
             host, [(s.planned, s.spec) for s in services], shared_cards=shared_cards if sharing else ()

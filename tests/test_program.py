@@ -27,6 +27,7 @@ from records.deployment import deploy
 from views.report import plan_json
 from cli.stackfile import StackFile, stack_values
 from records.durations import go_duration
+from records.ssh_options import ssh_options
 from records.host_check import DAEMON_JSON, DMI_PRODUCT, NPU_SMI, host_check_script
 from allocation.windows import KINDS
 from cli.pin import stack_pins
@@ -245,7 +246,7 @@ def test_each_host_gets_one_docker_provider_with_its_ssh_url_and_the_fleet_ssh_o
             assert inputs["host"] == f"ssh://{host.user}@{host.address}:{host.ssh_port}"
         if inputs["host"].startswith("ssh://"):
             # provider config travels as JSON strings, as the generated Provider class sends it
-            assert json.loads(inputs["sshOpts"]) == fleet.ssh.options()
+            assert json.loads(inputs["sshOpts"]) == ssh_options(fleet.ssh)
             assert "BatchMode=yes" in json.loads(inputs["sshOpts"])
 
 

@@ -54,8 +54,9 @@ def test_make_model_writes_a_config_json_under_srv_models(sim_host: SimHost) -> 
 
 def _ssh_with_pinned_key(sim_host: SimHost, key: str) -> subprocess.CompletedProcess:
     from allocation.config import Ssh
+    from records.ssh_options import ssh_options
 
-    options = Ssh(identityFile=str(sim_host.identity_file)).options(host_key=key)
+    options = ssh_options(Ssh(identityFile=str(sim_host.identity_file)), host_key=key)
     argv = ["ssh", *options, "-p", str(sim_host.ssh_port), "--", f"{sim_host.user}@{sim_host.address}", "echo pinned"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
 
