@@ -27,6 +27,7 @@ from decimal import Decimal
 
 from allocation.config import FleetConfig, Host, ModelProfile
 from allocation.instance import Instance
+from allocation.outcome import Outcome
 from allocation.kv_cache import Engine, GatedDeltaNet, Layout, Unsized, dense_layout, engine_of, hybrid_layout, log_lines
 
 GIB = 1 << 30
@@ -221,15 +222,6 @@ def _gated_delta_net(profile: ModelProfile) -> GatedDeltaNet:
     )
 
 
-@dataclass(frozen=True)
-class Verdict:
-    capacity: Capacity | None
-    problem: str | None = None
-    """Why vLLM would refuse to start: the plan stops."""
-    warning: str | None = None
-    """It starts, but not as configured: shown, the plan goes on."""
-
-
 def engine_for(fleet: FleetConfig, service: Instance) -> Engine | str:
     """The engine the service runs: its vLLM-Ascend version and the defaults' then the service's `args`."""
     return engine_of(list(service.resolved.args), service.resolved.vllm_ascend_version)
@@ -257,37 +249,36 @@ def _sized(fleet: FleetConfig, service: Instance, total: int, fraction: Decimal)
     )
 
 
-def size_service(fleet: FleetConfig, host: Host, service: Instance) -> Verdict:
-    """The capacity of a service with a profile on its host, and what is wrong with it."""
+def size_service(fleet: FleetConfig, host: Host, service: Instance) -> Outcome[Capacity | None]:
+    """The capacity of a service with a profile on its host; why vLLM would refuse to start, or
+    what runs but not as configured."""
     name, profile = service.name, service.profile
     if profile is None:
-        return Verdict(None)
+        return Outcome(None)
     total = runtime_total(host)
     if total is None:
-        return Verdict(
-            None,
+        return Outcome(None, (
             f"service {name}: host {host.name}'s hbmGiB {host.hbm_gi_b} is not a card ascend-fleet knows "
             "(64, 32): set the host's hbmBytes to the total the runtime reports",
-        )
+        ))  # fmt: skip
     cap = _sized(fleet, service, total, service.memory_fraction)
     if isinstance(cap, Unsized):
-        return Verdict(None, warning=f"service {name}: not sized: {cap.why}")
+        return Outcome(None, warnings=(f"service {name}: not sized: {cap.why}",))
     if isinstance(cap, str):
-        return Verdict(None, f"service {name}: {cap}")
+        return Outcome(None, (f"service {name}: {cap}",))
     where = (
         f"service {name} (memoryFraction {service.memory_fraction} of {gib(total)} GiB "
         f"on each of {service.tensor_parallel_size} card(s))"
     )
     if cap.kv_bytes_per_card <= 0:
         advice = "raise memoryFraction, add cards (tensorParallelSize) or lower runtimeOverheadGiB if measured"
-        return Verdict(cap, f"{where} does not fit: {cap.arithmetic()}; {advice}")
+        return Outcome(cap, (f"{where} does not fit: {cap.arithmetic()}; {advice}",))
     if not cap.fits:
-        return Verdict(
-            cap,
+        return Outcome(cap, (
             f"{where}: its KV cache holds {cap.kv_blocks} blocks, fewer than the {cap.blocks_per_request} one "
             f"request of maxModelLen {service.max_model_len} needs ({gib(cap.bytes_per_request or 0)} GiB per card), "
             f"and vLLM refuses to start then: {cap.arithmetic()}; raise memoryFraction or lower maxModelLen",
-        )
+        ))  # fmt: skip
     notes = []
     if cap.queues:
         wanted = (service.max_num_seqs or 1) * (cap.blocks_per_request or 0)
@@ -304,10 +295,10 @@ def size_service(fleet: FleetConfig, host: Host, service: Instance) -> Verdict:
             f"service {name}: its cache counts --speculative-config's {engine.speculative_tokens} tokens but not "
             "the draft model's own layers, which share the cache (not sized: unverified)"
         )
-    return Verdict(cap, warning="; ".join(notes) or None)
+    return Outcome(cap, warnings=("; ".join(notes),) if notes else ())
 
 
-def auto_fraction(fleet: FleetConfig, service: Instance) -> Decimal | str:
+def auto_fraction(fleet: FleetConfig, service: Instance) -> Outcome[Decimal | None]:
     """`memoryFraction: auto`: the smallest fraction, in hundredths, at which vLLM starts and the
     cache holds `maxNumSeqs` (default 1) requests of `maxModelLen` (an encoder-only model: its weights
     and the allowance); else why none does. A service the allocator places is sized for the smallest
@@ -316,7 +307,7 @@ def auto_fraction(fleet: FleetConfig, service: Instance) -> Decimal | str:
     hosts = [h for h in fleet.hosts if candidates is None or h.name in candidates]
     totals = [runtime_total(h) for h in hosts]
     if None in totals:
-        return f"service {service.name}: memoryFraction auto needs every candidate host's hbmBytes (64 and 32 GiB are known)"
+        return Outcome(None, (f"service {service.name}: memoryFraction auto needs every candidate host's hbmBytes (64 and 32 GiB are known)",))
     total = min(t for t in totals if t is not None)
     seqs = service.max_num_seqs or 1
     budget = min(fleet.budget(h) for h in hosts)
@@ -325,18 +316,18 @@ def auto_fraction(fleet: FleetConfig, service: Instance) -> Decimal | str:
         fraction = Decimal(hundredths) / 100
         cap = _sized(fleet, service, total, fraction)
         if isinstance(cap, Unsized):
-            return f"service {service.name}: memoryFraction auto: not sized: {cap.why}"
+            return Outcome(None, (f"service {service.name}: memoryFraction auto: not sized: {cap.why}",))
         if isinstance(cap, str):
-            return f"service {service.name}: {cap}"
+            return Outcome(None, (f"service {service.name}: {cap}",))
         if cap.fits and (cap.encoder or cap.kv_blocks >= seqs * (cap.blocks_per_request or 0)):
-            return fraction
+            return Outcome(fraction)
     at = f"at {Decimal(int(budget * 100)) / 100}, {cap.arithmetic()}" if isinstance(cap, Capacity) else "the budget is below 0.01"
     encoder = service.profile is not None and service.profile.attention == "encoder"
     wants = (
         "holds its weights and the runtime allowance" if encoder
         else f"holds {seqs} request(s) of maxModelLen {service.max_model_len} (maxNumSeqs x maxModelLen)"
     )  # fmt: skip
-    return (
+    return Outcome(None, (
         f"service {service.name}: no memoryFraction within the per-card budget {budget} {wants} "
-        f"on {service.tensor_parallel_size} card(s): {at}"
-    )
+        f"on {service.tensor_parallel_size} card(s): {at}",
+    ))  # fmt: skip

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service, units
+from allocation.outcome import Outcome
 
 Block = tuple[int, ...]
 
@@ -203,7 +204,7 @@ def _need_text(service: Service) -> str:
 
 
 class Placer:
-    """Places every service of a fleet on cards; collects every problem instead of stopping.
+    """Places every service of a fleet on cards; says why for each one it leaves out instead of stopping.
 
     Replicas of one service (`replica_of`) go to the hosts with the fewest of its replicas first,
     so to hosts without one while one has room, and never on a sibling's card: losing a host or a
@@ -225,42 +226,35 @@ class Placer:
         self.index = {h.name: i for i, h in enumerate(self.hosts)}
         self.trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
         self.unheld_trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
-        self.problems: list[str] = []
         self.placed: dict[str, tuple[str, Block]] = {}
         self.max_budget = max(c.budget for c in self.cards.values())
 
-    def run(self, services: list[Service]) -> dict[str, tuple[str, Block]]:
-        for service in sorted(services, key=_order):
-            self._place(service)
-        return self.placed
+    def run(self, services: list[Service]) -> Outcome[dict[str, tuple[str, Block]]]:
+        """Service name -> (host, cards) for each service placed; why, for each one left out."""
+        refusals = tuple(why for service in sorted(services, key=_order) if (why := self._place(service)))
+        return Outcome(self.placed, refusals)
 
-    def _place(self, s: Service) -> None:
+    def _place(self, s: Service) -> str | None:
+        """Places `s`; else says why it has no room."""
         need = units(s.memory_fraction)
         budget = self.cards[s.host].budget if s.host else self.max_budget
         if need > budget:
             where = f"host {s.host}" if s.host else "any host"
-            self.problems.append(
+            return (
                 f"service {s.name}: memoryFraction {s.memory_fraction} is over the per-card "
                 f"memory budget {fmt_units(budget)} of {where}"
             )
-            return
         if s.devices is not None:
-            self._place_pinned(s, tuple(sorted(s.devices)))
-            return
+            return self._place_pinned(s, tuple(sorted(s.devices)))
         if s.host is None and (s.hosts is not None or s.name in self.replica_of):
-            self._place_among(s)
-            return
+            return self._place_among(s)
         if s.host is not None:
             cards = self.cards[s.host]
             choice = self._choose(s, [cards.host])
             if choice is None:
-                self.problems.append(
-                    f"host {s.host}: service {s.name} needs {_need_text(s)} (aligned); "
-                    f"free per card: {cards.describe()}"
-                )
-                return
+                return f"host {s.host}: service {s.name} needs {_need_text(s)} (aligned); free per card: {cards.describe()}"
             self._commit(s, *choice)
-            return
+            return None
         tp, alone = s.tensor_parallel_size, not s.hccl_port_ranges
         i = self._unheld_tree(tp, alone).first_at_least(need) if self.keep_off_running else None
         if i is not None:
@@ -268,17 +262,17 @@ class Placer:
             block = cards.best_block(s, unheld=True)
             assert block is not None, "Cards.capacity and Cards.fits disagree"
             self._commit(s, cards, block)
-            return
+            return None
         i = self._tree(tp, alone).first_at_least(need)
         if i is not None:
             cards = self.cards[self.hosts[i].name]
             block = cards.best_block(s)
             assert block is not None, "Cards.capacity and Cards.fits disagree"
             self._commit(s, cards, block)
-            return
+            return None
         shown = "; ".join(f"{h.name}: {self.cards[h.name].describe()}" for h in self.hosts[:5])
         more = f"; and {len(self.hosts) - 5} more hosts" if len(self.hosts) > 5 else ""
-        self.problems.append(
+        return (
             f"no host has room for service {s.name}, which needs {_need_text(s)} on one host "
             f"(aligned); free per card: {shown}{more}"
         )
@@ -293,7 +287,7 @@ class Placer:
         group = self.replica_of.get(s.name)
         return frozenset(self.siblings.get(group, {}).get(host, ())) if group else frozenset()
 
-    def _place_among(self, s: Service) -> None:
+    def _place_among(self, s: Service) -> str | None:
         """A replica or a service limited to `hosts`: the first allowed host, by name, with room,
         among those with the fewest replicas of its service (none first), so replicas spread evenly."""
         candidates = self._candidates(s)
@@ -303,10 +297,10 @@ class Placer:
             choice = self._choose(s, [h for h in candidates if held[h.name] == fewest])
             if choice is not None:
                 self._commit(s, *choice)
-                return
+                return None
         where = f"hosts {', '.join(h.name for h in candidates)}" if s.hosts else "any host"
         shown = "; ".join(f"{h.name}: {self.cards[h.name].describe()}" for h in candidates[:5])
-        self.problems.append(
+        return (
             f"no room for service {s.name} on {where}: it needs {_need_text(s)} on one host (aligned)"
             + (", on cards no other replica of its service uses" if s.name in self.replica_of else "")
             + f"; free per card: {shown}"
@@ -328,7 +322,7 @@ class Placer:
                 return cards, block
         return None
 
-    def _place_pinned(self, s: Service, block: Block) -> None:
+    def _place_pinned(self, s: Service, block: Block) -> str | None:
         """On the first candidate host whose cards `block` all take it; else a problem with every
         card's refusal on the first five candidates."""
         details: list[str] = []
@@ -338,10 +332,10 @@ class Placer:
             refusals = [r for c in block if c < host.npus and (r := cards.refusal(c, s, avoid, group)) is not None]
             if max(block) < host.npus and not refusals:
                 self._commit(s, cards, block)
-                return
+                return None
             details += refusals if i < 5 else []
         where = f"host {s.host}" if s.host else "any host"
-        self.problems.append(
+        return (
             f"service {s.name}: pinned devices {list(block)} do not fit on {where}: "
             + ("; ".join(details) if details else "no host has that many cards")
         )

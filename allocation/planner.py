@@ -15,29 +15,31 @@ from allocation.capacity import auto_fraction, gib, runtime_total, size_service
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service
 from allocation.errors import AllocationError, listing
 from allocation.instance import Instance, instances
+from allocation.outcome import Outcome, T
 from allocation.placement import Placer
 from allocation.plan import HostPlan, Plan, PlannedService, RouterPlan
 from allocation.ports import assign_ports
 from allocation.resolved import resolve
 
 
-def _instances(fleet: FleetConfig, problems: list[str]) -> tuple[list[Instance], frozenset[str]]:
+def _instances(fleet: FleetConfig) -> Outcome[tuple[list[Instance], frozenset[str]]]:
     """Every instance of every service, each `memoryFraction: auto` replaced by the fraction chosen
-    for it; and the instances for which no fraction fits (already a problem)."""
-    out, unsized = [], set()
+    for it; and the instances for which no fraction fits, each a problem."""
+    out, unsized, problems = [], set(), list[str]()
     for service in fleet.services:
         for i in instances(service, fleet.defaults):
             if i.auto_fraction:
                 chosen = auto_fraction(fleet, i)
-                if isinstance(chosen, str):
-                    problems.append(chosen)
+                problems += chosen.problems
+                fraction = chosen.value
+                if fraction is None:
                     # Placed with the least fraction, so every other problem is reported too, but none
                     # that only restates this one (a card over budget, a cache that does not fit).
-                    chosen = Decimal(1) / FRACTION_SCALE
+                    fraction = Decimal(1) / FRACTION_SCALE
                     unsized.add(i.name)
-                i = replace(i, memory_fraction=chosen)
+                i = replace(i, memory_fraction=fraction)
             out.append(i)
-    return out, frozenset(unsized)
+    return Outcome((out, frozenset(unsized)), tuple(problems))
 
 
 def _router_hosts(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, list[Service]]:
@@ -55,10 +57,16 @@ def _router_hosts(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ..
 
 def plan_fleet(fleet: FleetConfig) -> Plan:
     problems: list[str] = []
-    every, unsized = _instances(fleet, problems)
-    placer = Placer(fleet, {i.name: i.replica_of for i in every if i.index})
-    placed = placer.run(every)
-    problems += placer.problems
+    warnings: list[str] = []
+
+    def kept(outcome: Outcome[T]) -> T:
+        """What a rule keeps; its problems and warnings join the plan's, in the order the rules ran."""
+        problems.extend(outcome.problems)
+        warnings.extend(outcome.warnings)
+        return outcome.value
+
+    every, unsized = kept(_instances(fleet))
+    placed = kept(Placer(fleet, {i.name: i.replica_of for i in every if i.index}).run(every))
     router_hosts = _router_hosts(fleet, placed)
     routers, logs = [], resolve(fleet.defaults, fleet.defaults).log_opts
 
@@ -68,23 +76,22 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
             host, group = placed[i.name]
             per_host[host].append((i, group))
 
-    host_plans, warnings = [], []
+    host_plans = []
     for host in sorted(fleet.hosts, key=lambda h: h.name):
         placed_here = sorted(per_host[host.name], key=lambda p: p[0].name)
         mine = router_hosts.get(host.name, [])
         exporter = fleet.metrics.npu_exporter_port
-        assignments, router_windows = assign_ports(host, placed_here, fleet.ports, problems, mine, exporter)
+        assignments, router_windows = kept(assign_ports(host, placed_here, fleet.ports, mine, exporter))
         routers += [
             RouterPlan(s, resolve(s, fleet.defaults), host.name, router_windows[s.name], tuple(s.replica_names()), logs)
             for s in mine
         ]
         planned = []
         for (i, _), a in zip(placed_here, assignments):
-            verdict = size_service(fleet, host, i)
-            problems += [verdict.problem] if verdict.problem and i.name not in unsized else []
-            warnings += [verdict.warning] if verdict.warning else []
-            planned.append(PlannedService(i, a, verdict.capacity))
-        planned = _running_totals(host, planned, warnings, problems)
+            sized = size_service(fleet, host, i)
+            # An instance `auto` found no fraction for is sized at the least one: its problem says so already.
+            planned.append(PlannedService(i, a, kept(replace(sized, problems=()) if i.name in unsized else sized)))
+        planned = kept(_running_totals(host, planned))
         host_plans.append(HostPlan(host=host, budget=fleet.budget(host), services=tuple(planned)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
@@ -107,9 +114,7 @@ def _crowded(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]])
     return notes
 
 
-def _running_totals(
-    host: Host, services: list[PlannedService], notes: list[str], problems: list[str]
-) -> list[PlannedService]:
+def _running_totals(host: Host, services: list[PlannedService]) -> Outcome[list[PlannedService]]:
     """What a later service on a shared card (in start order: name order) gets from the memory of
     those before it, by vLLM-Ascend version (vllm-ascend issue 7308, fixed by PR 7427 in v0.18.0rc1):
 
@@ -120,7 +125,7 @@ def _running_totals(
       warning says by how much, and the plan stops if what is left cannot hold one request."""
     before: dict[int, Decimal] = {}
     total = runtime_total(host)
-    out = []
+    out, notes, problems = [], list[str](), list[str]()
     for ps in services:  # name order, the start order on each card
         fraction, cards = ps.memory_fraction, ps.assignment.cards
         prior = max((before.get(c, Decimal(0)) for c in cards), default=Decimal(0))
@@ -133,27 +138,28 @@ def _running_totals(
                 f"({prior} before it + its {fraction})"
             )
         elif prior and version is not None and version < (0, 18) and total is not None:
-            _subtracted(ps, version, int(prior * total), notes, problems)
+            subtracted = _subtracted(ps, version, int(prior * total))
+            notes += subtracted.warnings
+            problems += subtracted.problems
         for c in cards:
             before[c] = before.get(c, Decimal(0)) + fraction
         out.append(ps)
-    return out
+    return Outcome(out, tuple(problems), tuple(notes))
 
 
-def _subtracted(ps: PlannedService, version: tuple[int, int], held: int, notes: list[str], problems: list[str]) -> None:
-    """vLLM-Ascend 0.15-0.17 takes `held` bytes (the fractions before it on its cards) off its KV cache."""
+def _subtracted(ps: PlannedService, version: tuple[int, int], held: int) -> Outcome[None]:
+    """vLLM-Ascend 0.15-0.17 takes `held` bytes (the fractions before it on its cards) off its KV cache:
+    a warning by how much, or a problem when what is left cannot hold one request."""
     cap = ps.capacity
     why = (
         f"service {ps.name}: vLLM-Ascend {version[0]}.{version[1]} (before 0.18, vllm-ascend issue 7308) subtracts the "
         f"{gib(held)} GiB the services started before it hold on its cards from its own KV cache"
     )
     if cap is None or cap.encoder:
-        notes.append(f"{why}; its KV cache will be that much smaller than the plan's")
-        return
+        return Outcome(None, warnings=(f"{why}; its KV cache will be that much smaller than the plan's",))
     left = cap.kv_bytes_per_card - held
     if left < (cap.bytes_per_request or 1):
         need = f"the {gib(cap.bytes_per_request)} GiB one request of maxModelLen needs" if cap.bytes_per_request else "anything"
-        problems.append(f"{why}: {gib(cap.kv_bytes_per_card)} - {gib(held)} = {gib(left)} GiB per card, less than {need}, "
-                        "so vLLM will not start; use vLLM-Ascend 0.18 or later, or give it cards of its own")  # fmt: skip
-    else:
-        notes.append(f"{why}: {gib(left)} GiB per card instead of the plan's {gib(cap.kv_bytes_per_card)} GiB")
+        return Outcome(None, (f"{why}: {gib(cap.kv_bytes_per_card)} - {gib(held)} = {gib(left)} GiB per card, less than "
+                              f"{need}, so vLLM will not start; use vLLM-Ascend 0.18 or later, or give it cards of its own",))  # fmt: skip
+    return Outcome(None, warnings=(f"{why}: {gib(left)} GiB per card instead of the plan's {gib(cap.kv_bytes_per_card)} GiB",))

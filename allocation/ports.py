@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 
 from allocation.config import Host, Ports, PortRange, Service
 from allocation.instance import Instance
+from allocation.outcome import Outcome
 from allocation.plan import Assignment
 from allocation.windows import HCCL_DEFAULT_NPU_PORT, KINDS, MAX_PORT, ROUTER_KINDS, PortSpan, WindowKind, span_text
 
@@ -70,15 +71,14 @@ def assign_ports(
     host: Host,
     placed: list[tuple[Instance, tuple[int, ...]]],
     policy: Ports,
-    problems: list[str],
     routers: Sequence[Service] = (),
     exporter_port: int | None = None,
-) -> tuple[list[Assignment], dict[str, Mapping[str, PortSpan]]]:
+) -> Outcome[tuple[list[Assignment], dict[str, Mapping[str, PortSpan]]]]:
     """Port windows for the services placed on one host, and the windows of each router on it (by
     replicated service), handed out after every service's windows, so a new router moves no
     service. `exporter_port`, the host's NPU exporter, is taken first like a reserved port.
-    Problems are appended, not raised; a window that found no room is missing from its mapping."""
-    taken = Occupied()
+    A window that found no room, or clashes, is a problem and missing from its mapping."""
+    taken, problems = Occupied(), list[str]()
 
     def claim(span: PortSpan, owner: str) -> None:
         other = taken.clash(*span)
@@ -111,9 +111,9 @@ def assign_ports(
                 mine[kind.key] = span
                 claim(span, f"{kind.key} of {s.name}")
     for s, kinds, mine in owners:
-        _hand_out(host.name, s, kinds, mine, policy, taken, problems)
+        problems += _hand_out(host.name, s, kinds, mine, policy, taken)
     assignments = [Assignment(host.name, cards, MappingProxyType(windows[s.name])) for s, cards in placed]
-    return assignments, {name: MappingProxyType(w) for name, w in router_windows.items()}
+    return Outcome((assignments, {name: MappingProxyType(w) for name, w in router_windows.items()}), tuple(problems))
 
 
 def _hand_out(
@@ -123,9 +123,10 @@ def _hand_out(
     windows: dict[str, PortSpan],
     policy: Ports,
     taken: Occupied,
-    problems: list[str],
-) -> None:
-    """Adds to `windows` the first free window of each kind of `kinds` it lacks, from the kind's base."""
+) -> list[str]:
+    """Adds to `windows` the first free window of each kind of `kinds` it lacks, from the kind's base;
+    says why for each kind with no room left."""
+    problems = []
     for kind in kinds:
         if kind.key in windows or (kind.hccl_range and not owner.hccl_port_ranges):
             continue
@@ -139,3 +140,4 @@ def _hand_out(
             continue
         taken.add(*span, f"{kind.key} of {owner.name}")
         windows[kind.key] = span
+    return problems

@@ -128,13 +128,13 @@ def day_two() -> None:
         values = random_mix(seed, SCALES[1000])
         old = values["services"][: len(values["services"]) * 4 // 5]
         day1 = parse_fleet("day1", values | {"services": old})
-        first = Placer(day1).run(list(day1.services))
+        first = Placer(day1).run(list(day1.services)).value
         pinned = [s | {"host": first[s["name"]][0], "devices": list(first[s["name"]][1])} for s in old]
         fleet = parse_fleet("day2", values | {"services": pinned + values["services"][len(old) :]})
         card = bounds(fleet)[1]
         for rule in (True, False):
             placer = Placer(fleet, keep_off_running=rule)
-            placed = placer.run(list(fleet.services))
+            placed = placer.run(list(fleet.services)).value
             used = hosts_used(placed)
             check(used, card, f"day-2 mix {seed}")
             results[rule].append(used - card)

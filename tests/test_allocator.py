@@ -219,6 +219,11 @@ def test_hccls_default_host_window_60000_to_60031_is_reserved_by_default():
             {"hosts": [host()], "services": [service("a", 1, 0.3, devices=[0]), service("m", 1, 0.3, devices=[0], hcclPortRanges=False)]},
             "npu-a card 0 is held by a; a service without HCCL port ranges keeps port 16666 and cannot share a card",
         ),
+        (
+            {"hosts": [host()], "services": [service("a"), service("b")], "ports": {"vllmBase": 65520}},
+            "host npu-a: no free block of 16 port(s) from 65520 up to 65535 for vllmPort of b; "
+            "lower ascend-fleet:ports.vllmBase or free reserved ports",
+        ),
     ],
 )
 def test_bad_fleets_are_rejected_with_a_message_naming_what_and_where(values, expected):

@@ -1,0 +1,24 @@
+"""What a rule of the planner returns: what it keeps, and why it refuses.
+
+Placement, port windows, the capacity check, the fraction `memoryFraction: auto` picks and the
+running totals on shared cards each return an `Outcome`: their value with the problems that stop
+the plan and the warnings it goes on with, as gpustack's scheduler filters return (kept, messages)
+(gpustack/policies/). The planner gathers them in order; no rule appends to a list it was handed,
+so a rule's refusal is written where the rule is. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    value: T
+    problems: tuple[str, ...] = ()
+    """Why the plan cannot be made as asked (vLLM would refuse to start, a window has no room...): it stops."""
+    warnings: tuple[str, ...] = ()
+    """What runs, but not as configured: shown, and the plan goes on."""
