@@ -42,7 +42,7 @@ from allocation.defaults import (
     LOG_OPTS,
     REQUEST_TIMEOUT_SECONDS,
 )
-from allocation.windows import KINDS, MAX_PORT, ROUTER_KINDS, WINDOW_ENV, PortSpan, WindowKind
+from allocation.windows import KINDS, MAX_PORT, ROUTER_KINDS, PortWindow, WindowKind, window_text
 
 NAMESPACE = "ascend-fleet"
 DEFAULT_MEMORY_BUDGET = Decimal("0.95")
@@ -133,8 +133,12 @@ class PortRange(Model):
             raise ValueError(f"range {self.first}-{self.last} ends before it starts")
         return self
 
+    @property
+    def window(self) -> PortWindow:
+        return self.first, self.last
+
     def __str__(self) -> str:
-        return f"{self.first}-{self.last}" if self.last != self.first else str(self.first)
+        return window_text(self.window)
 
 
 def _pin_fields(kinds: tuple[WindowKind, ...]) -> dict[str, Any]:
@@ -154,11 +158,11 @@ def _pin_fields(kinds: tuple[WindowKind, ...]) -> dict[str, Any]:
 class _Pinned(Model):
     """What pins windows: a service, or one replica of it."""
 
-    def pinned(self, kind: WindowKind, size: int) -> PortSpan | None:
+    def pinned(self, kind: WindowKind, size: int) -> PortWindow | None:
         """The window of `kind` pinned here (`size` ports from a pinned port); None if unpinned."""
         value = getattr(self, kind.key)
         if isinstance(value, PortRange):
-            return value.first, value.last
+            return value.window
         return (value, value + size - 1) if value is not None else None
 
 

@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from allocation.config import ContainerSettings, ModelProfile, ReplicaPins, Service
 from allocation.resolved import Resolved, resolve
-from allocation.windows import PortSpan, WindowKind
+from allocation.windows import PortWindow, WindowKind
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class Instance:
     def devices(self) -> list[int] | None:
         return self.pins.devices
 
-    def pinned(self, kind: WindowKind, size: int) -> PortSpan | None:
+    def pinned(self, kind: WindowKind, size: int) -> PortWindow | None:
         return self.pins.pinned(kind, size)
 
     # What placement and sizing read of the service, the same for each of its instances.

@@ -1,7 +1,7 @@
 """The plan: what the allocator decided for every service, frozen.
 
 A plan is made once for the whole stack; each Pulumi component, exporter and
-`doctor` check receives its own `PlannedService` slice and never allocates.
+`doctor` check receives its own `ServicePlan` slice and never allocates.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from allocation.capacity import GIB, Capacity
 from allocation.config import FleetConfig, Host, Service
 from allocation.instance import Instance
 from allocation.resolved import Resolved
-from allocation.windows import API, ENDPOINT, KINDS, METRICS, ROUTER_KINDS, PortSpan
+from allocation.windows import API, ENDPOINT, KINDS, METRICS, ROUTER_KINDS, PortWindow
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class Assignment:
     host_name: str
     cards: tuple[int, ...]
     """Physical card indices."""
-    windows: Mapping[str, PortSpan]
+    windows: Mapping[str, PortWindow]
     """Window kind key -> span; a kind the service drops (hcclPortRanges: false) is absent."""
 
     @property
@@ -33,7 +33,7 @@ class Assignment:
 
 
 @dataclass(frozen=True)
-class PlannedService:
+class ServicePlan:
     """One instance of a service (the service itself, or one replica) together with its assignment."""
 
     instance: Instance
@@ -88,12 +88,12 @@ class PlannedService:
 class HostPlan:
     host: Host
     budget: Decimal
-    services: tuple[PlannedService, ...]
+    services: tuple[ServicePlan, ...]
     """Sorted by service name."""
 
-    def card_load(self) -> dict[int, list[PlannedService]]:
+    def card_load(self) -> dict[int, list[ServicePlan]]:
         """Services per card, every card of the host present."""
-        load: dict[int, list[PlannedService]] = {c: [] for c in range(self.host.npus)}
+        load: dict[int, list[ServicePlan]] = {c: [] for c in range(self.host.npus)}
         for ps in self.services:
             for card in ps.assignment.cards:
                 load[card].append(ps)
@@ -113,7 +113,7 @@ class RouterPlan:
     resolved: Resolved
     """Its settings over the defaults."""
     host_name: str
-    windows: Mapping[str, PortSpan]
+    windows: Mapping[str, PortWindow]
     """Router window kind key (`allocation.windows.ROUTER_KINDS`) -> span, published on the host."""
     replicas: tuple[str, ...]
     """Its replicas' names, in order."""
@@ -182,7 +182,7 @@ class Plan:
     def stack(self) -> str:
         return self.fleet.stack
 
-    def services(self) -> list[tuple[HostPlan, PlannedService]]:
+    def services(self) -> list[tuple[HostPlan, ServicePlan]]:
         return [(hp, ps) for hp in self.hosts for ps in hp.services]
 
 

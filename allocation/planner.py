@@ -17,7 +17,7 @@ from allocation.errors import AllocationError, listing
 from allocation.instance import Instance, instances
 from allocation.outcome import Outcome, T
 from allocation.placement import Placer
-from allocation.plan import HostPlan, Plan, PlannedService, RouterPlan
+from allocation.plan import HostPlan, Plan, ServicePlan, RouterPlan
 from allocation.ports import assign_ports
 from allocation.resolved import resolve
 
@@ -90,7 +90,7 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         for (i, _), a in zip(placed_here, assignments):
             sized = size_service(fleet, host, i)
             # An instance `auto` found no fraction for is sized at the least one: its problem says so already.
-            planned.append(PlannedService(i, a, kept(replace(sized, problems=()) if i.name in unsized else sized)))
+            planned.append(ServicePlan(i, a, kept(replace(sized, problems=()) if i.name in unsized else sized)))
         planned = kept(_running_totals(host, planned))
         host_plans.append(HostPlan(host=host, budget=fleet.budget(host), services=tuple(planned)))
     if problems:
@@ -114,7 +114,7 @@ def _crowded(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]])
     return notes
 
 
-def _running_totals(host: Host, services: list[PlannedService]) -> Outcome[list[PlannedService]]:
+def _running_totals(host: Host, services: list[ServicePlan]) -> Outcome[list[ServicePlan]]:
     """What a later service on a shared card (in start order: name order) gets from the memory of
     those before it, by vLLM-Ascend version (vllm-ascend issue 7308, fixed by PR 7427 in v0.18.0rc1):
 
@@ -147,7 +147,7 @@ def _running_totals(host: Host, services: list[PlannedService]) -> Outcome[list[
     return Outcome(out, tuple(problems), tuple(notes))
 
 
-def _subtracted(ps: PlannedService, version: tuple[int, int], held: int) -> Outcome[None]:
+def _subtracted(ps: ServicePlan, version: tuple[int, int], held: int) -> Outcome[None]:
     """vLLM-Ascend 0.15-0.17 takes `held` bytes (the fractions before it on its cards) off its KV cache:
     a warning by how much, or a problem when what is left cannot hold one request."""
     cap = ps.capacity

@@ -3,7 +3,7 @@
 HCCL does not step aside when a port is taken: two instances whose windows
 overlap fail with `Socket bind failed, address already in use`. So on each
 host, all windows of all services (API port, both HCCL socket ranges, the
-32-port HCCL_IF_BASE_PORT window, the VLLM_PORT block) and the reserved ports
+32-port HCCL_IF_BASE_PORT window, the VLLM_PORT window) and the reserved ports
 are pairwise disjoint, whatever their kind. The NPU-side range would only need
 to be disjoint per card; host-wide is the simple, always-safe rule.
 
@@ -24,7 +24,7 @@ from allocation.config import Host, Ports, PortRange, Service
 from allocation.instance import Instance
 from allocation.outcome import Outcome
 from allocation.plan import Assignment
-from allocation.windows import HCCL_DEFAULT_NPU_PORT, KINDS, MAX_PORT, ROUTER_KINDS, PortSpan, WindowKind, span_text
+from allocation.windows import HCCL_DEFAULT_NPU_PORT, KINDS, MAX_PORT, ROUTER_KINDS, PortWindow, WindowKind, window_text
 
 
 @dataclass
@@ -32,32 +32,32 @@ class Occupied:
     """Sorted, non-overlapping taken windows of one host, each with its owner."""
 
     starts: list[int] = field(default_factory=list)
-    spans: list[tuple[int, int, str]] = field(default_factory=list)
+    windows: list[tuple[int, int, str]] = field(default_factory=list)
 
     def clash(self, first: int, last: int) -> tuple[int, int, str] | None:
         i = bisect.bisect_right(self.starts, last)
-        if i and self.spans[i - 1][1] >= first:
-            return self.spans[i - 1]
+        if i and self.windows[i - 1][1] >= first:
+            return self.windows[i - 1]
         return None
 
     def add(self, first: int, last: int, owner: str) -> None:
         i = bisect.bisect_left(self.starts, first)
         self.starts.insert(i, first)
-        self.spans.insert(i, (first, last, owner))
+        self.windows.insert(i, (first, last, owner))
 
-    def first_free(self, base: int, size: int) -> PortSpan | None:
-        """The first aligned block of `size` ports from `base` that touches nothing taken."""
+    def first_free(self, base: int, size: int) -> PortWindow | None:
+        """The first aligned window of `size` ports from `base` that touches nothing taken."""
         first = base
         while first + size - 1 <= MAX_PORT:
             taken = self.clash(first, first + size - 1)
             if taken is None:
                 return first, first + size - 1
-            # Jump past the obstacle, staying on the block grid.
+            # Jump past the obstacle, staying on the grid of `size`-port windows from `base`.
             first += ((taken[1] - first) // size + 1) * size
         return None
 
 
-def _merged(ranges: list[PortRange]) -> list[PortSpan]:
+def _merged(ranges: list[PortRange]) -> list[PortWindow]:
     out: list[list[int]] = []
     for r in sorted(ranges, key=lambda r: (r.first, r.last)):
         if out and r.first <= out[-1][1] + 1:
@@ -73,21 +73,21 @@ def assign_ports(
     policy: Ports,
     routers: Sequence[Service] = (),
     exporter_port: int | None = None,
-) -> Outcome[tuple[list[Assignment], dict[str, Mapping[str, PortSpan]]]]:
+) -> Outcome[tuple[list[Assignment], dict[str, Mapping[str, PortWindow]]]]:
     """Port windows for the services placed on one host, and the windows of each router on it (by
     replicated service), handed out after every service's windows, so a new router moves no
     service. `exporter_port`, the host's NPU exporter, is taken first like a reserved port.
     A window that found no room, or clashes, is a problem and missing from its mapping."""
     taken, problems = Occupied(), list[str]()
 
-    def claim(span: PortSpan, owner: str) -> None:
-        other = taken.clash(*span)
-        if span[1] > MAX_PORT:
-            problems.append(f"host {host.name}: {owner} {span_text(span)} runs past port {MAX_PORT}")
+    def claim(window: PortWindow, owner: str) -> None:
+        other = taken.clash(*window)
+        if window[1] > MAX_PORT:
+            problems.append(f"host {host.name}: {owner} {window_text(window)} runs past port {MAX_PORT}")
         elif other is not None:
-            problems.append(f"host {host.name}: {owner} {span_text(span)} overlaps {other[2]} {span_text(other[:2])}")
+            problems.append(f"host {host.name}: {owner} {window_text(window)} overlaps {other[2]} {window_text(other[:2])}")
         else:
-            taken.add(*span, owner)
+            taken.add(*window, owner)
 
     for first, last in _merged([*policy.reserved, *host.reserved_ports]):
         taken.add(first, last, "reserved ports")
@@ -97,19 +97,19 @@ def assign_ports(
     if any(not s.hccl_port_ranges for s, _ in placed):
         owner = "HCCL's default NPU port (kept by services with hcclPortRanges: false)"
         claim((HCCL_DEFAULT_NPU_PORT, HCCL_DEFAULT_NPU_PORT), owner)
-    windows: dict[str, dict[str, PortSpan]] = {s.name: {} for s, _ in placed}
-    router_windows: dict[str, dict[str, PortSpan]] = {s.name: {} for s in sorted(routers, key=lambda s: s.name)}
-    owners: list[tuple[Instance | Service, tuple[WindowKind, ...], dict[str, PortSpan]]] = [
+    windows: dict[str, dict[str, PortWindow]] = {s.name: {} for s, _ in placed}
+    router_windows: dict[str, dict[str, PortWindow]] = {s.name: {} for s in sorted(routers, key=lambda s: s.name)}
+    owners: list[tuple[Instance | Service, tuple[WindowKind, ...], dict[str, PortWindow]]] = [
         *((s, KINDS, windows[s.name]) for s, _ in placed),
         *((s, ROUTER_KINDS, router_windows[s.name]) for s in sorted(routers, key=lambda s: s.name)),
     ]
     # Pins first, the routers' too, before anything is handed out.
     for s, kinds, mine in owners:
         for kind in kinds:
-            span = s.pinned(kind, policy.size(kind))
-            if span is not None:
-                mine[kind.key] = span
-                claim(span, f"{kind.key} of {s.name}")
+            window = s.pinned(kind, policy.size(kind))
+            if window is not None:
+                mine[kind.key] = window
+                claim(window, f"{kind.key} of {s.name}")
     for s, kinds, mine in owners:
         problems += _hand_out(host.name, s, kinds, mine, policy, taken)
     assignments = [Assignment(host.name, cards, MappingProxyType(windows[s.name])) for s, cards in placed]
@@ -120,7 +120,7 @@ def _hand_out(
     host: str,
     owner: Instance | Service,
     kinds: tuple[WindowKind, ...],
-    windows: dict[str, PortSpan],
+    windows: dict[str, PortWindow],
     policy: Ports,
     taken: Occupied,
 ) -> list[str]:
@@ -131,13 +131,13 @@ def _hand_out(
         if kind.key in windows or (kind.hccl_range and not owner.hccl_port_ranges):
             continue
         base, size = policy.base(kind), policy.size(kind)
-        span = taken.first_free(base, size)
-        if span is None:
+        window = taken.first_free(base, size)
+        if window is None:
             problems.append(
                 f"host {host}: no free block of {size} port(s) from {base} up to {MAX_PORT} "
                 f"for {kind.key} of {owner.name}; lower ascend-fleet:ports.{kind.base_key} or free reserved ports"
             )
             continue
-        taken.add(*span, f"{kind.key} of {owner.name}")
-        windows[kind.key] = span
+        taken.add(*window, f"{kind.key} of {owner.name}")
+        windows[kind.key] = window
     return problems

@@ -3,7 +3,7 @@
 Every place that deals with a window (the config pins, the port policy, the
 allocator, the plan JSON, `pin`, the container's env and labels, the report
 columns, the diff, the refused `env` keys) loops over `KINDS`, a router's over
-`ROUTER_KINDS`. Adding a window is adding a row. A window is a span of ports
+`ROUTER_KINDS`. Adding a window is adding a row. A window is a run of consecutive ports
 `(first, last)`, inclusive; a "port" kind is written as its first port, a
 "range" kind as `[first, last]`.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Mapping
 
-PortSpan = tuple[int, int]
+PortWindow = tuple[int, int]
 MAX_PORT = 65535
 # HCCL takes this many consecutive host ports from HCCL_IF_BASE_PORT (32 in
 # current CANN; 16 in older docs, so 32 is the safe reservation).
@@ -22,9 +22,9 @@ HCCL_IF_WINDOW = 32
 HCCL_DEFAULT_NPU_PORT = 16666
 
 
-def span_text(span: PortSpan) -> str:
+def window_text(window: PortWindow) -> str:
     """`16666-16681`, or `7007` for a single port: how messages, env and labels write a window."""
-    return f"{span[0]}-{span[1]}" if span[0] != span[1] else str(span[0])
+    return f"{window[0]}-{window[1]}" if window[0] != window[1] else str(window[0])
 
 
 @dataclass(frozen=True)
@@ -59,15 +59,15 @@ class WindowKind:
     doc: str
     """What the window is, for the config reference."""
 
-    def text(self, span: PortSpan) -> str:
-        """The env and label value of a span: `61000` for a port kind, `16666-16681` for a range."""
-        return str(span[0]) if self.shape == "port" else span_text(span)
+    def text(self, window: PortWindow) -> str:
+        """The env and label value of a window: `61000` for a port kind, `16666-16681` for a range."""
+        return str(window[0]) if self.shape == "port" else window_text(window)
 
-    def value(self, span: PortSpan | None) -> int | list[int] | None:
-        """The JSON and pin value of a span."""
-        if span is None:
+    def value(self, window: PortWindow | None) -> int | list[int] | None:
+        """The JSON and pin value of a window."""
+        if window is None:
             return None
-        return span[0] if self.shape == "port" else [span[0], span[1]]
+        return window[0] if self.shape == "port" else [window[0], window[1]]
 
 
 KINDS: tuple[WindowKind, ...] = (

@@ -15,7 +15,7 @@ from ruamel.yaml.comments import CommentedSeq
 
 from allocation.config import Service
 from allocation.errors import ConfigError
-from allocation.plan import Plan, PlannedService, RouterPlan
+from allocation.plan import Plan, ServicePlan, RouterPlan
 from allocation.windows import KINDS, ROUTER_KINDS
 from cli.stack_editor import set_service_keys
 
@@ -26,7 +26,7 @@ def _flow(values: list[int]) -> CommentedSeq:
     return seq
 
 
-def pins_of(ps: PlannedService) -> dict[str, Any]:
+def pins_of(ps: ServicePlan) -> dict[str, Any]:
     """The config keys that fix a service's current assignment."""
     a = ps.assignment
     # A service that lists candidate `hosts` keeps that key (narrowed to its host): `host` beside it is
@@ -43,7 +43,7 @@ def pins_of(ps: PlannedService) -> dict[str, Any]:
     return pins
 
 
-def _replicated_pins(service: Service, replicas: list[PlannedService], router: RouterPlan) -> dict[str, Any]:
+def _replicated_pins(service: Service, replicas: list[ServicePlan], router: RouterPlan) -> dict[str, Any]:
     """A replicated service's pins: each replica's under `replicaPins`, in order, and its router's ports."""
     each = [pins_of(ps) for ps in replicas]
     fractions = sorted({pins.pop("memoryFraction") for pins in each if "memoryFraction" in pins})

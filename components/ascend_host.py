@@ -34,17 +34,17 @@ class AscendHost(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        deployment: HostDeployment,
+        hd: HostDeployment,
         private_key: Optional[pulumi.Input[str]] = None,
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
         super().__init__("ascend-fleet:index:AscendHost", name, None, opts)
-        host = deployment.host
+        host = hd.host
         child = pulumi.ResourceOptions(parent=self)
         self.provider = docker.Provider(
             f"{name}-docker",
-            host=deployment.docker_url,
-            ssh_opts=list(deployment.ssh_options) if deployment.ssh_options is not None else None,
+            host=hd.docker_url,
+            ssh_opts=list(hd.ssh_options) if hd.ssh_options is not None else None,
             opts=child,
         )
         connection = None
@@ -57,25 +57,25 @@ class AscendHost(pulumi.ComponentResource):
                 private_key=private_key,
                 # The key the docker provider's ssh and `doctor` trust; None only when
                 # strictHostKeyChecking is not `yes` (then any key is accepted here).
-                host_key=deployment.host_key,
-                per_dial_timeout=deployment.connect_timeout_seconds,
+                host_key=hd.host_key,
+                per_dial_timeout=hd.connect_timeout_seconds,
                 dial_error_limit=3,
             )
         self.connection = connection
-        self.check = script(f"{name}-check", deployment.check_script, connection, child)
+        self.check = script(f"{name}-check", hd.check_script, connection, child)
         # Shared cards go into device-share mode after the check and before any container on them.
         self.device_share = None
-        if deployment.device_share_script is not None:
+        if hd.device_share_script is not None:
             after_check = pulumi.ResourceOptions(parent=self, depends_on=[self.check])
             self.device_share = script(
-                f"{name}-device-share", deployment.device_share_script, connection, after_check,
-                delete=deployment.device_share_removal,
+                f"{name}-device-share", hd.device_share_script, connection, after_check,
+                delete=hd.device_share_removal,
             )
 
         # Pulled once per host and image, after the check: a 20 GB pull onto a host
         # without its cards or weights is time lost. keep_locally: destroying the
         # stack or changing the tag must not delete an image an operator may roll back to.
-        pull = go_duration(deployment.pull_timeout_seconds)
+        pull = go_duration(hd.pull_timeout_seconds)
         after_check = pulumi.ResourceOptions(
             parent=self,
             provider=self.provider,
@@ -84,16 +84,16 @@ class AscendHost(pulumi.ComponentResource):
         )
         self.images = {
             image: docker.RemoteImage(f"{name}-{image}", name=image, keep_locally=True, opts=after_check)
-            for image in deployment.images
+            for image in hd.images
         }
-        self._deployment = deployment
-        self.register_outputs({"dockerHost": deployment.docker_url, "images": list(deployment.images)})
+        self._hd = hd
+        self.register_outputs({"dockerHost": hd.docker_url, "images": list(hd.images)})
 
     def last_log_lines(self, container: str, lines: int = LOG_LINES) -> str:
         """A container's last log lines on this host (`docker logs --tail`, over SSH like `doctor`),
         or why they could not be read. For the error hook of a container that did not start."""
         script = f"docker logs --tail {int(lines)} {shlex.quote(container)} 2>&1\n"
-        result = run_script(self._deployment, script)
+        result = run_script(self._hd, script)
         if not result.reachable:
             return f"(its log could not be read: {result.error})"
         return result.stdout.strip() or "(its log is empty)"

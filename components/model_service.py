@@ -130,15 +130,15 @@ class ModelService(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        deployment: ServiceDeployment,
+        sd: ServiceDeployment,
         host: AscendHost,
         after: Sequence["ModelService"] = (),
         depends_on: Sequence[pulumi.Input[pulumi.Resource]] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
-        renames = pulumi.ResourceOptions(aliases=renamed(deployment.previous_names))
+        renames = pulumi.ResourceOptions(aliases=renamed(sd.previous_names))
         super().__init__("ascend-fleet:index:ModelService", name, None, pulumi.ResourceOptions.merge(opts, renames))
-        spec = deployment.spec
+        spec = sd.spec
         self.container = docker.Container(
             f"{name}-container",
             # The image id, not the name: the provider stores the id and would report a
@@ -150,16 +150,16 @@ class ModelService(pulumi.ComponentResource):
                 spec,
                 self,
                 host,
-                [host.check, *_sharing(deployment, host), *(s.container for s in after), *depends_on],
-                deployment.previous_names,
+                [host.check, *_sharing(sd, host), *(s.container for s in after), *depends_on],
+                sd.previous_names,
             ),
         )
-        endpoint = deployment.endpoint
+        endpoint = sd.endpoint
         # Derived from the container so that it exists once the container does.
-        self.summary = {"endpoint": self.container.name.apply(lambda _: endpoint), **deployment.summary()}
+        self.summary = {"endpoint": self.container.name.apply(lambda _: endpoint), **sd.summary()}
         self.register_outputs(self.summary)
 
 
-def _sharing(deployment: ServiceDeployment, host: AscendHost) -> list[pulumi.Resource]:
+def _sharing(sd: ServiceDeployment, host: AscendHost) -> list[pulumi.Resource]:
     """The host's device-share command, for a service on a shared card."""
-    return [host.device_share] if deployment.shared and host.device_share is not None else []
+    return [host.device_share] if sd.shared and host.device_share is not None else []

@@ -62,34 +62,34 @@ class Router(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        deployment: RouterDeployment,
+        rd: RouterDeployment,
         host: AscendHost,
         replicas: Sequence[ModelService],
         rollout: Rollout,
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
-        previous = deployment.previous_names
+        previous = rd.previous_names
         renames = pulumi.ResourceOptions(aliases=renamed(previous))
         super().__init__("ascend-fleet:index:Router", name, None, pulumi.ResourceOptions.merge(opts, renames))
-        spec = deployment.spec
+        spec = rd.spec
         build = script(
             f"{name}-image",
-            deployment.build_script,
+            rd.build_script,
             host.connection,
             pulumi.ResourceOptions(
-                parent=self, depends_on=[host.images[deployment.base_image]], aliases=renamed(previous, "-image")
+                parent=self, depends_on=[host.images[rd.base_image]], aliases=renamed(previous, "-image")
             ),
         )
         image_id = build.stdout.apply(lambda out: out.strip().splitlines()[-1])
         # Updated in place when replicas come or go: the file and the running router change, the container does not.
         after_build = pulumi.ResourceOptions(parent=self, depends_on=[build], aliases=renamed(previous, "-workers"))
-        workers = script(f"{name}-workers", deployment.workers_script, host.connection, after_build)
+        workers = script(f"{name}-workers", rd.workers_script, host.connection, after_build)
         self.container = docker.Container(
             f"{name}-container",
             container_args(spec, image_id),
             opts=container_options(spec, self, host, [host.check, workers, replicas[0].container], previous),
         )
-        for handover, replica, old in zip(deployment.handovers, replicas, deployment.plan.previous_replicas, strict=True):
+        for handover, replica, old in zip(rd.handovers, replicas, rd.plan.previous_replicas, strict=True):
             step = script(
                 handover.replica + SERVES_SUFFIX,
                 handover.serve_script,
@@ -106,8 +106,8 @@ class Router(pulumi.ComponentResource):
                 triggers=[replica.container.id],
             )
             rollout.served(handover.replica, step)
-        endpoint = deployment.endpoint
-        plan = deployment.plan
+        endpoint = rd.endpoint
+        plan = rd.plan
         self.summary = {
             "endpoint": self.container.name.apply(lambda _: endpoint),
             "host": plan.host_name,

@@ -270,21 +270,21 @@ def profiles(deployment: Deployment, models_root: Path | None) -> dict[str, dict
     found: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     for hd in (h for h in deployment.hosts if h.services):
-        wanted = [sd for sd in hd.services if sd.planned.replica_of not in found]
-        paths = sorted({sd.planned.service.model for sd in wanted})
+        wanted = [sd for sd in hd.services if sd.plan.replica_of not in found]
+        paths = sorted({sd.plan.service.model for sd in wanted})
         remote = None if models_root or hd.host.is_local() or not paths else _remote_folders(hd, paths)
         if isinstance(remote, str):
             problems.append(remote)
             continue
         for sd in wanted:
-            name, service = sd.planned.replica_of, sd.planned.service
+            name, service = sd.plan.replica_of, sd.plan.service
             if name in found:
                 continue
             model = service.model
             try:
                 folder = remote.get(model, Folder(f"{hd.name}:{model}", None)) if remote is not None else None
                 profile = read_profile(folder or _local_folder(model, models_root))
-                dtype = _kv_cache_dtype(service, sd.planned.resolved.args)
+                dtype = _kv_cache_dtype(service, sd.plan.resolved.args)
                 if dtype is not None:
                     profile = {k: v for k, v in profile.items() if k != "kvCacheDtype"}
                     profile["kvCacheDtype"] = dtype

@@ -44,7 +44,7 @@ def targets(deployment: Deployment) -> dict[str, list[dict[str, Any]]]:
     for hd in deployment.hosts:
         address = hd.host.url_address()
         for sd in hd.services:
-            ps = sd.planned
+            ps = sd.plan
             labels = {
                 "stack": stack,
                 "service": ps.name,
@@ -79,8 +79,8 @@ def _card_rules(deployment: Deployment) -> list[dict[str, Any]]:
     rules = []
     for hd in deployment.hosts:
         for sd in hd.services:
-            for card in sd.planned.assignment.cards:
-                ps = sd.planned
+            for card in sd.plan.assignment.cards:
+                ps = sd.plan
                 labels = {"stack": deployment.stack, "host": hd.name, "card": str(card), "service": ps.name}
                 labels["replica_of"] = ps.replica_of
                 rules.append({"record": CARD_SERVICE, "expr": "vector(1)", "labels": labels})

@@ -12,8 +12,8 @@ from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from allocation.config import VISIBLE_DEVICES_ENV, FleetConfig, Mount
-from allocation.plan import PlannedService
-from allocation.windows import KINDS, span_text
+from allocation.plan import ServicePlan
+from allocation.windows import KINDS, window_text
 
 LABEL_PREFIX = "ascend-fleet"
 # The seed's tuning; defaults' and services' env override it.
@@ -168,7 +168,7 @@ class ContainerSpec:
         return self.stop_grace_seconds + CREATE_MARGIN_SECONDS
 
 
-def _command(planned: PlannedService) -> tuple[str, ...]:
+def _command(planned: ServicePlan) -> tuple[str, ...]:
     """`vllm serve` with what the plan owns first, then defaults' and the service's `args`."""
     s = planned.service
     command = ["vllm", "serve", s.model, "--served-model-name", planned.instance.served_model_name]
@@ -191,7 +191,7 @@ def _gated(command: tuple[str, ...], env: dict[str, str], cards: Sequence[int], 
     return ("sh", "-c", START_GATE, START_GATE_NAME, *command)
 
 
-def _env_and_labels(stack: str, planned: PlannedService, all_devices: bool) -> tuple[dict, dict]:
+def _env_and_labels(stack: str, planned: ServicePlan, all_devices: bool) -> tuple[dict, dict]:
     s, a, name = planned.service, planned.assignment, planned.instance.original_name
     env = dict(TUNING_ENV)
     if planned.resolved.ipc_mode == "host":
@@ -211,9 +211,9 @@ def _env_and_labels(stack: str, planned: PlannedService, all_devices: bool) -> t
         f"{LABEL_PREFIX}.devices": ",".join(map(str, a.cards)),
     }
     for kind in KINDS:
-        span = a.windows.get(kind.key)
-        text = kind.text(span) if span else ""
-        if kind.env and span:
+        window = a.windows.get(kind.key)
+        text = kind.text(window) if window else ""
+        if kind.env and window:
             env[kind.env] = text
         labels[f"{LABEL_PREFIX}.{kind.label}"] = text
     return dict(sorted(env.items())), labels
@@ -237,7 +237,7 @@ HOST_MOUNTS = (
 )
 
 
-def container_spec(fleet: FleetConfig, planned: PlannedService, *, shared: bool = False) -> ContainerSpec:
+def container_spec(fleet: FleetConfig, planned: ServicePlan, *, shared: bool = False) -> ContainerSpec:
     """The container of `planned`. `shared`: one of its cards is used by another service too. Nothing
     about its neighbours reaches it: adding, removing or renaming one leaves this container as it is."""
     s, a, r = planned.service, planned.assignment, planned.resolved
@@ -248,7 +248,7 @@ def container_spec(fleet: FleetConfig, planned: PlannedService, *, shared: bool 
     device_files = tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES
     mounts = (*HOST_MOUNTS, Mount(source=s.model, target=s.model), *r.mounts)
     command = _gated(_command(planned), env, a.cards, a.api_port, r.start_timeout_seconds)
-    reserved = ",".join(span_text(a.windows[k.key]) for k in KINDS if k.netns and k.key in a.windows)
+    reserved = ",".join(window_text(a.windows[k.key]) for k in KINDS if k.netns and k.key in a.windows)
     return ContainerSpec(
         # What reaches Docker carries the name the container was created with: a renamed service
         # (`previousNames`) keeps its container, whose name the docker provider cannot change in place.

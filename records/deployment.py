@@ -19,7 +19,7 @@ from records.device_share import device_share_script, removal_script
 from records.host_check import host_check_script
 from records.known_hosts import find_host_key
 from records.ssh_options import ssh_options
-from allocation.plan import HostPlan, Plan, PlannedService, RouterPlan
+from allocation.plan import HostPlan, Plan, ServicePlan, RouterPlan
 from records.rollout import Handover, handover, workers_script
 from records.router import build_script, image_tag, router_spec
 from records.start_order import start_after
@@ -30,7 +30,7 @@ from allocation.windows import KINDS
 class ServiceDeployment:
     """One service: its container and how it is reached and ordered."""
 
-    planned: PlannedService
+    plan: ServicePlan
     spec: ContainerSpec
     endpoint: str
     """The OpenAI-compatible base URL, `http://address:apiPort/v1`."""
@@ -43,12 +43,12 @@ class ServiceDeployment:
 
     @property
     def name(self) -> str:
-        return self.planned.name
+        return self.plan.name
 
     @property
     def previous_names(self) -> tuple[str, ...]:
         """Its names under the service's previous names: what its resources get aliases to."""
-        return self.planned.instance.previous_names
+        return self.plan.instance.previous_names
 
     @property
     def url(self) -> str:
@@ -57,7 +57,7 @@ class ServiceDeployment:
 
     def summary(self) -> dict[str, object]:
         """The service's stack output, without its endpoint (an Output in the program)."""
-        a = self.planned.assignment
+        a = self.plan.assignment
         windows = {k.key: k.text(a.windows[k.key]) if k.key in a.windows else None for k in KINDS}
         return {"host": a.host_name, "devices": list(a.cards), **windows}
 
@@ -160,11 +160,11 @@ class Deployment:
 
 
 def _service_deployment(
-    plan: Plan, hp: HostPlan, ps: PlannedService, after: tuple[str, ...], shared_cards: tuple[int, ...]
+    plan: Plan, hp: HostPlan, ps: ServicePlan, after: tuple[str, ...], shared_cards: tuple[int, ...]
 ) -> ServiceDeployment:
     shared = bool(set(shared_cards) & set(ps.assignment.cards))
     return ServiceDeployment(
-        planned=ps,
+        plan=ps,
         spec=container_spec(plan.fleet, ps, shared=shared),
         endpoint=f"http://{hp.host.url_address()}:{ps.assignment.api_port}/v1",
         after=after,
@@ -216,7 +216,7 @@ def _host_deployment(
         ssh_options=None if host.is_local() else tuple(ssh_options(plan.fleet.ssh, host.host_key)),
         connect_timeout_seconds=plan.fleet.ssh.connect_timeout_seconds,
         check_script=host_check_script(
-            host, [(s.planned, s.spec) for s in services], shared_cards=shared_cards if sharing else ()
+            host, [(s.plan, s.spec) for s in services], shared_cards=shared_cards if sharing else ()
         ),
         shared_cards=shared_cards,
         device_share_script=device_share_script(host, shared_cards) if sharing else None,

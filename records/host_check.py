@@ -24,7 +24,7 @@ from typing import Sequence
 from allocation.config import Host
 from records.containers import DRIVER_DIR, DRIVER_MOUNTS, LOCK_DIR_HOST, NPU_SMI, ContainerSpec
 from records.device_share import CHIP, HOLDERS, STATUS_KEY, UNSUPPORTED
-from allocation.plan import PlannedService
+from allocation.plan import ServicePlan
 from allocation.windows import KINDS
 
 DAEMON_JSON = "/etc/docker/daemon.json"
@@ -41,7 +41,7 @@ def _natural(path: str) -> tuple[str, int]:
     return (match.group(1), int(match.group(2))) if match else (path, -1)
 
 
-Containers = Sequence[tuple[PlannedService, ContainerSpec]]
+Containers = Sequence[tuple[ServicePlan, ContainerSpec]]
 
 
 def _needs(containers: Containers) -> tuple[dict, dict, dict]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
@@ -223,6 +221,14 @@ def test_hccls_default_host_window_60000_to_60031_is_reserved_by_default():
             {"hosts": [host()], "services": [service("a"), service("b")], "ports": {"vllmBase": 65520}},
             "host npu-a: no free block of 16 port(s) from 65520 up to 65535 for vllmPort of b; "
             "lower ascend-fleet:ports.vllmBase or free reserved ports",
+        ),
+        (
+            {"hosts": [host()], "services": [service("a", hcclNpuSocketPortRange=80)]},
+            "hcclNpuSocketPortRange 80 starts below 1024",
+        ),
+        (
+            {"hosts": [host()], "services": [service("a", hcclNpuSocketPortRange=[1000, 1015])]},
+            "hcclNpuSocketPortRange 1000-1015 starts below 1024",
         ),
     ],
 )

@@ -102,7 +102,7 @@ def clean_facts(plan) -> HostFacts:
     """The host running exactly the plan: healthy containers, their ranks on their cards, docker-proxy on API ports."""
     inspects, pids, listeners, procs = [], {}, [], []
     for sd in plan.hosts[0].services:
-        ps, spec = sd.planned, sd.spec
+        ps, spec = sd.plan, sd.spec
         base = PIDS[ps.name]
         cid = f"{ps.name}-id"
         inspects.append(inspect_of(spec, cid=cid, pid=base))

@@ -22,7 +22,7 @@ from views import markdown
 from allocation.config import VISIBLE_DEVICES_ENV
 from records.containers import START_GATE_NAME
 from records.restarts import changed
-from allocation.windows import API, BY_KEY, KINDS, ROUTER_KINDS, span_text
+from allocation.windows import API, BY_KEY, KINDS, ROUTER_KINDS, window_text
 
 Format = Literal["table", "json", "markdown"]
 FORMATS: tuple[Format, ...] = ("table", "json", "markdown")
@@ -520,7 +520,7 @@ def _show(value: Any, key: str = "") -> str:
     if value is None:
         return "unset" if key in PORT_FIELDS else "none"
     if isinstance(value, (list, tuple)) and len(value) == 2 and key in BY_KEY:
-        return span_text((value[0], value[1]))
+        return window_text((value[0], value[1]))
     return _compact(value)
 
 

@@ -13,7 +13,7 @@ from allocation.config import units
 from records.deployment import Deployment
 from allocation.placement import fmt_units
 from allocation.plan import HostPlan
-from allocation.windows import KINDS, ROUTER_KINDS, PortSpan, WindowKind, span_text
+from allocation.windows import KINDS, ROUTER_KINDS, PortWindow, WindowKind, window_text
 
 FORMATS = ("table", "markdown", "json")
 
@@ -24,7 +24,7 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
     for hd in deployment.hosts:
         services = []
         for sd in hd.services:
-            services.append(sd.planned.to_json() | {"container": sd.spec.to_json()})
+            services.append(sd.plan.to_json() | {"container": sd.spec.to_json()})
         hosts.append(
             {
                 "name": hd.host.name,
@@ -42,9 +42,9 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
     return {"stack": deployment.stack, "hosts": hosts, "routers": routers}
 
 
-def _window_cell(kind: WindowKind, span: PortSpan | None) -> str:
-    if span is not None:
-        return span_text(span)
+def _window_cell(kind: WindowKind, window: PortWindow | None) -> str:
+    if window is not None:
+        return window_text(window)
     return f"default {kind.unset_port}" if kind.unset_port is not None else "-"
 
 
@@ -168,7 +168,7 @@ def render_plan(deployment: Deployment, fmt: str) -> str:
             parts.append(_text_table(*_card_rows(hp)))
             parts.append(_text_table(*_port_rows(hp)))
     if plan.routers:
-        ports = [[span_text(r.windows[k.key]) for k in ROUTER_KINDS] for r in plan.routers]
+        ports = [[window_text(r.windows[k.key]) for k in ROUTER_KINDS] for r in plan.routers]
         rows = [[r.service.name, r.host_name, *p, ", ".join(r.replicas)] for r, p in zip(plan.routers, ports)]
         table = (["service", "router host", *(k.column for k in ROUTER_KINDS), "replicas"], rows)
         parts += ["### Routers", _md_table(*table)] if fmt == "markdown" else ["routers", _text_table(*table)]

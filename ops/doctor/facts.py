@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from allocation.windows import PortSpan
+from allocation.windows import PortWindow
 from ops.doctor.gather import MARK
 from ops.bounded_json import JsonError, excerpt, loads
 from ops.framing import LIMIT, FrameError, read_frames
@@ -208,12 +208,12 @@ def parse_facts(text: str) -> HostFacts:
     )
 
 
-def parse_port_list(value: str) -> list[PortSpan] | None:
+def parse_port_list(value: str) -> list[PortWindow] | None:
     """`16666-16681`, `61000,61050-61100` -> spans; None for `auto` or anything unreadable."""
-    spans = []
+    windows = []
     for item in value.replace(" ", "").split(","):
         first, sep, last = item.partition("-")
         if number_of(first) is None or (sep and number_of(last) is None):
             return None
-        spans.append((int(first), int(last) if sep else int(first)))
-    return spans or None
+        windows.append((int(first), int(last) if sep else int(first)))
+    return windows or None

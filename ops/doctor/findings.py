@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping
 from records.containers import CONTROL_DEVICES, DRIVER_DIR, ContainerSpec
 from records.deployment import HostDeployment
 from records.device_share import STATUS_KEY, UNIT
-from allocation.windows import NPU_SOCKETS as NPU_RANGE, PortSpan, span_text
+from allocation.windows import NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
 from ops.bounded_json import excerpt, loads
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
 
@@ -74,7 +74,7 @@ class Finding:
 class HostView:
     """A host's deployment and facts, joined once for every judge."""
 
-    deployment: HostDeployment
+    hd: HostDeployment
     facts: HostFacts
     live: Mapping[str, LiveContainer]
     """Service name -> its container, for planned containers that exist."""
@@ -86,12 +86,12 @@ class HostView:
     publisher: Mapping[int, LiveContainer]
     """Host port -> the active container publishing it."""
     card_services: Mapping[int, tuple[str, ...]]
-    windows: tuple[tuple[str, str, PortSpan], ...]
-    """(service, window kind key, span) of every planned window."""
+    windows: tuple[tuple[str, str, PortWindow], ...]
+    """(service, window kind key, window) of every planned window."""
 
     @property
     def name(self) -> str:
-        return self.deployment.name
+        return self.hd.name
 
     def pids_of(self, c: LiveContainer) -> frozenset[int]:
         return _pids(self.facts, c)
@@ -100,8 +100,8 @@ class HostView:
         service = self.service_of.get(c.id)
         return f"container {c.name} (service {service})" if service else f"container {c.name} (not in the plan)"
 
-    def windows_at(self, port: int) -> list[tuple[str, str, PortSpan]]:
-        return [(s, key, span) for s, key, span in self.windows if span[0] <= port <= span[1]]
+    def windows_at(self, port: int) -> list[tuple[str, str, PortWindow]]:
+        return [(s, key, window) for s, key, window in self.windows if window[0] <= port <= window[1]]
 
 
 def _pids(facts: HostFacts, c: LiveContainer) -> frozenset[int]:
@@ -109,25 +109,25 @@ def _pids(facts: HostFacts, c: LiveContainer) -> frozenset[int]:
     return facts.pids.get(c.id, frozenset()) | ({c.pid} if c.pid else frozenset())
 
 
-def planned(deployment: HostDeployment) -> list[tuple[str, ContainerSpec, str]]:
+def planned(hd: HostDeployment) -> list[tuple[str, ContainerSpec, str]]:
     """(name, spec, what it is) of every container planned on the host: services, then routers."""
-    out = [(sd.name, sd.spec, f"on cards {','.join(map(str, sd.planned.assignment.cards))}") for sd in deployment.services]
-    return out + [(rd.name, rd.spec, f"as the router of {rd.plan.service.name}") for rd in deployment.routers]
+    out = [(sd.name, sd.spec, f"on cards {','.join(map(str, sd.plan.assignment.cards))}") for sd in hd.services]
+    return out + [(rd.name, rd.spec, f"as the router of {rd.plan.service.name}") for rd in hd.routers]
 
 
-def view_of(deployment: HostDeployment, facts: HostFacts) -> HostView:
+def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
     by_name = {c.name: c for c in facts.containers}
     # By the docker name, which a renamed service keeps (`previousNames`).
-    live = {name: by_name[spec.name] for name, spec, _ in planned(deployment) if spec.name in by_name}
+    live = {name: by_name[spec.name] for name, spec, _ in planned(hd) if spec.name in by_name}
     service_of = {c.id: name for name, c in live.items()}
     active = [c for c in facts.containers if c.active]
     card_services: dict[int, tuple[str, ...]] = {}
-    for sd in deployment.services:
-        for card in sd.planned.assignment.cards:
+    for sd in hd.services:
+        for card in sd.plan.assignment.cards:
             card_services[card] = (*card_services.get(card, ()), sd.name)
     pids = {c.id: _pids(facts, c) for c in active}
     return HostView(
-        deployment=deployment,
+        hd=hd,
         facts=facts,
         live=live,
         service_of=service_of,
@@ -136,7 +136,7 @@ def view_of(deployment: HostDeployment, facts: HostFacts) -> HostView:
         publisher={port: c for c in active for port, _ in c.published},
         card_services=card_services,
         windows=tuple(
-            (sd.name, key, span) for sd in deployment.services for key, span in sd.planned.assignment.windows.items()
+            (sd.name, key, window) for sd in hd.services for key, window in sd.plan.assignment.windows.items()
         ),
     )
 
@@ -145,7 +145,7 @@ def _cards(device_files: Iterable[str]) -> set[int]:
     return {int(m.group(1)) for d in device_files if (m := re.fullmatch(r"/dev/davinci([0-9]{1,9})", d))}
 
 
-def _overlap(a: PortSpan, b: PortSpan) -> bool:
+def _overlap(a: PortWindow, b: PortWindow) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
@@ -159,7 +159,7 @@ def _image_ref(image: str) -> str:
 
 
 def _judge_host(view: HostView) -> list[Finding]:
-    host, facts = view.deployment.host, view.facts
+    host, facts = view.hd.host, view.facts
     out = []
     if not facts.driver:
         out.append(Finding("host", f"host {host.name}: no driver folder {DRIVER_DIR}"))
@@ -193,7 +193,7 @@ def _judge_host(view: HostView) -> list[Finding]:
 
 def _judge_state(view: HostView) -> list[Finding]:
     out = []
-    for name, spec, what in planned(view.deployment):
+    for name, spec, what in planned(view.hd):
         live = view.live.get(name)
         if live is None:
             text = f"container {name} does not exist (planned {what}, API port {spec.api_port})"
@@ -245,7 +245,7 @@ def _differences(spec: ContainerSpec, live: LiveContainer) -> list[tuple[str, st
 
 def _judge_drift(view: HostView) -> list[Finding]:
     out = []
-    for name, spec, _ in planned(view.deployment):
+    for name, spec, _ in planned(view.hd):
         live = view.live.get(name)
         for key, want, actual in _differences(spec, live) if live is not None else ():
             text = f"container {name}: {key}: {want} (plan) != {actual} (live)"
@@ -292,7 +292,7 @@ def _judge_listeners(view: HostView) -> list[Finding]:
         holder = next((view.owner_of_pid[p] for p in pids if p in view.owner_of_pid), None)
         if holder is None and (not pids or {n for n, _ in lst.processes} <= {"docker-proxy"}):
             holder = view.publisher.get(lst.port)
-        for service, key, span in view.windows_at(lst.port):
+        for service, key, window in view.windows_at(lst.port):
             own = view.live.get(service)
             if own is not None and own.active and (pids & view.pids_of(own) or (holder is not None and holder.id == own.id)):
                 continue
@@ -302,7 +302,7 @@ def _judge_listeners(view: HostView) -> list[Finding]:
                 who = ", ".join(f"process {n} (pid {p})" for n, p in lst.processes)
             else:
                 who = "an unknown process (ss shows no owner)"
-            text = f"port {lst.port} ({lst.address}) is held by {who}; it is in {service}'s {key} {span_text(span)}"
+            text = f"port {lst.port} ({lst.address}) is held by {who}; it is in {service}'s {key} {window_text(window)}"
             container = holder.name if holder is not None else None
             out.append(Finding("foreign-port", text, service=service, container=container, port=lst.port, key=key))
     return out
@@ -313,8 +313,8 @@ def _judge_publishers(view: HostView) -> list[Finding]:
     out = []
     for c in view.foreign:
         for port in sorted({p for p, _ in c.published} - listened):
-            for service, key, span in view.windows_at(port):
-                text = f"{view.describe(c)} publishes port {port}, in {service}'s {key} {span_text(span)}"
+            for service, key, window in view.windows_at(port):
+                text = f"{view.describe(c)} publishes port {port}, in {service}'s {key} {window_text(window)}"
                 out.append(Finding("foreign-port", text, service=service, container=c.name, port=port, key=key))
     return out
 
@@ -328,15 +328,15 @@ def _judge_hccl(view: HostView) -> list[Finding]:
         theirs = parse_port_list(raw) if raw is not None else [default]
         shared = set(view.card_services) if c.privileged else _cards(c.device_files) & set(view.card_services)
         shown = raw if raw is not None else f"unset, so HCCL's default {NPU_RANGE.unset_port}"
-        for sd in view.deployment.services if shared and theirs else ():
-            cards = sorted(shared & set(sd.planned.assignment.cards))
-            ours = sd.planned.assignment.windows.get(NPU_RANGE.key, default)
+        for sd in view.hd.services if shared and theirs else ():
+            cards = sorted(shared & set(sd.plan.assignment.cards))
+            ours = sd.plan.assignment.windows.get(NPU_RANGE.key, default)
             clashes = [s for s in theirs or () if _overlap(ours, s)]
             if not cards or not clashes:
                 continue
             text = (
                 f"{view.describe(c)} shares card {', '.join(map(str, cards))} with {sd.name} and its "
-                f"{NPU_RANGE.env} ({shown}) overlaps {sd.name}'s {span_text(ours)}: "
+                f"{NPU_RANGE.env} ({shown}) overlaps {sd.name}'s {window_text(ours)}: "
                 "HCCL will fail with 'Socket bind failed, address already in use'"
             )
             port = max(ours[0], min(s[0] for s in clashes))
@@ -357,7 +357,7 @@ def _share_on(said: str) -> bool:
 def _judge_sharing(view: HostView) -> list[Finding]:
     """A shared card of a `deviceShare` host must be in device-share mode, or its second container
     cannot open it (after a reboot without the boot unit, say)."""
-    hd = view.deployment
+    hd = view.hd
     if hd.device_share_script is None:
         return []
     out = []
@@ -392,7 +392,7 @@ def _judge_routers(view: HostView) -> list[Finding]:
     """Each running router's view of its replicas (`GET /workers`, vllm-router 0.1.17:
     `{"workers": [{"url", "is_healthy", ...}], ...}`): a replica it sees as unhealthy, or does not list."""
     out = []
-    for rd in view.deployment.routers:
+    for rd in view.hd.routers:
         live = view.live.get(rd.name)
         if live is None or live.status != "running":
             continue  # _judge_state says so
@@ -422,9 +422,9 @@ JUDGES = (
 )  # fmt: skip
 
 
-def host_findings(deployment: HostDeployment, facts: HostFacts) -> list[Finding]:
+def host_findings(hd: HostDeployment, facts: HostFacts) -> list[Finding]:
     """Everything wrong on one reachable host, judged against its deployment."""
-    view = view_of(deployment, facts)
+    view = view_of(hd, facts)
     judges = JUDGES_WITHOUT_DOCKER if facts.docker_error else JUDGES
     return [finding for judge in judges for finding in judge(view)]
 
