@@ -25,7 +25,7 @@ class Assignment:
     cards: tuple[int, ...]
     """Physical card indices."""
     windows: Mapping[str, PortWindow]
-    """Window kind key -> span; a kind the service drops (hcclPortRanges: false) is absent."""
+    """Window kind key -> its window; a kind the service drops (hcclPortRanges: false) is absent."""
 
     @property
     def api_port(self) -> int:
@@ -114,7 +114,7 @@ class RouterPlan:
     """Its settings over the defaults."""
     host_name: str
     windows: Mapping[str, PortWindow]
-    """Router window kind key (`allocation.windows.ROUTER_KINDS`) -> span, published on the host."""
+    """Router window kind key (`allocation.windows.ROUTER_KINDS`) -> its window, published on the host."""
     replicas: tuple[str, ...]
     """Its replicas' names, in order."""
     log_opts: Mapping[str, str]

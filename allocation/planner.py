@@ -95,12 +95,12 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         host_plans.append(HostPlan(host=host, budget=fleet.budget(host), services=tuple(planned)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
-    warnings += _crowded(fleet, placed)
+    kept(_crowded(fleet, placed))
     routers.sort(key=lambda r: r.service.name)
     return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=tuple(routers))
 
 
-def _crowded(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]]) -> list[str]:
+def _crowded(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]]) -> Outcome[None]:
     """A warning for each replicated service with two replicas on one host: losing it loses both."""
     notes = []
     for s in (s for s in fleet.services if s.replicas > 1):
@@ -111,7 +111,7 @@ def _crowded(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]])
                 f"service {s.name}: {len(hosts)} replicas on {len(set(hosts))} hosts; host(s) {', '.join(shared)} "
                 "hold more than one, so losing one of them loses several replicas"
             )
-    return notes
+    return Outcome(None, warnings=tuple(notes))
 
 
 def _running_totals(host: Host, services: list[ServicePlan]) -> Outcome[list[ServicePlan]]:

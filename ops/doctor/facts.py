@@ -209,7 +209,7 @@ def parse_facts(text: str) -> HostFacts:
 
 
 def parse_port_list(value: str) -> list[PortWindow] | None:
-    """`16666-16681`, `61000,61050-61100` -> spans; None for `auto` or anything unreadable."""
+    """`16666-16681`, `61000,61050-61100` -> windows; None for `auto` or anything unreadable."""
     windows = []
     for item in value.replace(" ", "").split(","):
         first, sep, last = item.partition("-")
