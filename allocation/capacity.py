@@ -307,7 +307,8 @@ def auto_fraction(fleet: FleetConfig, service: Instance) -> Outcome[Decimal | No
     hosts = [h for h in fleet.hosts if candidates is None or h.name in candidates]
     totals = [runtime_total(h) for h in hosts]
     if None in totals:
-        return Outcome(None, (f"service {service.name}: memoryFraction auto needs every candidate host's hbmBytes (64 and 32 GiB are known)",))
+        why = f"service {service.name}: memoryFraction auto needs every candidate host's hbmBytes (64 and 32 GiB are known)"
+        return Outcome(None, (why,))
     total = min(t for t in totals if t is not None)
     seqs = service.max_num_seqs or 1
     budget = min(fleet.budget(h) for h in hosts)

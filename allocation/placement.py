@@ -252,7 +252,10 @@ class Placer:
             cards = self.cards[s.host]
             choice = self._choose(s, [cards.host])
             if choice is None:
-                return f"host {s.host}: service {s.name} needs {_need_text(s)} (aligned); free per card: {cards.describe()}"
+                return (
+                    f"host {s.host}: service {s.name} needs {_need_text(s)} (aligned); "
+                    f"free per card: {cards.describe()}"
+                )
             self._commit(s, *choice)
             return None
         tp, alone = s.tensor_parallel_size, not s.hccl_port_ranges

@@ -160,6 +160,9 @@ def _subtracted(ps: ServicePlan, version: tuple[int, int], held: int) -> Outcome
     left = cap.kv_bytes_per_card - held
     if left < (cap.bytes_per_request or 1):
         need = f"the {gib(cap.bytes_per_request)} GiB one request of maxModelLen needs" if cap.bytes_per_request else "anything"
-        return Outcome(None, (f"{why}: {gib(cap.kv_bytes_per_card)} - {gib(held)} = {gib(left)} GiB per card, less than "
-                              f"{need}, so vLLM will not start; use vLLM-Ascend 0.18 or later, or give it cards of its own",))  # fmt: skip
-    return Outcome(None, warnings=(f"{why}: {gib(left)} GiB per card instead of the plan's {gib(cap.kv_bytes_per_card)} GiB",))
+        return Outcome(None, (
+            f"{why}: {gib(cap.kv_bytes_per_card)} - {gib(held)} = {gib(left)} GiB per card, less than {need}, "
+            "so vLLM will not start; use vLLM-Ascend 0.18 or later, or give it cards of its own",
+        ))  # fmt: skip
+    instead = f"{gib(left)} GiB per card instead of the plan's {gib(cap.kv_bytes_per_card)} GiB"
+    return Outcome(None, warnings=(f"{why}: {instead}",))

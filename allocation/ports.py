@@ -85,7 +85,8 @@ def assign_ports(
         if window[1] > MAX_PORT:
             problems.append(f"host {host.name}: {owner} {window_text(window)} runs past port {MAX_PORT}")
         elif other is not None:
-            problems.append(f"host {host.name}: {owner} {window_text(window)} overlaps {other[2]} {window_text(other[:2])}")
+            clash = f"{other[2]} {window_text(other[:2])}"
+            problems.append(f"host {host.name}: {owner} {window_text(window)} overlaps {clash}")
         else:
             taken.add(*window, owner)
 
