@@ -166,10 +166,32 @@ def test_a_card_that_becomes_shared_names_the_container_that_must_stop_for_devic
     new = fleet()
     new["hosts"][0]["services"].append(service("tiny", devices=[4], api_port=7008, slot=3))
     diff = diff_plans(with_shared_cards(fleet()), with_shared_cards(new))
-    stop = "card 4 becomes shared: qwen-long holds it and must stop while the card switches to device-share mode"
+    stop = (
+        "card 4 becomes shared: qwen-long holds it and must stop while the card switches to device-share mode; "
+        "heldCards refuse: pulumi up stops at the host check until they are stopped by hand "
+        "(or the host's heldCards is stopHolders)"
+    )
     assert [h.detail() for h in diff.hosts] == [f"sharedCards [0] -> [0,4]; {stop}"]
     assert f"| `npu-a` |  | host | `sharedCards [0] -> [0,4]; {stop}` |" in render_diff(diff, "markdown")
     assert json.loads(render_diff(diff, "json"))["hosts"][0]["stops"] == [stop]
+
+
+def test_a_held_card_says_what_pulumi_up_does_by_the_hosts_held_cards():
+    new = fleet()
+    new["hosts"][0]["services"].append(service("tiny", devices=[4], api_port=7008, slot=3))
+    old, new = with_shared_cards(fleet()), with_shared_cards(new)
+    for doc in (old, new):
+        doc["hosts"][0]["heldCards"] = "stopHolders"
+    (host,) = diff_plans(old, new).hosts
+    assert host.stops == (
+        "card 4 becomes shared: qwen-long holds it and must stop while the card switches to device-share mode; "
+        "heldCards stopHolders: pulumi up stops them, switches the card and starts them again",
+    )
+    new["hosts"][0]["heldCards"] = "refuse"
+    (host,) = diff_plans(old, new).hosts
+    assert host.stops[0].endswith("heldCards refuse: pulumi up stops at the host check until they are stopped by hand "
+                                  "(or the host's heldCards is stopHolders)")
+    assert "heldCards stopHolders -> refuse" in host.detail()
 
 
 def test_no_one_must_stop_for_a_card_nobody_held_or_on_a_host_that_shares_by_privilege():

@@ -52,7 +52,7 @@ CAPACITY_FIELDS = (
     "fits", "kvCacheTokens", "maxConcurrency", "kvCacheGiBPerCard", "weightsGiBPerCard",
     "blockSizeTokens", "kvCacheBlocks", "bytesPerRequest",
 )  # fmt: skip
-HOST_FIELDS = ("address", "npus", "hbmGiB", "memoryBudget", "sharedCards", "cardSharing")
+HOST_FIELDS = ("address", "npus", "hbmGiB", "memoryBudget", "sharedCards", "cardSharing", "heldCards")
 
 
 @dataclass(frozen=True)
@@ -501,9 +501,18 @@ def _device_share_stops(before: Mapping[str, Any], after: Mapping[str, Any]) -> 
             verb = "holds" if len(holders) == 1 else "hold"
             out.append(
                 f"card {card} becomes shared: {', '.join(holders)} {verb} it and must stop while the card "
-                "switches to device-share mode"
+                f"switches to device-share mode; {HELD_CARDS[after.get('heldCards', 'refuse')]}"
             )
     return tuple(out)
+
+
+# What `pulumi up` does about such a card, by the host's `heldCards` (records/host_check.py and
+# records/device_share.py); a plan written before the key existed behaves as `refuse`.
+HELD_CARDS = {
+    "stopHolders": "heldCards stopHolders: pulumi up stops them, switches the card and starts them again",
+    "refuse": "heldCards refuse: pulumi up stops at the host check until they are stopped by hand "
+    "(or the host's heldCards is stopHolders)",
+}
 
 
 def _cards(devices: Iterable[int]) -> str:

@@ -35,6 +35,7 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
                 "memoryBudget": float(hd.plan.budget),
                 "sharedCards": list(hd.shared_cards),
                 "cardSharing": hd.host.card_sharing,
+                "heldCards": hd.host.held_cards,
                 "services": services,
             }
         )
