@@ -17,6 +17,7 @@ from records.deployment import deploy
 from allocation.planner import plan_fleet
 from ops.render import docker_run_args
 from sim.host import SimHost
+from tests.simhost.probes import probed_often
 from tests.simhost.test_start_gate import start_prod
 
 NEWCOMER = {"name": "a-embed", "model": "/srv/models/a-embed", "host": "npu-a", "devices": [4], "memoryFraction": 0.05}
@@ -51,7 +52,7 @@ def test_stop_holders_switches_a_held_card_and_the_holder_comes_back_healthy(sim
     assert "card 4: stopping qwen-long" in switched.stdout and "qwen-long started again" in switched.stdout
     assert sim_host.device_shared_cards() == [0, 4]
     spec = next(sd.spec for sd in hd.services if sd.name == "a-embed")
-    sim_host.docker("run", *docker_run_args(spec))
+    sim_host.docker("run", *docker_run_args(probed_often(spec)))
     for name in ("qwen-long", "a-embed"):
         sim_host.wait_healthy(name, timeout=180)
     assert started_at(sim_host, "qwen-long") != before["qwen-long"], "stopped and started again"

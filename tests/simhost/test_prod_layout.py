@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cli.stackfile import locate, stack_values
 from sim.host import CLAIMS_DIR, IMAGE, SimHost
+from tests.simhost.probes import script_probed_often
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,10 +60,9 @@ def test_the_planned_prod_layout_starts_all_three_services_healthy(sim_host: Sim
         [sys.executable, "-m", "allocation", "render", "--config", str(config), "--format", "docker-run"],
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    started = subprocess.run(["sh", "-c", script], env=sim_host.docker_env(), capture_output=True, text=True)
+    started = subprocess.run(["sh", "-c", script_probed_often(script, len(services))], env=sim_host.docker_env(), capture_output=True, text=True)
     assert started.returncode == 0, started.stderr
 
-    # Health checks run every 30 s as planned, so the first verdict takes that long.
     for name in services:
         sim_host.wait_healthy(name, timeout=90)
     for name, s in services.items():

@@ -17,6 +17,7 @@ import time
 
 from records.device_share import BOOT_SCRIPT
 from sim.host import SimHost
+from tests.simhost.probes import script_probed_often
 from tests.simhost.test_prod_layout import REPO, prod_on_the_simulated_host
 
 LABEL = "ascend-fleet.stack=prod-on-sim"  # the stack of Pulumi.prod-on-sim.yaml
@@ -64,7 +65,7 @@ def test_prod_shares_card_0_only_in_device_share_mode_and_restarts_in_order(sim_
     for s in npu_a["services"]:
         command = s["container"]["command"]
         sim_host.make_model(command[command.index("serve") + 1])
-    script = allocation("render", "--config", str(config), "--format", "docker-run").stdout
+    script = script_probed_often(allocation("render", "--config", str(config), "--format", "docker-run").stdout, 3)
 
     # Before: the same containers without the device-share step. qwen-vl waits for card 0's lock
     # (its start gate) while bge-m3 loads, then cannot open card 0, which bge-m3 holds.
@@ -109,6 +110,7 @@ def start_rendered(sim: SimHost, config) -> None:
         command = s["container"]["command"]
         sim.make_model(command[command.index("serve") + 1])
     script = allocation("render", "--config", str(config), "--format", "docker-run").stdout
+    script = script_probed_often(script, len(plan["hosts"][0]["services"]))
     started = subprocess.run(["sh", "-c", script], env=sim.docker_env(), capture_output=True, text=True)
     assert started.returncode == 0, started.stderr
 
