@@ -16,13 +16,13 @@ $(STAMP): requirements.txt
 plan: $(STAMP)
 	$(VENV)/bin/python -m allocation plan --stack $(STACK)
 
-# Three workers on two cores: one runs the simulated-host tests in turn (one xdist group; they
-# mostly wait for containers and hold a host-wide lock), the other two run the rest, which is
-# CPU-bound. README "Tests" has the timings.
+# Three pytest-xdist workers on two cores: one runs the simulated-host tests in turn (they mostly
+# wait for containers and hold a host-wide lock), the other two the rest, a module at a time
+# (tests/scheduling.py). README "The test suite" has the timings.
 TEST_WORKERS ?= 3
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 # The real Pulumi engine against the simulated host (README "Verifying with the real engine"):
 # needs pulumi, its Python language host and the docker and command plugins; skips without

@@ -183,17 +183,25 @@ def _sshd_binary() -> str | None:
     return None
 
 
+_LOCAL_DOCKER = ["docker", "-H", f"unix://{DOCKER_SOCKET}"]
+
+
+def _local_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "DOCKER_CONTEXT")}
+
+
+def _docker(argv: list[str], env: Mapping[str, str], *, check: bool, timeout: float) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    if check and proc.returncode != 0:
+        raise SimHostError(f"docker {' '.join(argv[1:])} exited {proc.returncode}: {proc.stderr.strip()}")
+    return proc
+
+
 def _docker_daemon_up() -> bool:
     if shutil.which("docker") is None:
         return False
-    env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "DOCKER_CONTEXT")}
     try:
-        proc = subprocess.run(
-            ["docker", "-H", f"unix://{DOCKER_SOCKET}", "info", "--format", "{{.ID}}"],
-            capture_output=True,
-            timeout=20,
-            env=env,
-        )
+        proc = subprocess.run([*_LOCAL_DOCKER, "info", "--format", "{{.ID}}"], capture_output=True, timeout=20, env=_local_env())
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
@@ -370,18 +378,14 @@ class SimHost:
         return proc
 
     def docker(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """Run the docker CLI against the host through ``DOCKER_HOST=ssh://...``."""
-        proc = subprocess.run(
-            ["docker", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=self.docker_env(),
-            stdin=subprocess.DEVNULL,
-        )
-        if check and proc.returncode != 0:
-            raise SimHostError(f"docker {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
-        return proc
+        """Run the docker CLI against the host through ``DOCKER_HOST=ssh://...``, as a deployer does."""
+        return _docker(["docker", *args], self.docker_env(), check=check, timeout=timeout)
+
+    def local_docker(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run the docker CLI on the daemon's local socket: how the harness looks at containers
+        (state, logs, waits) and cleans up. What it sees is the same daemon's; a call costs tens of
+        milliseconds instead of an SSH round trip, which adds up over every poll and every reset."""
+        return _docker(_LOCAL_DOCKER + list(args), _local_env(), check=check, timeout=timeout)
 
     # ---- host state -----------------------------------------------------
 
@@ -451,11 +455,7 @@ class SimHost:
     def build_image(self) -> None:
         """Build ascend-fleet/npu-sim:latest unless an image with the same content hash exists."""
         want = image_hash()
-        have = subprocess.run(
-            ["docker", "-H", f"unix://{DOCKER_SOCKET}", "image", "inspect", "-f",
-             f'{{{{ index .Config.Labels "{IMAGE_HASH_LABEL}" }}}}', IMAGE],
-            capture_output=True, text=True,
-        )  # fmt: skip
+        have = self.local_docker("image", "inspect", "-f", f'{{{{ index .Config.Labels "{IMAGE_HASH_LABEL}" }}}}', IMAGE, check=False)
         if have.returncode == 0 and have.stdout.strip() == want:
             return
         with tempfile.TemporaryDirectory(prefix="npu-sim-build-") as context:
@@ -467,12 +467,9 @@ class SimHost:
                 target = Path(context) / "rootfs" / path.relative_to("/")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path.resolve(), target)
-            env = {**os.environ, "DOCKER_BUILDKIT": "0"}
-            env.pop("DOCKER_HOST", None)
             proc = subprocess.run(
-                ["docker", "-H", f"unix://{DOCKER_SOCKET}", "build", "-q", "-t", IMAGE,
-                 "--label", f"{IMAGE_HASH_LABEL}={want}", context],
-                capture_output=True, text=True, env=env, timeout=600,
+                [*_LOCAL_DOCKER, "build", "-q", "-t", IMAGE, "--label", f"{IMAGE_HASH_LABEL}={want}", context],
+                capture_output=True, text=True, env={**_local_env(), "DOCKER_BUILDKIT": "0"}, timeout=600,
             )  # fmt: skip
         if proc.returncode != 0:
             raise SimHostError(f"building {IMAGE} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -562,11 +559,11 @@ class SimHost:
 
     def state(self, container: str) -> dict[str, object]:
         """``docker inspect`` .State of a container."""
-        return json.loads(self.docker("inspect", "-f", "{{json .State}}", container).stdout)
+        return json.loads(self.local_docker("inspect", "-f", "{{json .State}}", container).stdout)
 
     def logs(self, container: str) -> str:
         """stdout and stderr of a container, interleaved."""
-        proc = self.docker("logs", container, check=False)
+        proc = self.local_docker("logs", container, check=False)
         return proc.stdout + proc.stderr
 
     def wait_healthy(self, container: str, timeout: float = 60) -> None:
@@ -584,11 +581,11 @@ class SimHost:
                 )
             if time.monotonic() > deadline:
                 raise ContainerFailed(f"{container} not healthy after {timeout:.0f}s (health {health}); logs:\n{self.logs(container)}")
-            time.sleep(0.5)
+            time.sleep(0.2)
 
     def wait_exit(self, container: str, timeout: float = 60) -> int:
         """Wait for the container to stop; its exit code."""
-        proc = self.docker("wait", container, timeout=timeout)
+        proc = self.local_docker("wait", container, timeout=timeout)
         return int(proc.stdout.strip().splitlines()[-1])
 
     def http_get(self, service: SimService, path: str, timeout: float = 5) -> tuple[int, bytes]:
@@ -604,7 +601,7 @@ class SimHost:
         args = ["ps", "--format", "{{.Names}}"]
         if label is not None:
             args += ["--filter", f"label={label}"]
-        names = self.docker(*args).stdout.split()
+        names = self.local_docker(*args).stdout.split()
         return sorted(n for n in names if prefix is None or n.startswith(prefix))
 
     def kill_containers(self, *, label: str | None = None, prefix: str | None = None) -> list[str]:
@@ -621,8 +618,8 @@ class SimHost:
         if not names:
             # Almost always a wrong selector (a label value that is not the stack's, say).
             raise SimHostError(f"kill_containers: no running container with label {label!r} and prefix {prefix!r}")
-        self.docker("kill", *names)
-        self.docker("wait", *names)
+        self.local_docker("kill", *names)
+        self.local_docker("wait", *names)
         return names
 
     def start_containers(self, order: Sequence[str], *, wait_healthy: bool = False, timeout: float = 60) -> None:
@@ -680,10 +677,10 @@ class SimHost:
         Test containers: those labelled ``ascend-fleet.test=1`` and any container of
         the npu-sim image (e.g. made by a Pulumi stack under test, without our labels).
         """
-        ids = set(self.docker("ps", "-aq", "--filter", f"label={TEST_LABEL}").stdout.split())
-        ids |= set(self.docker("ps", "-aq", "--filter", f"ancestor={IMAGE}").stdout.split())
+        ids = set(self.local_docker("ps", "-aq", "--filter", f"label={TEST_LABEL}").stdout.split())
+        ids |= set(self.local_docker("ps", "-aq", "--filter", f"ancestor={IMAGE}").stdout.split())
         if ids:
-            self.docker("rm", "-f", *ids, check=False)
+            self.local_docker("rm", "-f", *ids, check=False)
         self.sweep_claims()
 
     # ---- setup steps ----------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 from records.containers import ContainerSpec
 from cli.main import main
 from ops.doctor.facts import LiveContainer
+from tests.scheduling import SuiteScheduling
 
 REQUIRED = os.environ.get("ASCEND_FLEET_REQUIRE_SIMHOST") == "1"
 # Every skip fails the run under either variable (the engine suite's own fixtures fail instead of skipping).
@@ -26,6 +27,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if reporter:
             reporter.write_line(f"error: {skipped} test(s) skipped, but CI requires every test to run", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`make test`'s `--dist loadscope`, with the simulated-host tests as one scope and the waiting
+    scopes first (tests/scheduling.py)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    return SuiteScheduling(config, log)
 
 
 def require_binary(name: str, package: str) -> str:

@@ -56,10 +56,6 @@ MODEL = "bge"
 WAIT_SECONDS = 300  # a bound, not an expectation: an idle machine takes seconds to about a minute and a half
 ROUNDS = 10  # rounds of traffic (3 posts each) within which a healthy replica must serve
 
-# One worker runs the whole module (`make test` runs pytest-xdist with --dist loadgroup): its
-# fleets listen on fixed loopback ports.
-pytestmark = pytest.mark.xdist_group("router-e2e")
-
 
 def free_block(size: int = 3) -> int:
     """The first of `size` consecutive ports free on every replica address right now: a fleet's

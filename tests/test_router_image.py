@@ -25,10 +25,6 @@ import pytest
 
 from records import router
 
-# One worker runs the module (`make test` runs pytest-xdist with --dist loadgroup), so the venv of
-# vLLM's dependencies is built once.
-pytestmark = pytest.mark.xdist_group("router-image")
-
 # vLLM 0.20.2's Requires-Dist that vllm-router 0.1.17 imports (fastapi[standard] brings uvicorn);
 # fastapi below 0.124 as vllm-ascend's requirements.txt pins it.
 VLLM_DECLARES = ("requests>=2.26.0", "fastapi[standard]>=0.115.0,<0.124.0", "aiohttp>=3.13.3", "setproctitle")

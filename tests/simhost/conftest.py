@@ -25,7 +25,6 @@ from records.device_share import BOOT_SCRIPT, UNIT_PATH  # noqa: E402
 from sim.host import SimHost, SimHostUnavailable, unavailable_reason  # noqa: E402
 
 REQUIRE_ENV = "ASCEND_FLEET_REQUIRE_SIMHOST"
-SIMHOST_GROUP = "simhost"
 
 
 def _not_available(reason: str) -> None:
@@ -69,16 +68,9 @@ def boot_files():
         path.unlink(missing_ok=True)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test in this folder is a `simhost` test, so `-m "not simhost"` leaves them all out.
-
-    They are also one xdist group (`make test` runs `--dist loadgroup`): one worker runs them in
-    turn against one simulated host, which holds a host-wide lock, while the other workers run the
-    rest of the suite. They mostly wait for containers, so they overlap well with the CPU-bound rest.
-    """
+    """Every test in this folder is a `simhost` test, so `-m "not simhost"` leaves them all out."""
     here = Path(__file__).parent
     for item in items:
         if here in Path(item.fspath).parents:
             item.add_marker(pytest.mark.simhost)
-            item.add_marker(pytest.mark.xdist_group(SIMHOST_GROUP))
