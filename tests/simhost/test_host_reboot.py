@@ -10,7 +10,9 @@ PREFIX = "reboot-"
 
 
 def two_services_sharing_card_0(sim_host: SimHost, *, load_seconds: float = 1) -> None:
-    """reboot-embed and reboot-vl, non-privileged, on card 0 in device-share mode, started in turn."""
+    """reboot-embed (loading its model for `load_seconds`) and reboot-vl, non-privileged, on card 0
+    in device-share mode, started in turn. reboot-vl loads in a second: started second, it only
+    ever meets reboot-embed's load, never the other way round."""
     model = sim_host.make_model("bge-m3")
     sim_host.set_device_share(0)
     sim_host.start_service(
@@ -19,7 +21,7 @@ def two_services_sharing_card_0(sim_host: SimHost, *, load_seconds: float = 1) -
     )  # fmt: skip
     sim_host.wait_healthy("reboot-embed")
     sim_host.start_service(
-        "reboot-vl", model=model, cards=[0, 1], port=9009, gpu_memory_utilization=0.8, load_seconds=load_seconds,
+        "reboot-vl", model=model, cards=[0, 1], port=9009, gpu_memory_utilization=0.8, load_seconds=1,
         env={"HCCL_NPU_SOCKET_PORT_RANGE": "16682-16697"},
     )  # fmt: skip
     sim_host.wait_healthy("reboot-vl")

@@ -289,11 +289,11 @@ def test_an_image_upgrade_rolls_one_replica_at_a_time_and_requests_keep_succeedi
     assert router.spec.image != chain.stack.router.spec.image, "a new service image is a new router image"
 
     with Watch(router.plan.port, names) as watch:
-        time.sleep(2)
+        watch.sent_at_least(5)
         start = chain.mark("upgrade starts")
         chain.up(new)
         end = chain.mark("upgrade done")
-        time.sleep(2)
+        watch.sent_at_least(len(watch.requests) + 5)
 
     # Every replica and the router run the new release, and the router serves through all of them.
     for name in [*names, router.name]:

@@ -50,18 +50,19 @@ def test_two_instances_started_at_once_on_one_card_load_one_after_the_other(sim_
         assert NO_MEMORY not in logs(sim_host, name) and DCMI_BUSY not in logs(sim_host, name)
 
 
-def test_without_the_gate_the_simulator_fails_the_second_instance_loading_on_the_card(sim_host: SimHost, tmp_path, boot_files):
+def test_without_the_gate_the_simulator_fails_the_second_instance_loading_on_the_card(sim_host: SimHost, tmp_path):
     """The contrast that shows the test above can fail: the same two containers, their commands
-    without the gate, started at once; the simulator refuses the later load as vLLM would."""
-    values = start_prod(sim_host, tmp_path)["config"]
+    without the gate, started at once on card 0 in device-share mode (as the render script leaves
+    it); the simulator refuses the later load as vLLM would."""
+    values = json.loads(prod_on_the_simulated_host(sim_host, tmp_path).read_text())["config"]
     fleet = parse_fleet("prod-on-sim", {k.removeprefix("ascend-fleet:"): v for k, v in values.items()})
     specs = {sd.name: sd.spec for sd in deploy(plan_fleet(fleet)).services()}
-    sim_host.docker("rm", "-f", "bge-m3", "qwen-vl")
-    sim_host.sweep_claims()
+    sim_host.set_device_share(0)
     for name in ("bge-m3", "qwen-vl"):
         spec = specs[name]
         assert spec.command[3] == START_GATE_NAME
         bare = dataclasses.replace(spec, command=spec.command[4:])
+        sim_host.make_model(bare.command[bare.command.index("serve") + 1])
         sim_host.docker("create", *[a for a in docker_run_args(bare) if a != "-d"])
     sim_host.docker("start", "bge-m3", "qwen-vl")
     failed = wait_for_any_log(sim_host, ("bge-m3", "qwen-vl"), NO_MEMORY)
