@@ -1,6 +1,6 @@
 """Planned containers on the simulated host, their health probed every second instead of every 30 s.
 
-The plan probes a container's /health every 30 s (allocation/containers.py), and Docker runs the
+The plan probes a container's /health every 30 s (records/containers.py), and Docker runs the
 first probe one interval after the start (moby daemon/health.go, `defaultProbeInterval`: "Also
 the time before the first probe"; the `--health-start-interval` that would probe sooner during the
 start period needs Docker 25, this machine's dockerd is 20.10). So a planned container turns
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from allocation.containers import ContainerSpec
+from records.containers import ContainerSpec
 
 PROBE_SECONDS = 1
 
