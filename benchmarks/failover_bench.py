@@ -68,9 +68,9 @@ def main(runs: int) -> None:
                 r = failover(fleet)
                 results.append(r)
                 print(
-                    f"run {run}: killed {VICTIM} marked unhealthy after {r['down']:.1f}s ({r['failed']:.0f} requests "
-                    f"failed meanwhile); restarted: healthy after {r['healthy']:.1f}s, serving after {r['serving']:.1f}s "
-                    f"({r['failed after']:.0f} failed)",
+                    f"run {run}: killed {VICTIM} marked unhealthy after {r['down']:.1f}s "
+                    f"({r['failed']:.0f} requests failed meanwhile); restarted: healthy after "
+                    f"{r['healthy']:.1f}s, serving after {r['serving']:.1f}s ({r['failed after']:.0f} failed)",
                     flush=True,
                 )
         if runs > 1:

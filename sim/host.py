@@ -190,7 +190,9 @@ def _local_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "DOCKER_CONTEXT")}
 
 
-def _docker(argv: list[str], env: Mapping[str, str], *, check: bool, timeout: float) -> subprocess.CompletedProcess[str]:
+def _docker(
+    argv: list[str], env: Mapping[str, str], *, check: bool, timeout: float
+) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
     if check and proc.returncode != 0:
         raise SimHostError(f"docker {' '.join(argv[1:])} exited {proc.returncode}: {proc.stderr.strip()}")
@@ -201,7 +203,8 @@ def _docker_daemon_up() -> bool:
     if shutil.which("docker") is None:
         return False
     try:
-        proc = subprocess.run([*_LOCAL_DOCKER, "info", "--format", "{{.ID}}"], capture_output=True, timeout=20, env=_local_env())
+        info = [*_LOCAL_DOCKER, "info", "--format", "{{.ID}}"]
+        proc = subprocess.run(info, capture_output=True, timeout=20, env=_local_env())
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
@@ -455,7 +458,8 @@ class SimHost:
     def build_image(self) -> None:
         """Build ascend-fleet/npu-sim:latest unless an image with the same content hash exists."""
         want = image_hash()
-        have = self.local_docker("image", "inspect", "-f", f'{{{{ index .Config.Labels "{IMAGE_HASH_LABEL}" }}}}', IMAGE, check=False)
+        label = f'{{{{ index .Config.Labels "{IMAGE_HASH_LABEL}" }}}}'
+        have = self.local_docker("image", "inspect", "-f", label, IMAGE, check=False)
         if have.returncode == 0 and have.stdout.strip() == want:
             return
         with tempfile.TemporaryDirectory(prefix="npu-sim-build-") as context:

@@ -86,7 +86,8 @@ def stack(replicas: int = 3, api_base: int | None = None) -> Deployment:
     }  # fmt: skip
     deployment = deploy(plan_fleet(parse_fleet("e2e", values)))
     (router,) = deployment.routers
-    assert router.plan.port == api_base + 1 and {ps.assignment.api_port for _, ps in deployment.plan.services()} == {api_base}
+    assert router.plan.port == api_base + 1
+    assert {ps.assignment.api_port for _, ps in deployment.plan.services()} == {api_base}
     return deployment
 
 

@@ -56,7 +56,8 @@ class Image:
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(self.venv)], check=True, timeout=120)
         (_site_packages(self.venv) / "vllm-deps.pth").write_text(f"{_site_packages(vllm_deps)}\n")
         pip = self.venv / "bin/pip"  # what pip's console script runs, by this venv's interpreter
-        pip.write_text(f"#!{self.venv / 'bin/python'}\nimport sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n")
+        launcher = "import sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n"
+        pip.write_text(f"#!{self.venv / 'bin/python'}\n{launcher}")
         pip.chmod(0o755)
         self.env = {**os.environ, "PATH": f"{self.venv / 'bin'}:{os.environ['PATH']}", "TMPDIR": str(root)}
 

@@ -60,7 +60,8 @@ def test_the_planned_prod_layout_starts_all_three_services_healthy(sim_host: Sim
         [sys.executable, "-m", "allocation", "render", "--config", str(config), "--format", "docker-run"],
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    started = subprocess.run(["sh", "-c", script_probed_often(script, len(services))], env=sim_host.docker_env(), capture_output=True, text=True)
+    script = script_probed_often(script, len(services))
+    started = subprocess.run(["sh", "-c", script], env=sim_host.docker_env(), capture_output=True, text=True)
     assert started.returncode == 0, started.stderr
 
     for name in services:
