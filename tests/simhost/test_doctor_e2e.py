@@ -184,6 +184,8 @@ def test_doctor_reports_each_hand_made_problem_by_kind_and_name(sim_host: SimHos
         assert [f["kind"] for f in host["findings"]] == ["unreachable"]
         assert where in host["findings"][0]["message"]
     assert "timed out" in findings_of(report, "silent")[0]["message"]
-    # Hosts are checked in parallel and the silent one costs ConnectTimeout (2 s), not minutes.
-    assert 2 <= seconds < 30, f"doctor took {seconds:.1f}s with unreachable hosts"
+    # Hosts are checked in parallel and the silent one costs ConnectTimeout (2 s), not minutes: without
+    # it, ssh waits out the kernel's SYN retries (about 127 s on Linux). The bound is generous for a
+    # loaded machine; "timed out" above says which path was taken.
+    assert 2 <= seconds < 100, f"doctor took {seconds:.1f}s with unreachable hosts"
     print(f"doctor with two unreachable hosts took {seconds:.2f}s")
