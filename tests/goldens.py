@@ -2,6 +2,8 @@
 service, replica and router feature. `tests/test_goldens.py` compares them with the files under
 `tests/data/goldens/`, written by `python -m tests.goldens` from the code before the replica model,
 so a refactor that changes one byte a consumer reads shows up as a failing test.
+`python -m tests.goldens host-checks` writes `host_checks.json`, every host's check script, from
+the code before the host requirements table (records/host_requirements.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from allocation.config import parse_fleet
 from records.deployment import deploy
+from records.host_check import host_check_script
 from allocation.planner import plan_fleet
 from views.report import render_plan
 from cli.pin import stack_pins
@@ -81,7 +84,27 @@ def outputs(fleet: Any) -> dict[str, Any]:
     }
 
 
+HOST_CHECKS = GOLDENS / "host_checks.json"
+ROOT = "/srv/it's a root"
+"""A stand-in root with a space and a quote, for the scripts' quoting."""
+
+
+def host_checks() -> dict[str, str]:
+    """Every host's check script of every fleet: as deployed, and with a stand-in root and no
+    containers (the checks every host gets whatever runs on it)."""
+    out = {}
+    for name, fleet in fleets().items():
+        for hd in deploy(plan_fleet(fleet)).hosts:
+            out[f"{name}/{hd.name}"] = hd.check_script
+            out[f"{name}/{hd.name} root, no containers"] = host_check_script(hd.host, [], root=ROOT)
+    return out
+
+
 def main() -> int:
+    if sys.argv[1:] == ["host-checks"]:
+        HOST_CHECKS.write_text(json.dumps(host_checks(), indent=1, sort_keys=True) + "\n")
+        print(f"wrote {HOST_CHECKS}")
+        return 0
     for name, fleet in fleets().items():
         text = json.dumps(outputs(fleet), indent=1, sort_keys=True) + "\n"
         (GOLDENS / f"{name}.json").write_text(text)
