@@ -9,20 +9,22 @@ at once, says which service needs it, and exits 1. It creates one thing: the
 folder of the start gate's card locks, which every container mounts.
 
 What is checked comes from the containers' specs, the same records the containers
-are built from, so the check can never ask for less than the containers use.
+are built from, so the check can never ask for less than the containers use: the
+devices and driver paths are the rows of the host requirements table
+(records.host_requirements) for the cards the specs use, the table `doctor` reads too.
 Pure: builds text, runs nothing. `root` exists for tests only (a temporary
 directory standing in for `/`); the program never passes it.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 
 from typing import Sequence
 
 from allocation.config import Host
-from records.containers import DRIVER_DIR, DRIVER_MOUNTS, LOCK_DIR_HOST, NPU_SMI, ContainerSpec
+from records.containers import DRIVER_MOUNTS, LOCK_DIR_HOST, NPU_SMI, ContainerSpec
+from records.host_requirements import DEVICE, cards_of, requirements
 from records.device_share import CHIP, HOLDERS, STATUS_KEY, UNSUPPORTED
 from allocation.plan import ServicePlan
 from allocation.windows import KINDS
@@ -33,12 +35,6 @@ DMI_PRODUCT = "/sys/class/dmi/id/product_name"
 # CANN's env-var reference (envref_07_0143/0144): on Atlas A2 the socket-range variables are
 # supported only on these products; the part of each name a DMI product name is matched on.
 SOCKET_RANGE_BOARDS = {"Atlas 800T A2": "800T A2", "Atlas 900 A2 PoD": "900 A2", "Atlas 200T A2 Box16": "200T A2"}
-
-
-def _natural(path: str) -> tuple[str, int]:
-    """`/dev/davinci10` after `/dev/davinci9`."""
-    match = re.fullmatch(r"(.*?)(\d+)", path)
-    return (match.group(1), int(match.group(2))) if match else (path, -1)
 
 
 Containers = Sequence[tuple[ServicePlan, ContainerSpec]]
@@ -68,14 +64,13 @@ def _q(text: str) -> str:
 def _path_checks(needs: tuple[dict, dict, dict], root: str) -> list[str]:
     devices, models, mounts = needs
     lines = []
-    for path in sorted(devices, key=_natural):
-        users = ", ".join(devices[path])
-        lines.append(f"[ -e {_q(root + path)} ] || missing {_q(f'missing device {root + path} (used by {users})')}")
-    for path in DRIVER_MOUNTS:
-        what = "driver folder" if path == DRIVER_DIR else "driver path"
-        test = "-d" if path == DRIVER_DIR else "-e"
-        text = f"missing Ascend {what} {root + path} (mounted read-only into every container)"
-        lines.append(f"[ {test} {_q(root + path)} ] || missing {_q(text)}")
+    # The cards these containers use, not every card of the host: a dead card nobody uses must not
+    # block a deploy. A device no container here uses (no card at all) is not asked for either.
+    for req in requirements(cards_of(devices)):
+        if req.what == DEVICE and req.path not in devices:
+            continue
+        why = f"used by {', '.join(devices[req.path])}" if req.what == DEVICE else "mounted read-only into every container"
+        lines.append(f"{req.test(root + req.path)} || missing {_q(req.missing(root + req.path, why))}")
     # The start gate's card locks (records.containers): the one thing the check creates, since every
     # container mounts the folder and Docker refuses a bind mount whose source is missing.
     locks = root + LOCK_DIR_HOST

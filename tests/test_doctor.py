@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 import ops.doctor as doctor
-from records.containers import CONTROL_DEVICES
+from records.containers import CONTROL_DEVICES, DRIVER_MOUNTS
 from records.deployment import deploy
 from allocation.planner import plan_fleet
 from ops.doctor import render_reports
 from ops.doctor.facts import FactsError, HostFacts, Listener, LiveContainer, parse_facts, parse_port_list, parse_ss
-from ops.doctor.findings import host_findings
+from ops.doctor.findings import host_findings, required
 from ops.doctor.gather import MARK
 from ops.framing import frame
 from ops.npusmi import Npu, NpuProcess, NpuSmiInfo
@@ -116,8 +116,6 @@ def clean_facts(plan) -> HostFacts:
         pids=pids,
         listeners=tuple(listeners),
         npu=npu_info(procs),
-        device_files=frozenset([*(f"/dev/davinci{c}" for c in range(8)), *CONTROL_DEVICES]),
-        driver=True,
         device_share={c: DEVICE_SHARE_ON for c in plan.hosts[0].shared_cards},
     )
 
@@ -372,19 +370,33 @@ def test_a_stopped_unplanned_container_holds_nothing(plan):
 
 
 def test_missing_driver_device_files_and_unhealthy_cards_are_host_findings(plan):
-    facts = clean_facts(plan)
     facts = dataclasses.replace(
-        facts,
-        driver=False,
-        device_files=facts.device_files - {"/dev/davinci3", "/dev/hisi_hdc"},
+        clean_facts(plan),
+        missing=frozenset({"/usr/local/Ascend/driver", "/dev/hisi_hdc", "/dev/davinci3"}),
         npu=dataclasses.replace(npu_info([(0, 1010), (0, 2010), (2, 3010), (3, 3011)], {2: "Alarm"})),
     )
     found = findings(plan, facts)
-    assert [f.kind for f in found] == ["host", "host", "host"]
-    text = " | ".join(f.message for f in found)
-    assert "/usr/local/Ascend/driver" in text
-    assert "/dev/davinci3, /dev/hisi_hdc" in text
-    assert "card 2 health is Alarm (planned for gamma)" in text
+    assert [f.kind for f in found] == ["host"] * 4
+    assert [f.message for f in found] == [
+        "host npu-a: missing device /dev/davinci3",
+        "host npu-a: missing device /dev/hisi_hdc",
+        "host npu-a: missing Ascend driver folder /usr/local/Ascend/driver",
+        "host npu-a: card 2 health is Alarm (planned for gamma)",
+    ]
+
+
+@pytest.mark.parametrize("path", [*DRIVER_MOUNTS, "/dev/davinci5"])
+def test_a_missing_driver_path_every_container_mounts_or_an_unused_card_is_a_host_finding(plan, path):
+    """Docker refuses a container whose bind-mount source is missing; and doctor judges the host as
+    configured, so a card no service uses (5) must be there too."""
+    found = findings(plan, dataclasses.replace(clean_facts(plan), missing=frozenset({path})))
+    assert [(f.kind, f.message.endswith(f" {path}")) for f in found] == [("host", True)]
+
+
+def test_a_path_the_host_prints_that_no_requirement_names_is_no_finding(plan):
+    """The host's output is hostile: only the table's own paths, in its own words, are reported."""
+    printed = frozenset({"/etc/passwd", "/dev/davinci8", "missing device /dev/davinci0 (forged)"})
+    assert findings(plan, dataclasses.replace(clean_facts(plan), missing=printed)) == []
 
 
 def test_npu_smi_failing_and_docker_not_answering_are_host_findings(plan):
@@ -410,7 +422,7 @@ def test_the_gathered_sections_become_facts(plan):
     text = gathered(
         ("docker-inspect", "", json.dumps([inspect], indent=2)), ("top", "abc", "PID\n1000\n1010\n"), ("ss", "", ss),
         ("npu-smi", "", open(npu).read()), ("npu-smi-rc", "", "0\n"),
-        ("devices", "", "/dev/davinci0\n/dev/davinci_manager\n"), ("driver", "", "present\n"),
+        ("missing", "", "/usr/local/dcmi\n/dev/davinci3\n"),
     )  # fmt: skip
     facts = parse_facts(text)
     assert [c.name for c in facts.containers] == ["alpha"]
@@ -422,8 +434,8 @@ def test_the_gathered_sections_become_facts(plan):
         ("0.0.0.0", 2024, ()),
     ]
     assert len(facts.npu.npus) == 8 and facts.npu_error is None
-    assert facts.device_files == {"/dev/davinci0", "/dev/davinci_manager"}
-    assert facts.driver and facts.docker_error is None
+    assert facts.missing == {"/usr/local/dcmi", "/dev/davinci3"}
+    assert facts.docker_error is None
 
 
 def test_output_cut_short_is_an_error_not_a_clean_host():
@@ -538,9 +550,9 @@ def test_hosts_that_do_not_use_device_share_mode_get_no_sharing_finding(sharing)
 def test_the_gather_script_reads_the_device_share_mode_of_exactly_the_shared_cards(plan):
     from ops.doctor.gather import gather_script
 
-    script = gather_script((0, 5))
+    script = gather_script(required(plan.hosts[0]), (0, 5))
     assert "npu-smi info -t device-share -i 0 -c 0" in script and "-i 5 -c 0" in script
-    assert "device-share" not in gather_script(())
+    assert "device-share" not in gather_script(required(plan.hosts[0]), ())
     text = gathered((
         "device-share", "0", "\tNPU ID                         : 0\n\tChip Count                     : 1\n\n"
         "\tDevice-share Status            : True\n\tChip ID                        : 0\n",

@@ -16,7 +16,7 @@ from allocation.config import parse_fleet
 from records.deployment import deploy
 from allocation.planner import plan_fleet
 from ops.doctor.facts import HostFacts, parse_facts
-from ops.doctor.findings import host_findings
+from ops.doctor.findings import host_findings, required
 from ops.doctor.gather import gather_script
 from tests.conftest import live_container
 from tests.test_doctor import gathered
@@ -78,7 +78,7 @@ def test_a_router_that_is_not_running_is_reported_by_its_state_not_its_workers(h
 
 def test_the_gather_script_reads_each_routers_workers_and_the_facts_keep_the_body(host, tmp_path):
     (rd,) = host.routers
-    script = gather_script((), [(rd.name, rd.plan.port)])
+    script = gather_script(required(host), (), [(rd.name, rd.plan.port)])
     assert f"http://127.0.0.1:{rd.plan.port}/workers" in script
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
     body = workers_body({url: True for url in rd.workers})

@@ -14,6 +14,7 @@ import pytest
 
 import ops.doctor as doctor
 from records.deployment import deploy
+from records.host_requirements import requirements
 from allocation.planner import plan_fleet
 from ops.doctor.facts import FactsError, parse_facts
 from ops.doctor.findings import host_findings
@@ -54,7 +55,7 @@ def test_a_router_body_holding_marker_lines_cannot_forge_or_hide_a_section(tmp_p
         "curl": f"cat {tmp_path / 'body'}",
     })  # fmt: skip
     (tmp_path / "body").write_text(forged)
-    facts = parse_facts(run_sh(gather_script((0,), [("bge-router", 9000)]), env))
+    facts = parse_facts(run_sh(gather_script(requirements(range(8)), (0,), [("bge-router", 9000)]), env))
     assert facts.device_share == {0: SHARE_OFF.strip("\n")}
     assert facts.router_workers == {"bge-router": forged.strip("\n")}
     assert facts.npu is not None and len(facts.npu.npus) == 8

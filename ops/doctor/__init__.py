@@ -4,7 +4,9 @@ Three parts: `gather` (the one remote script per host), `facts` (its output
 parsed, pure) and `findings` (one judge per kind of finding over a view of the
 host built once, pure). This module runs them: hosts in parallel, one round
 trip each (ssh, or a local shell for a `unix://` Docker daemon); an
-unreachable host is a finding, not a failure of the run.
+unreachable host is a finding, not a failure of the run. What a host must have
+(device files, driver paths) is the table the host check reads too
+(records.host_requirements), asked for every configured card.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from records.deployment import Deployment, HostDeployment
 from allocation.errors import printable
 from ops.doctor.facts import FactsError, parse_facts
-from ops.doctor.findings import Finding, host_findings
+from ops.doctor.findings import Finding, host_findings, required
 from ops.doctor.gather import gather_script
 from ops.ssh import run_script
 
@@ -34,7 +36,7 @@ def audit_host(hd: HostDeployment, *, timeout: float | None = None) -> HostRepor
     """Gather one host's facts in one round trip and judge them."""
     host = hd.host
     routers = [(rd.name, rd.plan.port) for rd in hd.routers]
-    result = run_script(hd, gather_script(hd.shared_cards, routers), timeout=timeout)
+    result = run_script(hd, gather_script(required(hd), hd.shared_cards, routers), timeout=timeout)
     if not result.reachable:
         text = f"host {host.name} ({hd.docker_url}) is unreachable: {result.error}"
         return HostReport(host.name, False, (Finding("unreachable", text),))

@@ -2,7 +2,7 @@
 
 Only what the judges compare is kept: per container its state, env, labels,
 devices, privilege and published ports; the host's listeners, `npu-smi` view,
-device files and driver folder. Output the script could not have printed (cut
+and the required paths it lacks. Output the script could not have printed (cut
 short, or not the JSON docker prints) raises `FactsError`, never anything else.
 """
 
@@ -119,8 +119,8 @@ class HostFacts:
     ss_error: str | None = None
     npu: NpuSmiInfo | None = None
     npu_error: str | None = None
-    device_files: frozenset[str] = frozenset()
-    driver: bool = True
+    missing: frozenset[str] = frozenset()
+    """Paths of the host requirements table (records.host_requirements) the host lacks."""
     device_share: Mapping[int, str] = field(default_factory=dict)
     """Card -> what `npu-smi info -t device-share` said of it, its lines as printed (gathered for shared cards)."""
     router_workers: Mapping[str, str] = field(default_factory=dict)
@@ -197,8 +197,7 @@ def parse_facts(text: str) -> HostFacts:
         ss_error=sec.get("ss-error"),
         npu=npu,
         npu_error=npu_error,
-        device_files=frozenset(line.strip() for line in sec.get("devices", "").splitlines() if line.strip()),
-        driver=sec.get("driver", "").strip() == "present",
+        missing=frozenset(line.strip() for line in sec.get("missing", "").splitlines() if line.strip()),
         device_share={
             int(name.split()[1]): body
             for name, body in sec.items()

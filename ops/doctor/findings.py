@@ -20,7 +20,9 @@ each `_judge` function then looks for one kind of finding in that view.
   belongs to the container publishing the port); a foreign container publishing
   a port in a planned window; a foreign container on a planned card whose
   HCCL NPU socket range (HCCL's default port when unset) overlaps the planned one.
-- `host`: Docker not answering, device files or driver missing, `npu-smi`
+- `host`: Docker not answering; a path of the host requirements table missing
+  for any configured card (device files, the driver paths every container
+  mounts: the table the host check reads, worded as it words them); `npu-smi`
   failing, listing fewer cards than configured, or a card not `OK`; no `ss`.
 
 Not seen: sockets inside a bridge-networked container's own network namespace
@@ -31,13 +33,13 @@ networking, which the plan does not use).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Mapping
 
-from records.containers import CONTROL_DEVICES, DRIVER_DIR, ContainerSpec
+from records.containers import ContainerSpec
 from records.deployment import HostDeployment
 from records.device_share import STATUS_KEY, UNIT
+from records.host_requirements import Requirement, cards_of, requirements
 from allocation.windows import NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
 from ops.bounded_json import excerpt, loads
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
@@ -141,10 +143,6 @@ def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
     )
 
 
-def _cards(device_files: Iterable[str]) -> set[int]:
-    return {int(m.group(1)) for d in device_files if (m := re.fullmatch(r"/dev/davinci([0-9]{1,9})", d))}
-
-
 def _overlap(a: PortWindow, b: PortWindow) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
@@ -158,15 +156,15 @@ def _image_ref(image: str) -> str:
     return ref
 
 
+def required(hd: HostDeployment) -> tuple[Requirement, ...]:
+    """What doctor asks of a host: the requirements of every configured card, used or not, since
+    it judges the host as configured (the host check asks only for the cards its containers use)."""
+    return requirements(range(hd.host.npus))
+
+
 def _judge_host(view: HostView) -> list[Finding]:
     host, facts = view.hd.host, view.facts
-    out = []
-    if not facts.driver:
-        out.append(Finding("host", f"host {host.name}: no driver folder {DRIVER_DIR}"))
-    wanted = [f"/dev/davinci{c}" for c in range(host.npus)] + list(CONTROL_DEVICES)
-    missing = [d for d in wanted if d not in facts.device_files]
-    if missing:
-        out.append(Finding("host", f"host {host.name}: device files missing: {', '.join(missing)}"))
+    out = [Finding("host", f"host {host.name}: {r.missing(r.path)}") for r in required(view.hd) if r.path in facts.missing]
     if facts.npu_error:
         out.append(Finding("host", f"host {host.name}: {facts.npu_error}"))
     elif facts.npu is not None:
@@ -254,7 +252,7 @@ def _judge_drift(view: HostView) -> list[Finding]:
 
 
 def _holds(c: LiveContainer, card: int) -> bool:
-    return c.privileged or card in _cards(c.device_files)
+    return c.privileged or card in cards_of(c.device_files)
 
 
 def _judge_foreign_cards(view: HostView) -> list[Finding]:
@@ -265,7 +263,7 @@ def _judge_foreign_cards(view: HostView) -> list[Finding]:
             text = f"{view.describe(c)} is privileged: it sees every card, including planned cards {', '.join(map(str, sorted(planned)))}"
             out.append(Finding("foreign-card", text, container=c.name))
             continue
-        for card in sorted(_cards(c.device_files) & set(planned)):
+        for card in sorted(cards_of(c.device_files) & set(planned)):
             text = f"{view.describe(c)} holds /dev/davinci{card}, planned for {', '.join(planned[card])}"
             out.append(Finding("foreign-card", text, service=planned[card][0], container=c.name, card=card))
     for proc in view.facts.npu.processes if view.facts.npu is not None else ():
@@ -326,7 +324,7 @@ def _judge_hccl(view: HostView) -> list[Finding]:
     for c in view.foreign:
         raw = c.env.get(NPU_RANGE.env)
         theirs = parse_port_list(raw) if raw is not None else [default]
-        shared = set(view.card_services) if c.privileged else _cards(c.device_files) & set(view.card_services)
+        shared = set(view.card_services) if c.privileged else cards_of(c.device_files) & set(view.card_services)
         shown = raw if raw is not None else f"unset, so HCCL's default {NPU_RANGE.unset_port}"
         for sd in view.hd.services if shared and theirs else ():
             cards = sorted(shared & set(sd.plan.assignment.cards))

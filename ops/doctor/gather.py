@@ -3,9 +3,8 @@
 It prints the host's facts in sections: `docker inspect` of every container,
 the PIDs of every running container (`docker top`), the listening TCP sockets
 (`ss -ltnpH`), `npu-smi info`, the device-share mode of the shared cards, what
-each router says of its workers (`/workers`), the Ascend device files and the
-driver folder.
-Paths come from `records.containers`, the constants the containers use.
+each router says of its workers (`/workers`), and which paths of the host requirements
+table (`records.host_requirements`, the table the host check reads too) the host lacks.
 """
 
 from __future__ import annotations
@@ -14,8 +13,8 @@ import shlex
 
 from typing import Sequence
 
-from records.containers import CONTROL_DEVICES, DRIVER_DIR
 from records.device_share import CHIP
+from records.host_requirements import Requirement
 from ops.framing import shell_preamble
 
 MARK = "@@ascend-fleet-doctor@@"
@@ -31,13 +30,20 @@ def _fetch(url: str) -> str:
     )
 
 
-def gather_script(shared_cards: Sequence[int] = (), routers: Sequence[tuple[str, int]] = ()) -> str:
+def missing_paths(required: Sequence[Requirement]) -> str:
+    """sh printing the required paths the host lacks, one a line."""
+    return "".join(f"{r.test(r.path)} || printf '%s\\n' {shlex.quote(r.path)}\n" for r in required)
+
+
+def gather_script(
+    required: Sequence[Requirement], shared_cards: Sequence[int] = (), routers: Sequence[tuple[str, int]] = ()
+) -> str:
     """POSIX sh, run with `sh -s`. The whole script is one { } group, so the shell has
     read all of it before the first command runs; stdin then goes to /dev/null and no
     command can swallow the rest of the script. Every section is one frame (`ops.framing`):
-    `cmd | f KIND ARG`. `shared_cards`: cards whose device-share mode is read too;
-    `routers`: (container, port) of the routers whose `/workers` is read."""
-    controls = " ".join(shlex.quote(d) for d in CONTROL_DEVICES)
+    `cmd | f KIND ARG`. `required`: the paths of the host requirements table to look for;
+    `shared_cards`: cards whose device-share mode is read too; `routers`: (container, port) of the
+    routers whose `/workers` is read."""
     sharing = "".join(
         f"npu-smi info -t device-share -i {int(c)} -c {CHIP} 2>&1 | f device-share {int(c)}\n" for c in shared_cards
     )
@@ -67,8 +73,8 @@ else
 fi
 out=$(npu-smi info 2>&1); rc=$?
 printf '%s\\n' "$out" | f npu-smi; echo $rc | f npu-smi-rc
-{sharing}ls -1d /dev/davinci[0-9]* {controls} 2>/dev/null | f devices
-{{ [ -d {shlex.quote(DRIVER_DIR)} ] && echo present; }} | f driver
+{sharing}{{
+{missing_paths(required)}}} | f missing
 f end </dev/null
 exit 0
 }}
