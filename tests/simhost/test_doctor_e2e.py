@@ -20,7 +20,7 @@ from allocation.planner import plan_fleet
 from cli.stackfile import load_fleet
 from ops import doctor
 from ops.render import docker_run_args
-from sim.host import CLAIMS_DIR, IMAGE, SimHost, free_port
+from sim.host import CLAIMS_DIR, DCMI_DIR, IMAGE, SimHost, free_port
 
 pytestmark = pytest.mark.simhost
 
@@ -153,11 +153,14 @@ def test_doctor_reports_each_hand_made_problem_by_kind_and_name(sim_host: SimHos
     for service in values["config"]["ascend-fleet:services"]:
         service["apiPort"] = specs[service["name"]].api_port
     config.write_text(json.dumps(values, indent=2))
+    # 5. the dcmi folder every container bind-mounts, moved away (the running ones keep their mount)
+    away = DCMI_DIR.rename(DCMI_DIR.with_name("dcmi.doctor-e2e"))
 
     try:
         report, code, seconds = doctor_json(config)
     finally:
         silent.close()
+        away.rename(DCMI_DIR)
 
     assert (code, report["ok"]) == (1, False)
     found = findings_of(report, "sim")
@@ -168,6 +171,7 @@ def test_doctor_reports_each_hand_made_problem_by_kind_and_name(sim_host: SimHos
             ("drift", VL, VL, "env HCCL_NPU_SOCKET_PORT_RANGE"),
             ("foreign-card", EMBED, INTRUDER, None),
             ("foreign-port", EMBED, INTRUDER, "hcclNpuSocketPortRange"),
+            ("host", None, None, None),
         ]
     ), json.dumps(found, indent=2)
     by_kind = {f["kind"]: f for f in found}
@@ -177,6 +181,7 @@ def test_doctor_reports_each_hand_made_problem_by_kind_and_name(sim_host: SimHos
     assert by_kind["foreign-card"]["card"] == 0
     assert intruder_range in by_kind["foreign-port"]["message"] and embed_range in by_kind["foreign-port"]["message"]
     assert "exited" in by_kind["stopped"]["message"]
+    assert by_kind["host"]["message"] == f"host sim: missing Ascend driver path {DCMI_DIR}"
 
     for name, where in (("gone", UNREACHABLE), ("silent", SILENT)):
         host = next(h for h in report["hosts"] if h["name"] == name)
