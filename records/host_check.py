@@ -65,7 +65,8 @@ def _path_checks(needs: tuple[dict, dict, dict], root: str) -> list[str]:
     devices, models, mounts = needs
     lines = []
     # The cards these containers use, not every card of the host: a dead card nobody uses must not
-    # block a deploy. A device no container here uses (no card at all) is not asked for either.
+    # block a deploy. Only devices some container here uses are asked for, so a host without
+    # containers is not asked for the control devices either.
     for req in requirements(cards_of(devices)):
         if req.what == DEVICE and req.path not in devices:
             continue
