@@ -59,6 +59,9 @@ CARDS_ENV = "ASCEND_FLEET_CARDS"
 HEALTH_URL_ENV = "ASCEND_FLEET_HEALTH_URL"
 START_WAIT_ENV = "ASCEND_FLEET_START_WAIT_SECONDS"
 START_GATE_NAME = "ascend-fleet-start-gate"
+# How often the gate's holder asks the container's own /health before it releases the card locks.
+# Part of every container's command: changing it restarts every model.
+GATE_POLL_SECONDS = 5
 START_GATE = (
     "trap 'exit 143' TERM INT; "
     f"wait_s=${START_WAIT_ENV}; held=/tmp/.ascend-fleet-cards-held; rm -f \"$held\" \"$held.failed\"; "
@@ -68,7 +71,7 @@ START_GATE = (
     # The holder: marks the locks as held, then keeps them until /health answers or the timeout passes.
     "( $chain sh -c 'touch \"$0\"; waited=0; until wget -q -O /dev/null \"$1\" 2>/dev/null || python3 -c "
     '"import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)" "$1" 2>/dev/null; do '
-    '[ "$waited" -lt "$2" ] || break; sleep 5; waited=$((waited + 5)); done; '
+    f'[ "$waited" -lt "$2" ] || break; sleep {GATE_POLL_SECONDS}; waited=$((waited + {GATE_POLL_SECONDS})); done; '
     "echo \"ascend-fleet: start gate: card locks released after ${waited}s\"' "
     f"\"$held\" \"${HEALTH_URL_ENV}\" \"$wait_s\" || : > \"$held.failed\" ) & "
     "waited=0; until [ -e \"$held\" ]; do "

@@ -1,36 +1,55 @@
-"""Planned containers on the simulated host, their health probed every second instead of every 30 s.
+"""Planned containers on the simulated host, their /health asked every second instead of every 30 s
+(Docker's probe) and every 5 s (the start gate's holder).
 
 The plan probes a container's /health every 30 s (records/containers.py), and Docker runs the
 first probe one interval after the start (moby daemon/health.go, `defaultProbeInterval`: "Also
 the time before the first probe"; the `--health-start-interval` that would probe sooner during the
 start period needs Docker 25, this machine's dockerd is 20.10). So a planned container turns
-`healthy` about 30 s after it serves, and a test that starts the prod layout a few times waited
-minutes for nothing. What the simulated-host tests check is which container serves, in what
-order, on which cards and ports: the same probe command, timeout, start period and retries, run
-every second, reach the same verdicts sooner. The start gate's own wait for /health (in the
-container's command) is untouched.
+`healthy` about 30 s after it serves. Likewise the start gate's holder keeps a card's locks until
+its own /health answers, asking every GATE_POLL_SECONDS, so a neighbour waiting for the card
+starts up to that long after the model serves. What the simulated-host tests check is which
+container serves, in what order, on which cards and ports: the same probes (command, timeout,
+start period, retries, the gate's locks and its timeout), asked every second, reach the same
+verdicts sooner.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from records.containers import ContainerSpec
+from records.containers import GATE_POLL_SECONDS, START_GATE_NAME, ContainerSpec
 
 PROBE_SECONDS = 1
+GATE_POLL = f"sleep {GATE_POLL_SECONDS}; waited=$((waited + {GATE_POLL_SECONDS}))"
+GATE_POLL_OFTEN = f"sleep {PROBE_SECONDS}; waited=$((waited + {PROBE_SECONDS}))"
+
+
+def _gate_polled_often(text: str, gates: int) -> str:
+    """`text` with each of its `gates` start gates asking /health every PROBE_SECONDS. Fails when
+    the text has another count, so a change in the gate cannot leave a test waiting unnoticed."""
+    assert text.count(GATE_POLL) == gates, f"expected {gates} start gate(s) polling {GATE_POLL!r}"
+    return text.replace(GATE_POLL, GATE_POLL_OFTEN)
 
 
 def probed_often(spec: ContainerSpec) -> ContainerSpec:
-    """The spec with its health probed every PROBE_SECONDS; everything else as planned."""
-    return dataclasses.replace(spec, healthcheck=dataclasses.replace(spec.healthcheck, interval_seconds=PROBE_SECONDS))
+    """The spec with its health probed every PROBE_SECONDS, by Docker and by its start gate
+    (if it has one); everything else as planned."""
+    command = spec.command
+    if START_GATE_NAME in command:
+        gate = command.index(START_GATE_NAME) - 1
+        command = (*command[:gate], _gate_polled_often(command[gate], 1), *command[gate + 1 :])
+    healthcheck = dataclasses.replace(spec.healthcheck, interval_seconds=PROBE_SECONDS)
+    return dataclasses.replace(spec, healthcheck=healthcheck, command=command)
 
 
-def script_probed_often(script: str, containers: int) -> str:
+def script_probed_often(script: str, containers: int, *, planned_gates: bool = False) -> str:
     """A `render --format docker-run` script with each of its `containers` health-probed every
-    PROBE_SECONDS. Fails when the script does not have exactly that many planned intervals, so a
-    change in how render writes them cannot leave the test waiting 30 s unnoticed."""
+    PROBE_SECONDS, by Docker and (unless `planned_gates`) by its start gate. Fails when the script
+    does not have exactly that many planned intervals and gates, so a change in how render writes
+    them cannot leave the test waiting unnoticed. `planned_gates`: for a test that needs a neighbour
+    to meet a card's lock, which the planned gate holds GATE_POLL_SECONDS at least."""
     planned = [part for part in script.split() if part.startswith("--health-interval=")]
     assert len(planned) == containers, f"expected {containers} health intervals in the script, found {planned}"
     for flag in set(planned):
         script = script.replace(f" {flag} ", f" --health-interval={PROBE_SECONDS}s ")
-    return script
+    return script if planned_gates else _gate_polled_often(script, containers)

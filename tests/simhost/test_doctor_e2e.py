@@ -21,6 +21,7 @@ from cli.stackfile import load_fleet
 from ops import doctor
 from ops.render import docker_run_args
 from sim.host import CLAIMS_DIR, DCMI_DIR, IMAGE, SimHost, free_port
+from tests.simhost.probes import probed_often
 
 pytestmark = pytest.mark.simhost
 
@@ -67,18 +68,16 @@ def write_stack(tmp_path: Path, sim: SimHost, models: dict[str, Path], *, silent
 
 
 def run_args(sim: SimHost, spec, *, env: dict[str, str] | None = None) -> list[str]:
-    """`docker run` args of a spec, labelled for the fixture's cleanup, health probed every second.
-
-    The extra label is not in the spec (doctor compares only the spec's labels); the
-    health interval goes after the spec's 30s so it wins, which only makes the test fast.
-    """
-    args = docker_run_args(spec)
+    """`docker run` args of a spec, labelled for the fixture's cleanup, health probed every second
+    (tests/simhost/probes.py). The extra label is not in the spec (doctor compares only the spec's
+    labels), and doctor does not compare the health check."""
+    args = docker_run_args(probed_often(spec))
     for key, value in (env or {}).items():
         args = [f"--env={key}={value}" if a.startswith(f"--env={key}=") else a for a in args]
     end = args.index("--")  # options end there; the image follows
     assert args[end + 1] == spec.image
     test_labels = [f"--label={k}={v}" for k, v in sim.labels().items()]
-    return ["run", *args[:end], *test_labels, "--health-interval=1s", *args[end:]]
+    return ["run", *args[:end], *test_labels, *args[end:]]
 
 
 def doctor_json(config: Path) -> tuple[dict[str, Any], int, float]:
@@ -102,10 +101,12 @@ def deployed(sim_host: SimHost, tmp_path: Path):
     assert deployment.hosts[0].shared_cards == (0,)
     sim_host.set_device_share(0)  # what the deployment's device-share command does first
     specs = {sd.name: sd.spec for sd in deployment.services()}
-    # One after another, in plan order on the shared card: doc-vl's start gate waits for doc-embed.
-    for name in (LONG, EMBED, VL):
-        sim_host.docker(*run_args(sim_host, specs[name]))
-        sim_host.wait_healthy(name, timeout=60)
+    # doc-long on cards of its own beside doc-embed; doc-vl after doc-embed on the shared card.
+    for started in ((LONG, EMBED), (VL,)):
+        for name in started:
+            sim_host.docker(*run_args(sim_host, specs[name]))
+        for name in started:
+            sim_host.wait_healthy(name, timeout=60)
     return config, specs, models
 
 

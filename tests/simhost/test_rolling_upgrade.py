@@ -87,6 +87,8 @@ def values_of(sim: SimHost, image: str) -> dict:
         "defaults": {
             "image": image,
             "startTimeoutSeconds": 120,
+            # The replicas' loads never overlap a neighbour's here: the simulator's shortest load will do.
+            "env": {"NPU_SIM_LOAD_SECONDS": "1"},
             "mounts": [{"source": str(CLAIMS_DIR), "target": str(CLAIMS_DIR), "readOnly": False}],
         },
         "services": [{"name": SERVICE, "model": "/srv/models/emb", "memoryFraction": 0.2, "replicas": REPLICAS,
@@ -259,32 +261,39 @@ class Watch:
                 for t, state in self.samples]  # fmt: skip
 
 
-@pytest.fixture
-def rolling(sim_host: SimHost) -> Iterator[SimHost]:
-    sim_host.make_model("/srv/models/emb")
+@pytest.fixture(scope="module")
+def chain(sim_host_session: SimHost) -> Iterator[Chain]:
+    """The stack running on the simulated host with the npu-sim image, deployed once for this
+    module: each test rolls it to a new image from whatever revision runs (they pass in any order)."""
+    sim = sim_host_session
     made = not Path(workers_dir(f"{SERVICE}-router")).exists()
     try:
-        yield sim_host
+        sim.make_model("/srv/models/emb")
+        running = Chain(sim)
+        running.up(revision(sim, IMAGE))
+        yield running
     finally:
         # The router is a descendant of the npu-sim image, so `reset` removes it with the replicas.
+        sim.reset()
         if made:
             shutil.rmtree(workers_dir(f"{SERVICE}-router"), ignore_errors=True)
 
 
-def deployed(sim: SimHost, new_image: str) -> tuple[Chain, Stack, list[str]]:
-    """The stack running on the simulated host with the npu-sim image, the revision with `new_image`,
-    and the replicas' names in their chain's order."""
-    old, new = Stack.of(values_of(sim, IMAGE)), Stack.of(values_of(sim, new_image))
-    for revision in (old, new):
-        build_router_image(LOCAL_DOCKER, revision.router.base_image)
-    chain = Chain(sim)
-    chain.up(old)
-    return chain, new, [h.replica for h in old.router.handovers]
+def revision(sim: SimHost, image: str) -> Stack:
+    """The stack with `image`, its router's image built (or found)."""
+    stack = Stack.of(values_of(sim, image))
+    build_router_image(LOCAL_DOCKER, stack.router.base_image)
+    return stack
 
 
-def test_an_image_upgrade_rolls_one_replica_at_a_time_and_requests_keep_succeeding_through_the_router(rolling, capsys):
-    sim = rolling
-    chain, new, names = deployed(sim, derived_image(NEW_IMAGE))
+def replicas(chain: Chain) -> list[str]:
+    """The running replicas' names in their chain's order."""
+    return [h.replica for h in chain.stack.router.handovers]
+
+
+def test_an_image_upgrade_rolls_one_replica_at_a_time_and_requests_keep_succeeding_through_the_router(chain, capsys):
+    sim, names = chain.sim, replicas(chain)
+    new = revision(sim, derived_image(NEW_IMAGE))
     router = new.router
     assert router.spec.image != chain.stack.router.spec.image, "a new service image is a new router image"
 
@@ -334,15 +343,15 @@ def test_an_image_upgrade_rolls_one_replica_at_a_time_and_requests_keep_succeedi
         )
 
 
-def test_a_new_image_that_never_serves_stops_the_rollout_at_its_replica_while_the_others_keep_serving(rolling, capsys):
-    sim = rolling
+def test_a_new_image_that_never_serves_stops_the_rollout_at_its_replica_while_the_others_keep_serving(chain, capsys):
+    sim, names = chain.sim, replicas(chain)
     broken = derived_image(
         BROKEN_IMAGE,
         # A release whose vllm dies at start, as one with a broken dependency does.
         "RUN printf '#!/bin/sh\\necho \"ImportError: libascend_hal.so: cannot open shared object file\" >&2\\nexit 1\\n'"
         " > /usr/local/bin/vllm",
     )
-    chain, new, names = deployed(sim, broken)
+    new = revision(sim, broken)
     router = chain.stack.router.name
     before = {n: sim.docker("inspect", "-f", "{{.Id}}", n).stdout.strip() for n in [*names, router]}
 

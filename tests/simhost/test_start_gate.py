@@ -27,17 +27,17 @@ from tests.simhost.test_shared_cards import DCMI_BUSY, logs, start_rendered
 NO_MEMORY = "No available memory for the cache blocks"
 
 
-def start_prod(sim: SimHost, tmp_path) -> dict:
+def start_prod(sim: SimHost, tmp_path, *, planned_gates: bool = False) -> dict:
     """The prod layout running healthy on the simulated host (card 0 in device-share mode)."""
     config = prod_on_the_simulated_host(sim, tmp_path)
-    start_rendered(sim, config)
+    start_rendered(sim, config, planned_gates=planned_gates)
     for name in ("bge-m3", "qwen-vl", "qwen-long"):
         sim.wait_healthy(name, timeout=120)
     return json.loads(config.read_text())
 
 
 def test_two_instances_started_at_once_on_one_card_load_one_after_the_other(sim_host: SimHost, tmp_path, boot_files):
-    start_prod(sim_host, tmp_path)
+    start_prod(sim_host, tmp_path, planned_gates=True)  # the later one must meet the lock, held 5 s at least
     sim_host.docker("kill", "bge-m3", "qwen-vl")
     sim_host.docker("wait", "bge-m3", "qwen-vl")
     sim_host.sweep_claims()
