@@ -19,27 +19,16 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping
 
 from views import markdown
-from allocation.config import VISIBLE_DEVICES_ENV
-from records.containers import START_GATE_NAME
+from records.command import PLACEMENT_OPTIONS, parse_command
+from records.containers import PLACEMENT_ENV
 from records.restarts import changed
-from allocation.windows import API, BY_KEY, KINDS, ROUTER_KINDS, window_text
+from allocation.windows import BY_KEY, KINDS, ROUTER_KINDS, window_text
 
 Format = Literal["table", "json", "markdown"]
 FORMATS: tuple[Format, ...] = ("table", "json", "markdown")
 
 # Port fields of a planned service or router, in the order they are reported.
 PORT_FIELDS = tuple(k.key for k in (*KINDS, *ROUTER_KINDS))
-# Container settings that are only a rendering of a placement or port field.
-# When that field changed the difference is already reported (as a move or a
-# port change), so repeating it as a restart reason would only be noise. When
-# it changed on its own, it is reported.
-DERIVED_ARGS = {"--port": (API.key,), "--tensor-parallel-size": ("devices",)}
-DERIVED_ENV = {k.env: (k.key,) for k in KINDS if k.env} | {
-    VISIBLE_DEVICES_ENV: ("devices",),
-    "VLLM_WORKER_MULTIPROC_METHOD": ("devices",),  # set only for tensor parallelism
-}
-# Options that take every word up to the next option (vllm-router's `nargs="*"`).
-MANY_VALUES = frozenset({"--worker-urls"})
 # Container keys that widen what a container may touch; a change to them stands out.
 SECURITY_KEYS = ("privileged", "deviceFiles", "mounts", "ipcMode")
 SECURITY = "security"
@@ -377,61 +366,21 @@ def _container_changes(
     return out
 
 
-def _parse_command(argv: list[str]) -> tuple[list[str], dict[str, list[str | None]]]:
-    """Positional words and `--option value` pairs of a `vllm serve` or `vllm-router` command line.
-
-    An option takes the next word as its value unless that word is itself an option (an option
-    of `MANY_VALUES` takes every word up to the next option);
-    `--flag=value` is split. An option given twice keeps every value, in order.
-    """
-    positional: list[str] = []
-    options: dict[str, list[str | None]] = {}
-    i = 0
-    while i < len(argv):
-        word = argv[i]
-        if word.startswith("--") and len(word) > 2:
-            key, eq, value = word.partition("=")
-            if eq:
-                options.setdefault(key, []).append(value)
-            elif key in MANY_VALUES:
-                while i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                    options.setdefault(key, []).append(argv[i + 1])
-                    i += 1
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                options.setdefault(key, []).append(argv[i + 1])
-                i += 1
-            else:
-                options.setdefault(key, []).append(None)
-        else:
-            positional.append(word)
-        i += 1
-    return positional, options
-
-
-def _gate(argv: list[str]) -> tuple[str | None, list[str]]:
-    """The start gate's script (None without one) and the command it runs."""
-    if len(argv) >= 4 and argv[:2] == ["sh", "-c"] and argv[3] == START_GATE_NAME:
-        return argv[2], argv[4:]
-    return None, argv
-
-
-def _command_changes(old: list[str], new: list[str], explained: set[str]) -> list[str]:
-    if old == new:
+def _command_changes(old_argv: list[str], new_argv: list[str], explained: set[str]) -> list[str]:
+    if old_argv == new_argv:
         return []
-    (old_gate, old), (new_gate, new) = _gate(old), _gate(new)
+    old, new = parse_command(old_argv), parse_command(new_argv)
     out = []
-    if old_gate != new_gate:
-        change = "added" if old_gate is None else "removed" if new_gate is None else "changed"
+    if old.gate != new.gate:
+        change = "added" if old.gate is None else "removed" if new.gate is None else "changed"
         out.append(f"start gate {change}")
-    if old == new:
+    if old.runs == new.runs:
         return out
-    old_pos, old_opts = _parse_command(old)
-    new_pos, new_opts = _parse_command(new)
-    if old_pos != new_pos:
-        out.append(f"command {' '.join(old_pos)} -> {' '.join(new_pos)}")
-    for key in sorted(old_opts.keys() | new_opts.keys()):
-        before, after = old_opts.get(key), new_opts.get(key)
-        if before == after or explained.intersection(DERIVED_ARGS.get(key, ())):
+    if old.words != new.words:
+        out.append(f"command {' '.join(old.words)} -> {' '.join(new.words)}")
+    for key in sorted(old.options.keys() | new.options.keys()):
+        before, after = old.options.get(key), new.options.get(key)
+        if before == after or explained.intersection(PLACEMENT_OPTIONS.get(key, ())):
             continue
         if before is None:
             out.append(f"{_option(key, after)} added")
@@ -439,24 +388,24 @@ def _command_changes(old: list[str], new: list[str], explained: set[str]) -> lis
             out.append(f"{_option(key, before)} removed")
         else:
             out.append(f"{key} {_values(before)} -> {_values(after)}")
-    if old_pos == new_pos and old_opts == new_opts:
+    if old.words == new.words and old.options == new.options:
         # Same words, other order: vLLM reads them the same, but the container is still new.
         out.append("command arguments reordered")
     return out
 
 
-def _option(key: str, values: list[str | None]) -> str:
-    return key if values == [None] else f"{key} {_values(values)}"
+def _option(key: str, values: tuple[str | None, ...]) -> str:
+    return key if values in ((), (None,)) else f"{key} {_values(values)}"
 
 
-def _values(values: list[str | None]) -> str:
+def _values(values: tuple[str | None, ...]) -> str:
     return ", ".join("(flag)" if v is None else v for v in values)
 
 
 def _env_changes(old: Mapping[str, str], new: Mapping[str, str], explained: set[str]) -> list[str]:
     out = []
     for key in sorted(old.keys() | new.keys()):
-        if old.get(key) == new.get(key) or explained.intersection(DERIVED_ENV.get(key, ())):
+        if old.get(key) == new.get(key) or explained.intersection(PLACEMENT_ENV.get(key, ())):
             continue
         if key not in old:
             out.append(f"env {key}={new[key]} added")
