@@ -1,41 +1,28 @@
-"""What a change of configuration does to the allocation: the plan diff.
+"""The plan diff computed: two plan JSON documents compared into a `PlanDiff`.
 
-`plan --against REF` shows a pull request's reviewer which services a merge
-would add, remove, move to other cards, give other ports, or restart with a new
-container spec, before anyone runs `pulumi up`: first of all which containers
-`pulumi up` will re-create (each one a model reload), classified as the docker
-provider classifies their inputs (`records.restarts`). This module compares two plan
-JSON documents (the output of `plan --format json`) and renders the result. It
-is pure: no I/O, no git, no Pulumi; `cli.revision` fetches the old plan.
+Every service, replica and router of either plan gets a `ServiceDiff` saying what happens to it:
+added, removed, renamed, moved, other ports, a container re-created (and by which of its keys, as
+`records.restarts` classifies them) or updated in place, another capacity. Hosts get a `HostDiff`.
+The facts carry their own short wording (`lines`, `detail`), which every format of
+`views.diff.render` shows as it is.
 
-Ordering is canonical (host, then service name), never the order of the input,
-so the same two plans always render the same text.
+Ordering is canonical (host, then service name), never the order of the input, so the same two
+plans always give the same diff.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Iterable, Mapping
 
-from views import markdown
-from records.command import PLACEMENT_OPTIONS, parse_command
-from records.containers import PLACEMENT_ENV
-from records.restarts import changed
 from allocation.windows import BY_KEY, KINDS, ROUTER_KINDS, window_text
-
-Format = Literal["table", "json", "markdown"]
-FORMATS: tuple[Format, ...] = ("table", "json", "markdown")
+from records.restarts import changed
+from views.diff.container import compact, container_changes, key_change, security_changes
 
 # Port fields of a planned service or router, in the order they are reported.
 PORT_FIELDS = tuple(k.key for k in (*KINDS, *ROUTER_KINDS))
-# Container keys that widen what a container may touch; a change to them stands out.
-SECURITY_KEYS = ("privileged", "deviceFiles", "mounts", "ipcMode")
 SECURITY = "security"
 IN_PLACE = "updated in place"
-# Container keys that only render a placement or port field: reported as the move or the port
-# change, not again as a restart reason.
-PLACEMENT_KEYS = frozenset({"deviceFiles", "ports", "labels", "sysctls", "healthcheck"})
 CAPACITY = "capacity"
 CAPACITY_FIELDS = (
     "fits", "kvCacheTokens", "maxConcurrency", "kvCacheGiBPerCard", "weightsGiBPerCard",
@@ -162,28 +149,6 @@ class ServiceDiff:
         out += [(CAPACITY, str(c)) for c in self.capacity]
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "host": self.host,
-            "status": self.status,
-            "renamedFrom": self.renamed_from,
-            "changes": [k for k in self.kinds() if k != "unchanged"],
-            "placement": _placement_json(self.placement),
-            "moved": (
-                {"from": _placement_json(self.moved_from), "to": _placement_json(self.moved_to)}
-                if self.moved
-                else None
-            ),
-            "ports": [{"key": p.key, "old": p.old, "new": p.new} for p in self.ports],
-            "security": list(self.security),
-            "restartReasons": list(self.restart_reasons),
-            "recreated": self.recreated,
-            "recreatedBy": list(self.recreate_keys),
-            "inPlace": list(self.in_place),
-            "capacity": [{"key": c.key, "old": c.old, "new": c.new} for c in self.capacity],
-        }
-
 
 @dataclass(frozen=True)
 class HostDiff:
@@ -289,24 +254,15 @@ def _placement(svc: Mapping[str, Any]) -> Placement:
     return Placement(svc["host"], tuple(svc.get("devices") or ()))
 
 
-def _placement_json(p: Placement | None) -> dict[str, Any] | None:
-    return {"host": p.host, "devices": list(p.devices)} if p else None
-
-
 def _service_diff(
     name: str, before: Mapping[str, Any], after: Mapping[str, Any], renamed_from: str | None = None
 ) -> ServiceDiff:
     was, now = _placement(before), _placement(after)
     moved = was != now
-    ports = tuple(
-        FieldChange(k, before.get(k), after.get(k)) for k in PORT_FIELDS if before.get(k) != after.get(k)
-    )
+    ports = tuple(FieldChange(k, before.get(k), after.get(k)) for k in PORT_FIELDS if before.get(k) != after.get(k))
     explained = {p.key for p in ports} | ({"devices"} if moved else set())
     old, new = before.get("container") or {}, after.get("container") or {}
-    # A key the old revision's plan did not print is unknown then, not changed.
-    security = [_key_change(key, old, new) for key in SECURITY_KEYS if key in old and old.get(key) != new.get(key)]
     recreate, in_place = changed(old, new)
-    reasons = _container_changes(old, new, explained, recreate)
     # A key the old revision's plan did not print is unknown then, not changed.
     sized = (before.get("capacity") or {}, after.get("capacity") or {}) if "capacity" in before else ({}, {})
     capacity = tuple(
@@ -320,100 +276,14 @@ def _service_diff(
         moved_from=was if moved else None,
         moved_to=now if moved else None,
         ports=ports,
-        security=tuple(security),
-        restart_reasons=tuple(reasons),
-        in_place=tuple(_key_change(key, old, new) for key in in_place),
+        security=tuple(security_changes(old, new)),
+        restart_reasons=tuple(container_changes(old, new, explained, recreate)),
+        in_place=tuple(key_change(key, old, new) for key in in_place),
         recreate_keys=tuple(recreate),
         capacity=capacity,
         replica_of=after.get("replicaOf"),
         renamed_from=renamed_from,
     )
-
-
-def _key_change(key: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    before, after = old.get(key), new.get(key)
-    if isinstance(before, list) and isinstance(after, list):
-        # What was added and removed, not two long lists to compare by eye.
-        gone = [_compact(v) for v in before if v not in after]
-        came = [_compact(v) for v in after if v not in before]
-        if gone or came:
-            return f"{key} " + "; ".join([*(f"+ {v}" for v in came), *(f"- {v}" for v in gone)])
-    return f"{key} {_compact(before)} -> {_compact(after)}"
-
-
-def _container_changes(
-    old: Mapping[str, Any], new: Mapping[str, Any], explained: set[str], recreate: list[str]
-) -> list[str]:
-    """Why a container is re-created, one short phrase per difference; `recreate`: the keys whose
-    change re-creates it (`records.restarts.changed`)."""
-    out = []
-    if old.get("image") != new.get("image"):
-        out.append(f"image {old.get('image')} -> {new.get('image')}")
-    out += _command_changes(list(old.get("command") or ()), list(new.get("command") or ()), explained)
-    out += _env_changes(old.get("env") or {}, new.get("env") or {}, explained)
-    for key in sorted(set(recreate) - {"image", "command", "env", *SECURITY_KEYS}):
-        if explained and key in PLACEMENT_KEYS:
-            continue
-        before, after = old.get(key), new.get(key)
-        if isinstance(before, dict) and isinstance(after, dict):
-            out += [
-                f"{key}.{k} {_compact(before.get(k, 'unset'))} -> {_compact(after.get(k, 'unset'))}"
-                for k in sorted(before.keys() | after.keys())
-                if before.get(k) != after.get(k)
-            ]
-        else:
-            out.append(_key_change(key, old, new))
-    return out
-
-
-def _command_changes(old_argv: list[str], new_argv: list[str], explained: set[str]) -> list[str]:
-    if old_argv == new_argv:
-        return []
-    old, new = parse_command(old_argv), parse_command(new_argv)
-    out = []
-    if old.gate != new.gate:
-        change = "added" if old.gate is None else "removed" if new.gate is None else "changed"
-        out.append(f"start gate {change}")
-    if old.runs == new.runs:
-        return out
-    if old.words != new.words:
-        out.append(f"command {' '.join(old.words)} -> {' '.join(new.words)}")
-    for key in sorted(old.options.keys() | new.options.keys()):
-        before, after = old.options.get(key), new.options.get(key)
-        if before == after or explained.intersection(PLACEMENT_OPTIONS.get(key, ())):
-            continue
-        if before is None:
-            out.append(f"{_option(key, after)} added")
-        elif after is None:
-            out.append(f"{_option(key, before)} removed")
-        else:
-            out.append(f"{key} {_values(before)} -> {_values(after)}")
-    if old.words == new.words and old.options == new.options:
-        # Same words, other order: vLLM reads them the same, but the container is still new.
-        out.append("command arguments reordered")
-    return out
-
-
-def _option(key: str, values: tuple[str | None, ...]) -> str:
-    return key if values in ((), (None,)) else f"{key} {_values(values)}"
-
-
-def _values(values: tuple[str | None, ...]) -> str:
-    return ", ".join("(flag)" if v is None else v for v in values)
-
-
-def _env_changes(old: Mapping[str, str], new: Mapping[str, str], explained: set[str]) -> list[str]:
-    out = []
-    for key in sorted(old.keys() | new.keys()):
-        if old.get(key) == new.get(key) or explained.intersection(PLACEMENT_ENV.get(key, ())):
-            continue
-        if key not in old:
-            out.append(f"env {key}={new[key]} added")
-        elif key not in new:
-            out.append(f"env {key} removed (was {old[key]})")
-        else:
-            out.append(f"env {key} {old[key]} -> {new[key]}")
-    return out
 
 
 def _host_diffs(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[HostDiff, ...]:
@@ -479,145 +349,4 @@ def _show(value: Any, key: str = "") -> str:
         return "unset" if key in PORT_FIELDS else "none"
     if isinstance(value, (list, tuple)) and len(value) == 2 and key in BY_KEY:
         return window_text((value[0], value[1]))
-    return _compact(value)
-
-
-def _compact(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-# --- rendering -------------------------------------------------------------
-
-
-def render_diff(diff: PlanDiff, fmt: str) -> str:
-    """The diff as `table` (terminals), `json` (machines) or `markdown` (pull-request comments)."""
-    if fmt == "table":
-        return _render_table(diff)
-    if fmt == "json":
-        return _render_json(diff)
-    if fmt == "markdown":
-        return _render_markdown(diff)
-    raise ValueError(f"unknown diff format {fmt!r}; choose one of {', '.join(FORMATS)}")
-
-
-def _title(diff: PlanDiff) -> str:
-    versus = f" against {diff.against}" if diff.against else ""
-    return f"Allocation changes for stack {diff.stack}{versus}"
-
-
-def _new_stack_note(diff: PlanDiff) -> str:
-    where = f" at {diff.against}" if diff.against else ""
-    return f"The stack did not exist{where}: every service is new."
-
-
-def _restart_note(s: ServiceDiff) -> str:
-    """What a re-created container costs the service it serves."""
-    if s.replica_of in (None, s.name):
-        return "down for the model load"
-    if s.name == f"{s.replica_of}-router":
-        return f"router of {s.replica_of}: the endpoint is down until it is back"
-    return f"replica of {s.replica_of}: one replica at a time, the others keep serving"
-
-
-def _restart_rows(diff: PlanDiff) -> list[tuple[str, str, str, str]]:
-    """(host, container, fields that force it, what it costs) per container `pulumi up` re-creates."""
-    rows = []
-    for s in diff.recreated():
-        fields = list(s.recreate_keys) or [k for k in s.kinds() if k not in (IN_PLACE, CAPACITY)]
-        if s.moved:
-            fields = ["cards", *(f for f in fields if f != "deviceFiles")]
-        rows.append((s.host, s.name, ", ".join(dict.fromkeys(fields)), _restart_note(s)))
-    return rows
-
-
-def _restart_title(diff: PlanDiff) -> str:
-    count = len(diff.recreated())
-    if not count:
-        return "Will restart: no running container."
-    return f"Will restart: {count} container(s), each down for its model load:"
-
-
-def _rows(diff: PlanDiff) -> list[tuple[str, str, str, str]]:
-    """(host, service, kind, detail), the host and service shown on a service's first line only."""
-    rows = []
-    for h in diff.hosts:
-        rows.append((h.name, "", "host", h.detail()))
-    for s in diff.changes():
-        for i, (kind, detail) in enumerate(s.lines()):
-            rows.append((s.host if i == 0 else "", s.name if i == 0 else "", kind, detail))
-    return rows
-
-
-def _render_table(diff: PlanDiff) -> str:
-    lines = [f"{_title(diff)}: {diff.summary()}"]
-    if diff.stack_is_new:
-        lines.append(_new_stack_note(diff))
-    if not diff.has_changes:
-        lines.append("No allocation changes.")
-        return "\n".join(lines) + "\n"
-    lines.append(_restart_title(diff))
-    restarts = _restart_rows(diff)
-    if restarts:
-        lines += _columns(("HOST", "CONTAINER", "RE-CREATED BY", "COST"), restarts)
-    lines.append("")
-    lines += _columns(("HOST", "SERVICE", "CHANGE", "DETAILS"), _rows(diff))
-    return "\n".join(line.rstrip() for line in lines) + "\n"
-
-
-def _columns(header: tuple[str, str, str, str], rows: list[tuple[str, str, str, str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
-    return ["  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3] for row in [header, *rows]]
-
-
-def _render_json(diff: PlanDiff) -> str:
-    doc = {
-        "stack": diff.stack,
-        "against": diff.against,
-        "stackIsNew": diff.stack_is_new,
-        "hasChanges": diff.has_changes,
-        "summary": diff.counts(),
-        "recreatedCount": len(diff.recreated()),
-        "hosts": [
-            {
-                "name": h.name,
-                "added": h.added,
-                "removed": h.removed,
-                "changes": [{"key": f.key, "old": f.old, "new": f.new} for f in h.fields],
-                "stops": list(h.stops),
-            }
-            for h in diff.hosts
-        ],
-        "services": [s.to_json() for s in diff.services],
-    }
-    return json.dumps(doc, indent=2) + "\n"
-
-
-def _render_markdown(diff: PlanDiff) -> str:
-    versus = f" vs {markdown.code(diff.against)}" if diff.against else ""
-    lines = [f"### Allocation plan: stack {markdown.code(diff.stack)}{versus}", "", f"**{diff.summary()}**", ""]
-    if diff.stack_is_new:
-        lines += [_new_stack_note(diff), ""]
-    if not diff.has_changes:
-        lines.append("No allocation changes.")
-        return "\n".join(lines) + "\n"
-    lines += [f"**{_restart_title(diff)}**", ""]
-    restarts = _restart_rows(diff)
-    if restarts:
-        lines += ["| Host | Container | Re-created by | Cost |", "|---|---|---|---|"]
-        lines += [
-            f"| {markdown.code(h)} | {markdown.code(c)} | {markdown.code(f)} | {markdown.text(note)} |"
-            for h, c, f, note in restarts
-        ]
-        lines.append("")
-    lines += ["| Host | Service | Change | Details |", "|---|---|---|---|"]
-    for host, service, kind, detail in _rows(diff):
-        cells = [
-            markdown.code(host) if host else "",
-            markdown.code(service) if service else "",
-            f"**{kind}**" if kind == SECURITY else kind,
-            markdown.code(detail) if detail else "",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return compact(value)
