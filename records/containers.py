@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 from allocation.config import VISIBLE_DEVICES_ENV, FleetConfig, Mount
 from allocation.plan import ServicePlan
 from allocation.windows import KINDS, window_text
+from records.command import behind_gate
 
 LABEL_PREFIX = "ascend-fleet"
 # The seed's tuning; defaults' and services' env override it.
@@ -58,7 +59,6 @@ LOCK_DIR = "/run/ascend-fleet/locks"
 CARDS_ENV = "ASCEND_FLEET_CARDS"
 HEALTH_URL_ENV = "ASCEND_FLEET_HEALTH_URL"
 START_WAIT_ENV = "ASCEND_FLEET_START_WAIT_SECONDS"
-START_GATE_NAME = "ascend-fleet-start-gate"
 # How often the gate's holder asks the container's own /health before it releases the card locks.
 # Part of every container's command: changing it restarts every model.
 GATE_POLL_SECONDS = 5
@@ -191,7 +191,15 @@ def _gated(command: tuple[str, ...], env: dict[str, str], cards: Sequence[int], 
     env[CARDS_ENV] = ",".join(map(str, sorted(cards)))
     env[HEALTH_URL_ENV] = f"http://127.0.0.1:{port}/health"
     env[START_WAIT_ENV] = str(wait)
-    return ("sh", "-c", START_GATE, START_GATE_NAME, *command)
+    return behind_gate(START_GATE, command)
+
+
+PLACEMENT_ENV = {k.env: (k.key,) for k in KINDS if k.env} | {
+    VISIBLE_DEVICES_ENV: ("devices",),
+    "VLLM_WORKER_MULTIPROC_METHOD": ("devices",),  # set only for tensor parallelism
+}
+"""Env variables that only render a placement or port field of the plan (the fields each renders):
+the diff reports the field's change, not the variable's again."""
 
 
 def _env_and_labels(stack: str, planned: ServicePlan, all_devices: bool) -> tuple[dict, dict]:

@@ -12,7 +12,8 @@ import json
 import pytest
 
 from allocation.config import VISIBLE_DEVICES_ENV
-from records.containers import CARDS_ENV, HEALTH_URL_ENV, LOCK_DIR, LOCK_DIR_HOST, START_GATE, START_GATE_NAME
+from records.command import START_GATE_NAME
+from records.containers import CARDS_ENV, HEALTH_URL_ENV, LOCK_DIR, LOCK_DIR_HOST, START_GATE
 from records.deployment import deploy
 from views.diff import diff_plans, render_diff
 from allocation.errors import AllocationError

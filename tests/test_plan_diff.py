@@ -332,6 +332,23 @@ def test_added_and_removed_flags_are_named():
     )
 
 
+def test_the_same_arguments_in_another_order_are_named_a_reordering_that_still_restarts():
+    new = fleet()
+    cmd = new["hosts"][0]["services"][0]["container"]["command"]
+    cmd.insert(3, cmd.pop(cmd.index("--trust-remote-code")))
+    bge = by_name(diff_plans(fleet(), new))["bge-m3"]
+    assert bge.restart_reasons == ("command arguments reordered",) and bge.recreated
+
+
+def test_an_old_routers_worker_list_is_one_option_whose_urls_are_compared_together():
+    old, new = fleet(), fleet()
+    urls = ["http://192.0.2.21:8000", "http://192.0.2.22:8000"]
+    for doc, workers in ((old, urls), (new, [urls[0], "http://192.0.2.23:8000"])):
+        doc["hosts"][0]["services"][0]["container"]["command"] = ["vllm-router", "--worker-urls", *workers]
+    bge = by_name(diff_plans(old, new))["bge-m3"]
+    assert bge.restart_reasons == (f"--worker-urls {', '.join(urls)} -> {urls[0]}, http://192.0.2.23:8000",)
+
+
 def test_a_moved_service_with_a_new_port_and_a_new_argument_reports_all_three():
     new = plan(
         service("bge-m3", devices=[0], api_port=7007, slot=0),

@@ -20,8 +20,9 @@ from ruamel.yaml import YAML
 from allocation.config import parse_fleet
 from allocation.errors import FleetError
 from records.containers import (
-    CONTROL_DEVICES, DRIVER_MOUNTS, LOCK_DIR, LOCK_DIR_HOST, START_GATE, START_GATE_NAME, container_spec,
+    CONTROL_DEVICES, DRIVER_MOUNTS, LOCK_DIR, LOCK_DIR_HOST, START_GATE, container_spec,
 )  # fmt: skip
+from records.command import START_GATE_NAME
 from allocation.planner import plan_fleet
 from records.deployment import deploy
 from views.report import plan_json

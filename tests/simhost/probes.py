@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from records.containers import GATE_POLL_SECONDS, START_GATE_NAME, ContainerSpec
+from records.command import START_GATE_NAME
+from records.containers import GATE_POLL_SECONDS, ContainerSpec
 
 PROBE_SECONDS = 1
 GATE_POLL = f"sleep {GATE_POLL_SECONDS}; waited=$((waited + {GATE_POLL_SECONDS}))"

@@ -16,7 +16,7 @@ import json
 import time
 
 from allocation.config import parse_fleet
-from records.containers import START_GATE_NAME
+from records.command import START_GATE_NAME
 from records.deployment import deploy
 from allocation.planner import plan_fleet
 from ops.render import docker_run_args

@@ -1,0 +1,352 @@
+"""The plan diff computed: two plan JSON documents compared into a `PlanDiff`.
+
+Every service, replica and router of either plan gets a `ServiceDiff` saying what happens to it:
+added, removed, renamed, moved, other ports, a container re-created (and by which of its keys, as
+`records.restarts` classifies them) or updated in place, another capacity. Hosts get a `HostDiff`.
+The facts carry their own short wording (`lines`, `detail`), which every format of
+`views.diff.render` shows as it is.
+
+Ordering is canonical (host, then service name), never the order of the input, so the same two
+plans always give the same diff.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from allocation.windows import BY_KEY, KINDS, ROUTER_KINDS, window_text
+from records.restarts import changed
+from views.diff.container import compact, container_changes, key_change, security_changes
+
+# Port fields of a planned service or router, in the order they are reported.
+PORT_FIELDS = tuple(k.key for k in (*KINDS, *ROUTER_KINDS))
+SECURITY = "security"
+IN_PLACE = "updated in place"
+CAPACITY = "capacity"
+CAPACITY_FIELDS = (
+    "fits", "kvCacheTokens", "maxConcurrency", "kvCacheGiBPerCard", "weightsGiBPerCard",
+    "blockSizeTokens", "kvCacheBlocks", "bytesPerRequest",
+)  # fmt: skip
+HOST_FIELDS = ("address", "npus", "hbmGiB", "memoryBudget", "sharedCards", "cardSharing", "heldCards")
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One value that differs between the old and the new plan."""
+
+    key: str
+    old: Any
+    new: Any
+
+    def __str__(self) -> str:
+        return f"{self.key} {_show(self.old, self.key)} -> {_show(self.new, self.key)}"
+
+
+@dataclass(frozen=True)
+class Placement:
+    host: str
+    devices: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.host} cards {_cards(self.devices)}"
+
+
+@dataclass(frozen=True)
+class ServiceDiff:
+    """Everything that happens to one service. A service can be moved, get other ports and
+    a new container spec at once; each list is empty when that kind of change is absent."""
+
+    name: str
+    host: str
+    """The new host, or the old one for a removed service."""
+    added: bool = False
+    removed: bool = False
+    moved_from: Placement | None = None
+    moved_to: Placement | None = None
+    ports: tuple[FieldChange, ...] = ()
+    security: tuple[str, ...] = ()
+    """Changes to privilege, device files, mounts or IPC: they also re-create the container."""
+    restart_reasons: tuple[str, ...] = ()
+    in_place: tuple[str, ...] = ()
+    """Changes the docker provider applies to the running container (restart policy, start wait)."""
+    recreate_keys: tuple[str, ...] = ()
+    """The container keys whose change re-creates it (`records.restarts`)."""
+    capacity: tuple[FieldChange, ...] = ()
+    """What the capacity check says differently (KV cache, tokens, concurrency); re-creates nothing."""
+    placement: Placement | None = None
+    """Where an added service lands, or where a removed one was."""
+    replica_of: str | None = None
+    """The configured service the container serves (the plan JSON's `replicaOf`): a replica's or a
+    router's service, or a service of its own itself, where a plan before the replica model has None."""
+    renamed_from: str | None = None
+    """Its name in the old plan, found through its `previousNames`; None when it kept its name."""
+
+    @property
+    def moved(self) -> bool:
+        return self.moved_from is not None
+
+    @property
+    def recreated(self) -> bool:
+        """`pulumi up` deletes its container and creates a new one: down for the model load."""
+        return not (self.added or self.removed) and bool(
+            self.recreate_keys or self.moved or self.ports or self.security or self.restart_reasons
+        )
+
+    @property
+    def changed(self) -> bool:
+        """Kept, but placed, wired, started or sized differently; all but a capacity change re-create
+        its container."""
+        return self.recreated or bool(self.in_place) or bool(self.capacity) or self.renamed_from is not None
+
+    @property
+    def unchanged(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+    @property
+    def status(self) -> str:
+        if self.added:
+            return "added"
+        if self.removed:
+            return "removed"
+        return "changed" if self.changed else "unchanged"
+
+    def kinds(self) -> list[str]:
+        """The kinds of change, in the order they are reported."""
+        out = [k for k, on in (("added", self.added), ("removed", self.removed)) if on]
+        if self.renamed_from is not None:
+            out.append("renamed")
+        if self.moved:
+            out.append("moved")
+        if self.ports:
+            out.append("ports changed")
+        if self.security:
+            out.append(SECURITY)
+        if self.restart_reasons:
+            out.append("restarted")
+        if self.in_place:
+            out.append(IN_PLACE)
+        if self.capacity:
+            out.append(CAPACITY)
+        return out or ["unchanged"]
+
+    def lines(self) -> list[tuple[str, str]]:
+        """(kind, detail) pairs, one per fact a reviewer should read."""
+        out: list[tuple[str, str]] = []
+        of = f"replica of {self.replica_of}, " if self.replica_of not in (None, self.name) else ""
+        if self.added:
+            out.append(("added", of + (f"on {self.placement}" if self.placement else "")))
+        if self.removed:
+            out.append(("removed", of + (f"was on {self.placement}" if self.placement else "")))
+        if self.renamed_from is not None:
+            out.append(("renamed", f"{self.renamed_from} -> {self.name}"))
+        if self.moved:
+            out.append(("moved", f"{self.moved_from} -> {self.moved_to}"))
+        out += [("ports changed", str(p)) for p in self.ports]
+        out += [(SECURITY, r) for r in self.security]
+        out += [("restarted", r) for r in self.restart_reasons]
+        out += [(IN_PLACE, r) for r in self.in_place]
+        out += [(CAPACITY, str(c)) for c in self.capacity]
+        return out
+
+
+@dataclass(frozen=True)
+class HostDiff:
+    name: str
+    added: bool = False
+    removed: bool = False
+    fields: tuple[FieldChange, ...] = ()
+    stops: tuple[str, ...] = ()
+    """Per card that becomes shared while a running container holds it: who must stop for the switch."""
+
+    def detail(self) -> str:
+        if self.added:
+            return "host added"
+        if self.removed:
+            return "host removed"
+        return "; ".join([*(str(f) for f in self.fields), *self.stops])
+
+
+@dataclass(frozen=True)
+class PlanDiff:
+    stack: str
+    services: tuple[ServiceDiff, ...]
+    """Every service of either plan, sorted by host, then name."""
+    hosts: tuple[HostDiff, ...] = ()
+    """Hosts added, removed, or with another address, card count or memory budget."""
+    stack_is_new: bool = False
+    """The stack did not exist in the old revision, so every service is added."""
+    against: str | None = None
+    """The revision the new plan is compared to, for the headings; None if unknown."""
+
+    def counts(self) -> dict[str, int]:
+        out = {"changed": 0, "added": 0, "removed": 0, "unchanged": 0}
+        for s in self.services:
+            out[s.status] += 1
+        return out
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.hosts) or any(not s.unchanged for s in self.services)
+
+    def changes(self) -> list[ServiceDiff]:
+        return [s for s in self.services if not s.unchanged]
+
+    def recreated(self) -> list[ServiceDiff]:
+        """The containers `pulumi up` deletes and creates again, in report order."""
+        return [s for s in self.services if s.recreated]
+
+    def summary(self) -> str:
+        c = self.counts()
+        return f"{c['changed']} changed, {c['added']} added, {c['removed']} removed, {c['unchanged']} unchanged"
+
+
+def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against: str | None = None) -> PlanDiff:
+    """Compare two plan JSON documents; `old` is None when the stack did not exist before."""
+    old_services = _services(old) if old is not None else {}
+    new_services = _services(new)
+    renames = _renames(old_services, new_services)
+    diffs = []
+    for name in (old_services.keys() - renames.values()) | new_services.keys():
+        before, after = old_services.get(renames.get(name, name)), new_services.get(name)
+        if before is None:
+            of = after.get("replicaOf")
+            diffs.append(ServiceDiff(name, after["host"], added=True, placement=_placement(after), replica_of=of))
+        elif after is None:
+            of = before.get("replicaOf")
+            diffs.append(ServiceDiff(name, before["host"], removed=True, placement=_placement(before), replica_of=of))
+        else:
+            diffs.append(_service_diff(name, before, after, renamed_from=renames.get(name)))
+    diffs.sort(key=lambda d: (d.host, d.name))
+    return PlanDiff(
+        stack=str(new.get("stack", "")),
+        services=tuple(diffs),
+        hosts=_host_diffs(old, new) if old is not None else (),
+        stack_is_new=old is None,
+        against=against,
+    )
+
+
+def _services(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for host in plan.get("hosts", ()):
+        for svc in host.get("services", ()):
+            out[svc["name"]] = {**svc, "host": svc.get("host") or host["name"]}
+    # A router is compared like a service without cards: its ports, its container (workers, policy).
+    for router in plan.get("routers", ()):
+        out[router["name"]] = {**router, "devices": [], "replicaOf": router["service"]}
+    return out
+
+
+def _renames(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, str]:
+    """New name -> old name, for a service, replica or router of the new plan that the old plan knew
+    under one of its `previousNames` (and that no longer has that name)."""
+    out = {}
+    for name, svc in new.items():
+        if name not in old:
+            found = [p for p in svc.get("previousNames") or () if p in old and p not in new]
+            if found:
+                out[name] = found[-1]  # the most recent name the old plan has
+    return out
+
+
+def _placement(svc: Mapping[str, Any]) -> Placement:
+    return Placement(svc["host"], tuple(svc.get("devices") or ()))
+
+
+def _service_diff(
+    name: str, before: Mapping[str, Any], after: Mapping[str, Any], renamed_from: str | None = None
+) -> ServiceDiff:
+    was, now = _placement(before), _placement(after)
+    moved = was != now
+    ports = tuple(FieldChange(k, before.get(k), after.get(k)) for k in PORT_FIELDS if before.get(k) != after.get(k))
+    explained = {p.key for p in ports} | ({"devices"} if moved else set())
+    old, new = before.get("container") or {}, after.get("container") or {}
+    recreate, in_place = changed(old, new)
+    # A key the old revision's plan did not print is unknown then, not changed.
+    sized = (before.get("capacity") or {}, after.get("capacity") or {}) if "capacity" in before else ({}, {})
+    capacity = tuple(
+        FieldChange(k, sized[0].get(k), sized[1].get(k))
+        for k in CAPACITY_FIELDS
+        if (k in sized[0] or not sized[0]) and sized[0].get(k) != sized[1].get(k)
+    )
+    return ServiceDiff(
+        name,
+        now.host,
+        moved_from=was if moved else None,
+        moved_to=now if moved else None,
+        ports=ports,
+        security=tuple(security_changes(old, new)),
+        restart_reasons=tuple(container_changes(old, new, explained, recreate)),
+        in_place=tuple(key_change(key, old, new) for key in in_place),
+        recreate_keys=tuple(recreate),
+        capacity=capacity,
+        replica_of=after.get("replicaOf"),
+        renamed_from=renamed_from,
+    )
+
+
+def _host_diffs(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[HostDiff, ...]:
+    before = {h["name"]: h for h in old.get("hosts", ())}
+    after = {h["name"]: h for h in new.get("hosts", ())}
+    out = []
+    for name in sorted(before.keys() | after.keys()):
+        if name not in before:
+            out.append(HostDiff(name, added=True))
+        elif name not in after:
+            out.append(HostDiff(name, removed=True))
+        else:
+            fields = tuple(
+                FieldChange(k, before[name].get(k), after[name].get(k))
+                for k in HOST_FIELDS
+                # A key the old plan predates is new output, not a change.
+                if k in before[name] and before[name].get(k) != after[name].get(k)
+            )
+            stops = _device_share_stops(before[name], after[name])
+            if fields or stops:
+                out.append(HostDiff(name, fields=fields, stops=stops))
+    return tuple(out)
+
+
+def _device_share_stops(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, ...]:
+    """A card that turns shared goes into device-share mode, which npu-smi refuses while a container
+    uses the card: the containers the old plan put on it must stop for the switch."""
+    if after.get("cardSharing", "deviceShare") != "deviceShare" or "sharedCards" not in before:
+        return ()
+    out = []
+    for card in sorted(set(after.get("sharedCards") or ()) - set(before.get("sharedCards") or ())):
+        holders = sorted(s["name"] for s in before.get("services", ()) if card in (s.get("devices") or ()))
+        if holders:
+            verb = "holds" if len(holders) == 1 else "hold"
+            out.append(
+                f"card {card} becomes shared: {', '.join(holders)} {verb} it and must stop while the card "
+                f"switches to device-share mode; {HELD_CARDS[after.get('heldCards', 'refuse')]}"
+            )
+    return tuple(out)
+
+
+# What `pulumi up` does about such a card, by the host's `heldCards` (records/host_check.py and
+# records/device_share.py); a plan written before the key existed behaves as `refuse`.
+HELD_CARDS = {
+    "stopHolders": "heldCards stopHolders: pulumi up stops them, switches the card and starts them again",
+    "refuse": "heldCards refuse: pulumi up stops at the host check until they are stopped by hand "
+    "(or the host's heldCards is stopHolders)",
+}
+
+
+def _cards(devices: Iterable[int]) -> str:
+    """`0-3` for a contiguous block, `0,2` otherwise, `none` for no card."""
+    cards = list(devices)
+    if not cards:
+        return "none"
+    if len(cards) > 1 and cards == list(range(cards[0], cards[0] + len(cards))):
+        return f"{cards[0]}-{cards[-1]}"
+    return ",".join(str(c) for c in cards)
+
+
+def _show(value: Any, key: str = "") -> str:
+    if value is None:
+        return "unset" if key in PORT_FIELDS else "none"
+    if isinstance(value, (list, tuple)) and len(value) == 2 and key in BY_KEY:
+        return window_text((value[0], value[1]))
+    return compact(value)
