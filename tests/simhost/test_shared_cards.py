@@ -58,7 +58,7 @@ def without_device_share(script: str) -> str:
 
 
 def test_prod_shares_card_0_only_in_device_share_mode_and_restarts_in_order(sim_host: SimHost, tmp_path, boot_files):
-    config = prod_on_the_simulated_host(sim_host, tmp_path)
+    config = prod_on_the_simulated_host(sim_host, tmp_path, racing=True)
     plan = json.loads(allocation("plan", "--config", str(config), "--format", "json").stdout)
     [npu_a] = plan["hosts"]
     assert npu_a["sharedCards"] == [0]
@@ -105,15 +105,15 @@ def test_prod_shares_card_0_only_in_device_share_mode_and_restarts_in_order(sim_
         assert "No available memory" not in logs(sim_host, name) and DCMI_BUSY not in logs(sim_host, name)
 
 
-def start_rendered(sim: SimHost, config, *, planned_gates: bool = False) -> None:
-    """The models of the stack file `config` made, and its `render --format docker-run` script run
-    (probed often: tests/simhost/probes.py)."""
+def start_rendered(sim: SimHost, config, *, racing: bool = False) -> None:
+    """The models of the stack file `config` made, and its `render --format docker-run` script run,
+    probed often (tests/simhost/probes.py); when `racing`, with the start gates as planned."""
     plan = json.loads(allocation("plan", "--config", str(config), "--format", "json").stdout)
     for s in plan["hosts"][0]["services"]:
         command = s["container"]["command"]
         sim.make_model(command[command.index("serve") + 1])
     script = allocation("render", "--config", str(config), "--format", "docker-run").stdout
-    script = script_probed_often(script, len(plan["hosts"][0]["services"]), planned_gates=planned_gates)
+    script = script_probed_often(script, len(plan["hosts"][0]["services"]), planned_gates=racing)
     started = subprocess.run(["sh", "-c", script], env=sim.docker_env(), capture_output=True, text=True)
     assert started.returncode == 0, started.stderr
 

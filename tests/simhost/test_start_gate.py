@@ -27,17 +27,18 @@ from tests.simhost.test_shared_cards import DCMI_BUSY, logs, start_rendered
 NO_MEMORY = "No available memory for the cache blocks"
 
 
-def start_prod(sim: SimHost, tmp_path, *, planned_gates: bool = False) -> dict:
-    """The prod layout running healthy on the simulated host (card 0 in device-share mode)."""
-    config = prod_on_the_simulated_host(sim, tmp_path)
-    start_rendered(sim, config, planned_gates=planned_gates)
+def start_prod(sim: SimHost, tmp_path, *, racing: bool = False) -> dict:
+    """The prod layout running healthy on the simulated host (card 0 in device-share mode); `racing`:
+    its loads and start gates take as long as planned, so neighbours on a card meet."""
+    config = prod_on_the_simulated_host(sim, tmp_path, racing=racing)
+    start_rendered(sim, config, racing=racing)
     for name in ("bge-m3", "qwen-vl", "qwen-long"):
         sim.wait_healthy(name, timeout=120)
     return json.loads(config.read_text())
 
 
 def test_two_instances_started_at_once_on_one_card_load_one_after_the_other(sim_host: SimHost, tmp_path, boot_files):
-    start_prod(sim_host, tmp_path, planned_gates=True)  # the later one must meet the lock, held 5 s at least
+    start_prod(sim_host, tmp_path, racing=True)  # the later one must meet the lock, held 5 s at least
     sim_host.docker("kill", "bge-m3", "qwen-vl")
     sim_host.docker("wait", "bge-m3", "qwen-vl")
     sim_host.sweep_claims()
@@ -54,7 +55,7 @@ def test_without_the_gate_the_simulator_fails_the_second_instance_loading_on_the
     """The contrast that shows the test above can fail: the same two containers, their commands
     without the gate, started at once on card 0 in device-share mode (as the render script leaves
     it); the simulator refuses the later load as vLLM would."""
-    values = json.loads(prod_on_the_simulated_host(sim_host, tmp_path).read_text())["config"]
+    values = json.loads(prod_on_the_simulated_host(sim_host, tmp_path, racing=True).read_text())["config"]
     fleet = parse_fleet("prod-on-sim", {k.removeprefix("ascend-fleet:"): v for k, v in values.items()})
     specs = {sd.name: sd.spec for sd in deploy(plan_fleet(fleet)).services()}
     sim_host.set_device_share(0)
