@@ -43,14 +43,13 @@ def probed_often(spec: ContainerSpec) -> ContainerSpec:
     return dataclasses.replace(spec, healthcheck=healthcheck, command=command)
 
 
-def script_probed_often(script: str, containers: int, *, planned_gates: bool = False) -> str:
+def script_probed_often(script: str, containers: int) -> str:
     """A `render --format docker-run` script with each of its `containers` health-probed every
-    PROBE_SECONDS, by Docker and (unless `planned_gates`) by its start gate. Fails when the script
-    does not have exactly that many planned intervals and gates, so a change in how render writes
-    them cannot leave the test waiting unnoticed. `planned_gates`: for a test that needs a neighbour
-    to meet a card's lock, which the planned gate holds GATE_POLL_SECONDS at least."""
+    PROBE_SECONDS, by Docker and by its start gate. Fails when the script does not have exactly that
+    many planned intervals and gates, so a change in how render writes them cannot leave the test
+    waiting unnoticed."""
     planned = [part for part in script.split() if part.startswith("--health-interval=")]
     assert len(planned) == containers, f"expected {containers} health intervals in the script, found {planned}"
     for flag in set(planned):
         script = script.replace(f" {flag} ", f" --health-interval={PROBE_SECONDS}s ")
-    return script if planned_gates else _gate_polled_often(script, containers)
+    return _gate_polled_often(script, containers)

@@ -5,18 +5,18 @@ from __future__ import annotations
 import pytest
 
 from sim.host import CLAIMS_DIR, DEVICE_SHARE_DIR, SimHost, SimHostError
+from tests.simhost.loads import now, stretched_loads, wait_for_any_log
 
 PREFIX = "reboot-"
 
 
-def two_services_sharing_card_0(sim_host: SimHost, *, load_seconds: float = 1) -> None:
-    """reboot-embed (loading its model for `load_seconds`) and reboot-vl, non-privileged, on card 0
-    in device-share mode, started in turn. reboot-vl loads in a second: started second, it only
-    ever meets reboot-embed's load, never the other way round."""
+def two_services_sharing_card_0(sim_host: SimHost) -> None:
+    """reboot-embed and reboot-vl, non-privileged, on card 0 in device-share mode, started in turn,
+    each loading its model in a second."""
     model = sim_host.make_model("bge-m3")
     sim_host.set_device_share(0)
     sim_host.start_service(
-        "reboot-embed", model=model, cards=[0], port=7007, gpu_memory_utilization=0.1, load_seconds=load_seconds,
+        "reboot-embed", model=model, cards=[0], port=7007, gpu_memory_utilization=0.1, load_seconds=1,
         env={"HCCL_NPU_SOCKET_PORT_RANGE": "16666-16681"},
     )  # fmt: skip
     sim_host.wait_healthy("reboot-embed")
@@ -60,11 +60,16 @@ def test_device_share_set_again_before_the_containers_start_brings_both_back(sim
 
 
 def test_containers_started_together_on_a_shared_card_race_their_model_loading(sim_host: SimHost) -> None:
-    two_services_sharing_card_0(sim_host, load_seconds=6)
+    two_services_sharing_card_0(sim_host)
+    names = ("reboot-embed", "reboot-vl")
+    since = now()
 
-    sim_host.restart_containers(["reboot-embed", "reboot-vl"], prefix=PREFIX)  # no reboot: device-share stays on
+    # The first to claim card 0 keeps loading until the other has met its load.
+    with stretched_loads(*names):
+        sim_host.restart_containers(names, prefix=PREFIX)  # no reboot: device-share stays on
+        failed = wait_for_any_log(sim_host, names, "No available memory for the cache blocks", since=since)
 
     assert sim_host.device_shared_cards() == [0]
-    assert sim_host.wait_exit("reboot-vl") == 1
-    assert "No available memory for the cache blocks" in sim_host.logs("reboot-vl")
-    sim_host.wait_healthy("reboot-embed")
+    assert sim_host.wait_exit(failed) == 1
+    [loaded] = [name for name in names if name != failed]
+    sim_host.wait_healthy(loaded)

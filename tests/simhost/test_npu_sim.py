@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sim.host import CLAIMS_DIR, ContainerFailed, SimHost
+from tests.simhost.loads import stretched_loads
 
 
 def test_npu_sim_serves_health_and_the_served_model_name_on_the_published_port(sim_host: SimHost) -> None:
@@ -206,18 +207,19 @@ def test_a_card_without_the_requested_free_hbm_fails_with_vllms_startup_memory_e
 def test_an_instance_started_while_another_loads_on_the_card_finds_no_memory_for_its_cache(sim_host: SimHost) -> None:
     model = sim_host.make_model("Qwen3.6-27B-W8A8")
     sim_host.set_device_share(5)
-    sim_host.start_service("loading", model=model, cards=[5], port=8000, gpu_memory_utilization=0.4, load_seconds=8)
-    deadline = time.monotonic() + 30
-    while not (CLAIMS_DIR / "card5" / "port16666" / "owner").is_file():
-        assert time.monotonic() < deadline, sim_host.logs("loading")
-        time.sleep(0.2)
-    assert owner(5, 16666)["state"] == "loading"
+    with stretched_loads("loading"):
+        sim_host.start_service("loading", model=model, cards=[5], port=8000, gpu_memory_utilization=0.4)
+        deadline = time.monotonic() + 60
+        while not (CLAIMS_DIR / "card5" / "port16666" / "owner").is_file():
+            assert time.monotonic() < deadline, sim_host.logs("loading")
+            time.sleep(0.2)
+        assert owner(5, 16666)["state"] == "loading"
 
-    sim_host.start_service(
-        "too-early", model=model, cards=[5], port=8001, gpu_memory_utilization=0.4, env={"HCCL_NPU_SOCKET_PORT_RANGE": "16667"}
-    )
+        sim_host.start_service(
+            "too-early", model=model, cards=[5], port=8001, gpu_memory_utilization=0.4, env={"HCCL_NPU_SOCKET_PORT_RANGE": "16667"}
+        )
 
-    assert sim_host.wait_exit("too-early") == 1
+        assert sim_host.wait_exit("too-early") == 1
     logs = sim_host.logs("too-early")
     assert "[worker_v1.py] Available memory: 0, total memory: 65452113920" in logs
     assert logs.rstrip("\n").endswith(

@@ -35,12 +35,11 @@ def prod_values_on_the_simulated_host(sim: SimHost) -> dict:
     return values
 
 
-def prod_on_the_simulated_host(sim: SimHost, tmp_path: Path, *, racing: bool = False) -> Path:
-    """The prod stack file for the simulated host. Its models load in 1 s (the simulator's shortest),
-    unless `racing`: a test that needs two loads on a card to overlap keeps the simulator's 2 s."""
+def prod_on_the_simulated_host(sim: SimHost, tmp_path: Path) -> Path:
+    """The prod stack file for the simulated host. Its models load in 1 s; a test that needs two
+    loads on a card to meet stretches them (tests/simhost/loads.py)."""
     values = prod_values_on_the_simulated_host(sim)
-    if not racing:
-        values["defaults"]["env"] = {**values["defaults"].get("env", {}), "NPU_SIM_LOAD_SECONDS": "1"}
+    values["defaults"]["env"] = {**values["defaults"].get("env", {}), "NPU_SIM_LOAD_SECONDS": "1"}
     path = tmp_path / "Pulumi.prod-on-sim.yaml"
     path.write_text(json.dumps({"config": {f"ascend-fleet:{k}": v for k, v in values.items()}}))  # JSON is YAML
     return path

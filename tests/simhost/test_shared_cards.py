@@ -13,34 +13,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 from records.device_share import BOOT_SCRIPT
 from sim.host import SimHost
+from tests.simhost.loads import logs, now, stretched_loads, wait_for_any_log
 from tests.simhost.probes import script_probed_often
 from tests.simhost.test_prod_layout import REPO, prod_on_the_simulated_host
 
 LABEL = "ascend-fleet.stack=prod-on-sim"  # the stack of Pulumi.prod-on-sim.yaml
 DCMI_BUSY = "dcmi module initialize failed. ret is -8005"
+WAITING = "ascend-fleet: start gate: waiting for cards"
 
 
 def allocation(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "allocation", *args], cwd=REPO, capture_output=True, text=True)
-
-
-def logs(sim: SimHost, name: str) -> str:
-    result = sim.docker("logs", name)
-    return result.stdout + result.stderr
-
-
-def wait_for_log(sim: SimHost, name: str, text: str, timeout: float = 90) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = logs(sim, name)
-        if text in out:
-            return out
-        time.sleep(1)
-    raise AssertionError(f"{name} never logged {text!r}; its log:\n{logs(sim, name)[-2000:]}")
 
 
 def without_device_share(script: str) -> str:
@@ -58,22 +44,21 @@ def without_device_share(script: str) -> str:
 
 
 def test_prod_shares_card_0_only_in_device_share_mode_and_restarts_in_order(sim_host: SimHost, tmp_path, boot_files):
-    config = prod_on_the_simulated_host(sim_host, tmp_path, racing=True)
+    config = prod_on_the_simulated_host(sim_host, tmp_path)
     plan = json.loads(allocation("plan", "--config", str(config), "--format", "json").stdout)
     [npu_a] = plan["hosts"]
     assert npu_a["sharedCards"] == [0]
     for s in npu_a["services"]:
         command = s["container"]["command"]
         sim_host.make_model(command[command.index("serve") + 1])
-    # bge-m3 must meet qwen-vl's lock on card 0 after the reboot: the gates as planned hold it longest.
     script = allocation("render", "--config", str(config), "--format", "docker-run").stdout
-    script = script_probed_often(script, 3, planned_gates=True)
+    script = script_probed_often(script, 3)
 
     # Before: the same containers without the device-share step. qwen-vl waits for card 0's lock
     # (its start gate) while bge-m3 loads, then cannot open card 0, which bge-m3 holds.
     started = subprocess.run(["sh", "-c", without_device_share(script)], env=sim_host.docker_env(), capture_output=True, text=True)
     assert started.returncode == 0, started.stderr
-    wait_for_log(sim_host, "qwen-vl", DCMI_BUSY)
+    wait_for_any_log(sim_host, ["qwen-vl"], DCMI_BUSY)
     assert sim_host.device_shared_cards() == []
 
     # The render script as it is: card 0 into device-share mode first, then all three healthy.
@@ -89,31 +74,35 @@ def test_prod_shares_card_0_only_in_device_share_mode_and_restarts_in_order(sim_
     assert again.returncode == 0 and "card 0: device-share already on" in again.stdout
 
     # A reboot: the mode is off and every container is killed; the boot unit's script runs
-    # before Docker, then Docker starts all of them at once, qwen-vl first on purpose.
+    # before Docker, then Docker starts all of them at once. Whichever of bge-m3 and qwen-vl takes
+    # card 0's lock first keeps loading until the other has met the lock.
     sim_host.kill_containers(label=LABEL)
     sim_host.reboot()
     assert sim_host.device_shared_cards() == []
     boot = sim_host.run(BOOT_SCRIPT)
     assert boot.returncode == 0, boot.stdout + boot.stderr
     assert sim_host.device_shared_cards() == [0]
-    sim_host.start_containers(["qwen-vl", "qwen-long", "bge-m3"])
+    since = now()
+    with stretched_loads("bge-m3", "qwen-vl"):
+        sim_host.start_containers(["qwen-vl", "qwen-long", "bge-m3"])
+        wait_for_any_log(sim_host, ("bge-m3", "qwen-vl"), WAITING, since=since)
     for name in ("bge-m3", "qwen-vl", "qwen-long"):
         sim_host.wait_healthy(name, timeout=120)
-    # qwen-vl took card 0's lock first; bge-m3 waited for it instead of loading beside it.
-    assert "waiting for cards 0: another instance is loading" in logs(sim_host, "bge-m3")
+    # One of them waited for the other instead of loading beside it.
+    assert [name for name in ("bge-m3", "qwen-vl") if WAITING in logs(sim_host, name, since)] in (["bge-m3"], ["qwen-vl"])
     for name in ("bge-m3", "qwen-vl"):
-        assert "No available memory" not in logs(sim_host, name) and DCMI_BUSY not in logs(sim_host, name)
+        assert "No available memory" not in logs(sim_host, name, since) and DCMI_BUSY not in logs(sim_host, name, since)
 
 
-def start_rendered(sim: SimHost, config, *, racing: bool = False) -> None:
+def start_rendered(sim: SimHost, config) -> None:
     """The models of the stack file `config` made, and its `render --format docker-run` script run,
-    probed often (tests/simhost/probes.py); when `racing`, with the start gates as planned."""
+    probed often (tests/simhost/probes.py)."""
     plan = json.loads(allocation("plan", "--config", str(config), "--format", "json").stdout)
     for s in plan["hosts"][0]["services"]:
         command = s["container"]["command"]
         sim.make_model(command[command.index("serve") + 1])
     script = allocation("render", "--config", str(config), "--format", "docker-run").stdout
-    script = script_probed_often(script, len(plan["hosts"][0]["services"]), planned_gates=racing)
+    script = script_probed_often(script, len(plan["hosts"][0]["services"]))
     started = subprocess.run(["sh", "-c", script], env=sim.docker_env(), capture_output=True, text=True)
     assert started.returncode == 0, started.stderr
 
@@ -127,7 +116,7 @@ def test_after_a_reboot_without_the_boot_unit_doctor_reports_the_shared_card(sim
     sim_host.kill_containers(label=LABEL)
     sim_host.reboot()  # and the unit never ran
     sim_host.start_containers(["bge-m3", "qwen-long", "qwen-vl"])
-    wait_for_log(sim_host, "qwen-vl", DCMI_BUSY)
+    wait_for_any_log(sim_host, ["qwen-vl"], DCMI_BUSY)
     report = allocation("doctor", "--config", str(config), "--format", "json")
     assert report.returncode == 1
     [host] = json.loads(report.stdout)["hosts"]
