@@ -7,6 +7,7 @@ and holds it until Ctrl-C; then removes what it created (and the sim containers)
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 
@@ -14,8 +15,22 @@ from allocation.errors import FleetError
 from cli.stackfile import load_fleet
 from sim.host import SimHost, SimHostError
 
+DESCRIPTION = """\
+Keep a simulated Ascend 910B host (8 cards) up on this machine for the dev stack, until Ctrl-C.
+It starts an sshd on 127.0.0.1 (docker over SSH), uses or starts dockerd, lays out the Ascend
+device files and driver folders, builds the ascend-fleet/npu-sim image and creates the model
+folders of Pulumi.dev.yaml; then it prints how to reach the host. Run `pulumi up -s dev` in
+another terminal. Ctrl-C removes the sim containers and everything it created. Needs root.
+See sim/README.md."""
 
-def main() -> int:
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m sim", description=DESCRIPTION)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parse_args(argv)
     try:
         fleet, _ = load_fleet("dev")
     except FleetError as err:

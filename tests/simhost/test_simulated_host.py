@@ -1,11 +1,12 @@
-"""The simulated host itself: SSH with host-key checking, docker over SSH, Ascend files."""
+"""The simulated host itself: SSH with host-key checking, docker over SSH, Ascend files, and
+what `reset` and `reboot` leave behind."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-from sim.host import SimHost
+from sim.host import CLAIMS_DIR, IMAGE, SimHost
 
 
 def test_docker_over_ssh_answers_with_the_generated_key_and_known_hosts(sim_host: SimHost) -> None:
@@ -75,3 +76,53 @@ def test_a_pinned_host_key_that_is_not_the_hosts_is_refused(sim_host: SimHost) -
     proc = _ssh_with_pinned_key(sim_host, TEST_HOST_KEY)
     assert proc.returncode == 255
     assert "Host key verification failed" in proc.stderr
+
+
+def _test_containers(sim_host: SimHost) -> list[str]:
+    """Every container `reset` must remove: ours (labelled) and any of the npu-sim image."""
+    ours = sim_host.local_docker("ps", "-aq", "--filter", "label=ascend-fleet.test").stdout.split()
+    of_the_image = sim_host.local_docker("ps", "-aq", "--filter", f"ancestor={IMAGE}").stdout.split()
+    return sorted(set(ours) | set(of_the_image))
+
+
+def _device_share_answers(sim_host: SimHost) -> list[str]:
+    """What `npu-smi info -t device-share -i N -c 0` answers for each card, as a deployer asks."""
+    return [sim_host.npu_smi(f"info -t device-share -i {card} -c 0").strip() for card in range(8)]
+
+
+def test_reset_leaves_no_test_container_claim_fault_mark_model_or_shared_card_behind(sim_host: SimHost) -> None:
+    model = sim_host.make_model("reset-model")
+    sim_host.set_device_share(6)
+    sim_host.start_service("reset-killed", model=model, cards=[2], port=7101, gpu_memory_utilization=0.1, publish=False)
+    sim_host.start_service("reset-running", model=model, cards=[3], port=7102, gpu_memory_utilization=0.1, publish=False)
+    sim_host.wait_healthy("reset-killed")
+    sim_host.wait_healthy("reset-running")
+    sim_host.kill_containers(prefix="reset-killed")  # its claim stays: no chance to release it
+    sim_host.docker("run", "-d", "--name", "reset-unlabelled", "--entrypoint", "/bin/sleep", IMAGE, "300")
+    sim_host.mark_unhealthy(1, "Alarm")
+    sim_host.mark_no_device_share(4)
+    assert len(_test_containers(sim_host)) == 3
+    assert sorted(p.parent.name for p in CLAIMS_DIR.glob("card*/port*")) == ["card2", "card3"]
+    assert "Alarm" in sim_host.npu_smi("info")
+    assert "does not support" in _device_share_answers(sim_host)[4]
+    assert sim_host.device_shared_cards() == [6]
+
+    sim_host.reset()
+
+    assert _test_containers(sim_host) == []
+    assert list(CLAIMS_DIR.glob("card*/port*")) == []
+    assert "Alarm" not in sim_host.npu_smi("info")
+    assert _device_share_answers(sim_host) == ["Device-share Status            : False"] * 8
+    assert sim_host.device_shared_cards() == []
+    assert not model.exists()
+
+
+def test_a_reboot_turns_device_share_off_on_every_card(sim_host: SimHost) -> None:
+    for card in range(8):
+        sim_host.set_device_share(card)
+    assert _device_share_answers(sim_host) == ["Device-share Status            : True"] * 8
+
+    sim_host.reboot()
+
+    assert _device_share_answers(sim_host) == ["Device-share Status            : False"] * 8
+    assert sim_host.device_shared_cards() == []

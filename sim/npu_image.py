@@ -1,0 +1,72 @@
+"""The image ``ascend-fleet/npu-sim:latest``: sim/npu-sim/, a stand-in for
+``quay.io/ascend/vllm-ascend`` that reproduces what a shared card does to it.
+
+Its build context is sim/npu-sim/ plus, copied from this machine, ``/bin/busybox`` and
+util-linux's ``flock`` with the shared libraries it loads. It is built with the legacy builder
+(no BuildKit needed) and labelled with a content hash of all of them, so a host reuses an image
+whose sources have not changed and rebuilds one whose sources have.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from sim.ascend_files import SIM_DIR
+from sim.docker_cli import LOCAL_DOCKER, local_docker, local_env
+from sim.errors import SimHostError
+
+IMAGE_DIR = SIM_DIR / "npu-sim"
+IMAGE = "ascend-fleet/npu-sim:latest"
+IMAGE_HASH_LABEL = "ascend-fleet.npu-sim.hash"
+BUSYBOX = Path("/bin/busybox")
+# util-linux's flock, which the start gate uses (records.containers.START_GATE) and vllm-ascend's
+# Ubuntu-based images carry; busybox-static has no flock applet. Copied into the image with the
+# shared libraries it loads.
+FLOCK = Path("/usr/bin/flock")
+
+
+def image_hash() -> str:
+    """Content hash of the image sources and the busybox binary they copy."""
+    digest = hashlib.sha256()
+    for path in sorted(IMAGE_DIR.iterdir()):
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(BUSYBOX.read_bytes())
+    for path in flock_files():
+        digest.update(str(path).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def flock_files() -> list[Path]:
+    """flock and the shared libraries it loads (ldd), by their real paths."""
+    out = subprocess.run(["ldd", str(FLOCK)], capture_output=True, text=True, check=True).stdout
+    libs = [Path(word) for line in out.splitlines() for word in line.split() if word.startswith("/")]
+    return [FLOCK, *dict.fromkeys(libs)]
+
+
+def build_image() -> None:
+    """Build ascend-fleet/npu-sim:latest unless an image with the same content hash exists."""
+    want = image_hash()
+    label = f'{{{{ index .Config.Labels "{IMAGE_HASH_LABEL}" }}}}'
+    have = local_docker("image", "inspect", "-f", label, IMAGE, check=False)
+    if have.returncode == 0 and have.stdout.strip() == want:
+        return
+    with tempfile.TemporaryDirectory(prefix="npu-sim-build-") as context:
+        for path in IMAGE_DIR.iterdir():
+            if path.is_file():
+                shutil.copy2(path, context)
+        shutil.copy2(BUSYBOX, Path(context) / "busybox")
+        for path in flock_files():
+            target = Path(context) / "rootfs" / path.relative_to("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path.resolve(), target)
+        proc = subprocess.run(
+            [*LOCAL_DOCKER, "build", "-q", "-t", IMAGE, "--label", f"{IMAGE_HASH_LABEL}={want}", context],
+            capture_output=True, text=True, env={**local_env(), "DOCKER_BUILDKIT": "0"}, timeout=600,
+        )  # fmt: skip
+    if proc.returncode != 0:
+        raise SimHostError(f"building {IMAGE} failed:\n{proc.stdout}\n{proc.stderr}")
