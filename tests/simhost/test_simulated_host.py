@@ -6,7 +6,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from sim.host import CLAIMS_DIR, IMAGE, SimHost
+import pytest
+
+from sim.host import CLAIMS_DIR, IMAGE, SimHost, SimHostError
 
 
 def test_docker_over_ssh_answers_with_the_generated_key_and_known_hosts(sim_host: SimHost) -> None:
@@ -126,3 +128,20 @@ def test_a_reboot_turns_device_share_off_on_every_card(sim_host: SimHost) -> Non
 
     assert _device_share_answers(sim_host) == ["Device-share Status            : False"] * 8
     assert sim_host.device_shared_cards() == []
+
+
+def test_a_second_simulated_host_that_never_gets_the_lock_leaves_the_first_ones_containers_alone(
+    sim_host: SimHost, tmp_path: Path
+) -> None:
+    """Two test runs on one machine (`make test` beside `make test-engine`): the one that waits for
+    the lock and gives up must not clean up the host the other one is using."""
+    model = sim_host.make_model("bge-m3")
+    sim_host.start_service("kept", model=model, cards=[2], port=7100, gpu_memory_utilization=0.1)
+    sim_host.wait_healthy("kept")
+    second = SimHost(tmp_path / "second", lock_timeout=0.5)
+    with pytest.raises(SimHostError, match="another simulated host holds"):
+        second.start()
+    second.stop()
+    assert sim_host.state("kept")["Running"] is True
+    assert list(CLAIMS_DIR.glob("card2/port*/owner"))
+    assert sim_host.docker("version", "--format", "{{.Server.Version}}").stdout.strip()
