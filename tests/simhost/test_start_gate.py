@@ -65,7 +65,9 @@ def test_without_the_gate_the_simulator_fails_the_second_instance_loading_on_the
     for name in ("bge-m3", "qwen-vl"):
         spec = specs[name]
         assert spec.command[3] == START_GATE_NAME
-        bare = dataclasses.replace(spec, command=spec.command[4:])
+        # Without the plan's restart policy too: Docker would start the refused one again, and once
+        # the other has loaded, it would serve instead of showing how it failed.
+        bare = dataclasses.replace(spec, command=spec.command[4:], restart="no")
         sim_host.make_model(bare.command[bare.command.index("serve") + 1])
         sim_host.docker("create", *[a for a in docker_run_args(bare) if a != "-d"])
     with stretched_loads("bge-m3", "qwen-vl"):
