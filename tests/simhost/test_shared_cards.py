@@ -54,8 +54,8 @@ def test_prod_shares_card_0_only_in_device_share_mode_and_restarts_in_order(sim_
     script = allocation("render", "--config", str(config), "--format", "docker-run").stdout
     script = script_probed_often(script, 3)
 
-    # Before: the same containers without the device-share step. qwen-vl waits for card 0's lock
-    # (its start gate) while bge-m3 loads, then cannot open card 0, which bge-m3 holds.
+    # Before: the same containers without the device-share step. qwen-vl, started after bge-m3,
+    # cannot open card 0, which bge-m3 holds (whether or not it waited for the card's lock first).
     started = subprocess.run(["sh", "-c", without_device_share(script)], env=sim_host.docker_env(), capture_output=True, text=True)
     assert started.returncode == 0, started.stderr
     wait_for_any_log(sim_host, ["qwen-vl"], DCMI_BUSY)
