@@ -110,11 +110,13 @@ def deployed(sim_host: SimHost, tmp_path: Path):
     return config, specs, models
 
 
-def test_doctor_finds_a_host_running_exactly_the_plan_clean(sim_host: SimHost, deployed) -> None:
-    config, specs, _ = deployed
+def test_doctor_finds_the_running_plan_clean_then_reports_each_hand_made_problem_by_kind_and_name(
+    sim_host: SimHost, deployed, tmp_path: Path
+) -> None:
+    """One deployment for both halves: starting the three containers is most of the time."""
+    config, specs, models = deployed
 
     report, code, _ = doctor_json(config)
-
     assert report["hosts"][0]["reachable"] is True
     assert findings_of(report, "sim") == []
     assert (code, report["ok"]) == (0, True)
@@ -122,9 +124,6 @@ def test_doctor_finds_a_host_running_exactly_the_plan_clean(sim_host: SimHost, d
     screen = sim_host.npu_smi("info")
     assert screen.count("python3") == 5  # doc-embed 1, doc-vl 2, doc-long 2
 
-
-def test_doctor_reports_each_hand_made_problem_by_kind_and_name(sim_host: SimHost, deployed, tmp_path: Path) -> None:
-    config, specs, models = deployed
     embed_range = specs[EMBED].env["HCCL_NPU_SOCKET_PORT_RANGE"]
     first = int(embed_range.split("-")[0])
 
