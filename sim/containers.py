@@ -166,9 +166,11 @@ class Containers:
         """``docker inspect`` .State of a container."""
         return json.loads(local_docker("inspect", "-f", "{{json .State}}", container).stdout)
 
-    def logs(self, container: str) -> str:
-        """stdout and stderr of a container, interleaved."""
-        proc = local_docker("logs", container, check=False)
+    def logs(self, container: str, since: str | None = None) -> str:
+        """stdout and stderr of a container, interleaved: all of them, or those `since` a moment
+        (RFC 3339, as ``docker logs --since`` reads it); a restarted container's log holds its
+        earlier runs too."""
+        proc = local_docker("logs", *(["--since", since] if since else []), container, check=False)
         return proc.stdout + proc.stderr
 
     def wait_healthy(self, container: str, timeout: float = 60) -> None:

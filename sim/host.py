@@ -125,9 +125,8 @@ class SimHost:
         self.sshd.stop()
         self.dockerd.stop()
         self.files.remove()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        os.close(self._lock_fd)
+        self._lock_fd = None
 
     def reset(self) -> None:
         """Return to an idle host between tests: no test containers, claims, models, faults
@@ -264,9 +263,10 @@ class SimHost:
         """``docker inspect`` .State of a container."""
         return self.containers.state(container)
 
-    def logs(self, container: str) -> str:
-        """stdout and stderr of a container, interleaved."""
-        return self.containers.logs(container)
+    def logs(self, container: str, since: str | None = None) -> str:
+        """stdout and stderr of a container, interleaved; only those `since` a moment if given
+        (`Containers.logs`)."""
+        return self.containers.logs(container, since)
 
     def wait_healthy(self, container: str, timeout: float = 60) -> None:
         """Wait until docker reports the container `healthy`; raise ContainerFailed with its logs otherwise."""

@@ -57,19 +57,15 @@ WAIT_SECONDS = 300  # a bound, not an expectation: an idle machine takes seconds
 ROUNDS = 10  # rounds of traffic (3 posts each) within which a healthy replica must serve
 
 
-# The plan keeps HCCL's default 60000-60031 free (`ports.reserved`) and puts its own HCCL and
-# VLLM_PORT windows from 60032, 61000 and 62000, so it moves an API port asked for there; the
-# kernel hands out free ports up to 60999.
-PLANNED_WINDOWS = range(60000, 63000)
-
-
 def free_block(size: int = 3) -> int:
     """The first of `size` consecutive ports free on every replica address right now: a fleet's
     replicas (the first), router (the second) and NPU exporters (the third), away from any other
-    run's on this machine (another checkout running this module, say)."""
+    run's on this machine (another checkout running this module, say), and where the plan keeps
+    them: it moves an API port asked for where its own ports lie, such as HCCL's default
+    60000-60031 (`ports.reserved`), and the kernel hands out free ports up to 60999."""
     for _ in range(100):
         base = free_port()
-        if not set(range(base, base + size)).isdisjoint(PLANNED_WINDOWS):
+        if not ports_kept(deployment_of(3, base), base):
             continue
         with contextlib.ExitStack() as bound:
             try:
@@ -81,10 +77,9 @@ def free_block(size: int = 3) -> int:
     raise AssertionError(f"no {size} consecutive free ports on {ADDRESSES}")
 
 
-def stack(replicas: int = 3, api_base: int | None = None) -> Deployment:
-    """The plan's deployment of `replicas` replicas, one per loopback host, from `api_base` (by
-    default free ports)."""
-    api_base = free_block() if api_base is None else api_base
+def deployment_of(replicas: int, api_base: int) -> Deployment:
+    """The plan's deployment of `replicas` replicas, one per loopback host, asking for the API
+    ports from `api_base`."""
     values = {
         "hosts": [{"name": f"lo-{i}", "address": f"127.0.0.{i}"} for i in (1, 2, 3)],
         "services": [{"name": MODEL, "model": "/m/bge", "memoryFraction": 0.1, "replicas": replicas,
@@ -92,10 +87,25 @@ def stack(replicas: int = 3, api_base: int | None = None) -> Deployment:
         "ports": {"apiBase": api_base},
         "metrics": {"npuExporterPort": api_base + 2, "scrapeIntervalSeconds": 1},
     }  # fmt: skip
-    deployment = deploy(plan_fleet(parse_fleet("e2e", values)))
+    return deploy(plan_fleet(parse_fleet("e2e", values)))
+
+
+def planned_ports(deployment: Deployment) -> tuple[set[int], int]:
+    """The replicas' API ports and the router's port, as planned."""
     (router,) = deployment.routers
-    assert router.plan.port == api_base + 1
-    assert {ps.assignment.api_port for _, ps in deployment.plan.services()} == {api_base}
+    return {ps.assignment.api_port for _, ps in deployment.plan.services()}, router.plan.port
+
+
+def ports_kept(deployment: Deployment, api_base: int) -> bool:
+    """Whether the plan gave the replicas `api_base` and the router the next port, as asked."""
+    return planned_ports(deployment) == ({api_base}, api_base + 1)
+
+
+def stack(replicas: int = 3, api_base: int | None = None) -> Deployment:
+    """`deployment_of` from `api_base` (by default free ports), its ports where asked."""
+    api_base = free_block() if api_base is None else api_base
+    deployment = deployment_of(replicas, api_base)
+    assert ports_kept(deployment, api_base), f"asked for {api_base}: {planned_ports(deployment)}"
     return deployment
 
 
@@ -252,15 +262,15 @@ def traffic(f: Fleet, rounds: int) -> list[tuple[str, int]]:
     return out
 
 
-
 def test_a_free_block_is_never_one_the_plan_would_move_the_api_port_out_of(monkeypatch):
     """A flake under load: the kernel handed out 60001, the plan moved the router to 60033 (past
     its reserved and HCCL windows) and the test's api_base + 1 no longer named it."""
-    offered = iter([60001, 62010, 40000])
+    offered = iter([60001, 40000])
     monkeypatch.setattr(sys.modules[__name__], "free_port", lambda: next(offered))
     assert free_block() == 40000
     deployment = stack(api_base=40000)
     assert deployment.routers[0].plan.port == 40001
+
 
 def test_requests_of_every_kind_pass_and_spread_over_the_replicas(fleet):
     before = {name: r.served() for name, r in fleet.replicas.items()}

@@ -36,16 +36,9 @@ def stretched_loads(*served: str) -> Iterator[None]:
 
 
 def now() -> str:
-    """This moment as `docker logs --since` reads it (RFC 3339, UTC, microseconds): the simulated
-    host's dockerd runs on this machine, on this clock."""
+    """This moment as `docker logs --since` reads it, for `SimHost.logs`'s `since` (RFC 3339, UTC,
+    microseconds): the simulated host's dockerd runs on this machine, on this clock."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def logs(sim: SimHost, name: str, since: str | None = None) -> str:
-    """A container's stdout and stderr, all of them or those `since` a moment (`now()`): a
-    restarted container's log holds its earlier runs too."""
-    result = sim.local_docker("logs", *(["--since", since] if since else []), name, check=False)
-    return result.stdout + result.stderr
 
 
 def wait_for_any_log(
@@ -57,8 +50,8 @@ def wait_for_any_log(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for name in names:
-            if text in logs(sim, name, since):
+            if text in sim.logs(name, since):
                 return name
         time.sleep(0.5)
-    tails = {name: logs(sim, name, since)[-1500:] for name in names}
+    tails = {name: sim.logs(name, since)[-1500:] for name in names}
     raise AssertionError(f"none of {names} logged {text!r}: {tails}")

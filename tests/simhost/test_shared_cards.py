@@ -16,7 +16,7 @@ import sys
 
 from records.device_share import BOOT_SCRIPT
 from sim.host import SimHost
-from tests.simhost.loads import logs, now, stretched_loads, wait_for_any_log
+from tests.simhost.loads import now, stretched_loads, wait_for_any_log
 from tests.simhost.probes import script_probed_often
 from tests.simhost.test_prod_layout import REPO, prod_on_the_simulated_host
 
@@ -68,9 +68,10 @@ def test_prod_shares_card_0_only_in_device_share_mode_and_restarts_in_order(sim_
     for name in ("bge-m3", "qwen-vl", "qwen-long"):
         sim_host.wait_healthy(name, timeout=120)
     # One of them waited for the other instead of loading beside it.
-    assert [name for name in ("bge-m3", "qwen-vl") if WAITING in logs(sim_host, name, since)] in (["bge-m3"], ["qwen-vl"])
+    waited = [name for name in ("bge-m3", "qwen-vl") if WAITING in sim_host.logs(name, since)]
+    assert waited in (["bge-m3"], ["qwen-vl"])
     for name in ("bge-m3", "qwen-vl"):
-        assert "No available memory" not in logs(sim_host, name, since) and DCMI_BUSY not in logs(sim_host, name, since)
+        assert "No available memory" not in sim_host.logs(name, since) and DCMI_BUSY not in sim_host.logs(name, since)
 
 
 def start_rendered(sim: SimHost, config) -> None:

@@ -21,7 +21,7 @@ from allocation.planner import plan_fleet
 from ops.render import docker_run_args
 from sim.host import SimHost
 from tests.simhost.test_prod_layout import prod_on_the_simulated_host
-from tests.simhost.loads import logs, now, stretched_loads, wait_for_any_log
+from tests.simhost.loads import now, stretched_loads, wait_for_any_log
 from tests.simhost.test_shared_cards import DCMI_BUSY, WAITING, start_rendered
 
 NO_MEMORY = "No available memory for the cache blocks"
@@ -48,10 +48,10 @@ def test_two_instances_started_at_once_on_one_card_load_one_after_the_other(sim_
         wait_for_any_log(sim_host, ("bge-m3", "qwen-vl"), WAITING, since=since)
     for name in ("bge-m3", "qwen-vl"):
         sim_host.wait_healthy(name, timeout=120)
-    waited = [n for n in ("bge-m3", "qwen-vl") if WAITING in logs(sim_host, n, since)]
-    assert len(waited) == 1, {n: logs(sim_host, n, since)[-600:] for n in ("bge-m3", "qwen-vl")}
+    waited = [n for n in ("bge-m3", "qwen-vl") if WAITING in sim_host.logs(n, since)]
+    assert len(waited) == 1, {n: sim_host.logs(n, since)[-600:] for n in ("bge-m3", "qwen-vl")}
     for name in ("bge-m3", "qwen-vl"):
-        assert NO_MEMORY not in logs(sim_host, name, since) and DCMI_BUSY not in logs(sim_host, name, since)
+        assert NO_MEMORY not in sim_host.logs(name, since) and DCMI_BUSY not in sim_host.logs(name, since)
 
 
 def test_without_the_gate_the_simulator_fails_the_second_instance_loading_on_the_card(sim_host: SimHost, tmp_path):
@@ -82,6 +82,6 @@ def test_a_stopped_neighbour_never_keeps_a_service_from_starting(sim_host: SimHo
     since = now()
     sim_host.docker("restart", "qwen-vl")
     sim_host.wait_healthy("qwen-vl", timeout=120)
-    restarted = logs(sim_host, "qwen-vl", since)
+    restarted = sim_host.logs("qwen-vl", since)
     assert "cards 0,1,2,3 locked; vllm serve starts" in restarted and "waiting for cards" not in restarted
     assert sim_host.state("bge-m3")["Running"] is False
