@@ -57,24 +57,25 @@ WAIT_SECONDS = 300  # a bound, not an expectation: an idle machine takes seconds
 ROUNDS = 10  # rounds of traffic (3 posts each) within which a healthy replica must serve
 
 
-def free_block(size: int = 3) -> int:
-    """The first of `size` consecutive ports free on every replica address right now: a fleet's
-    replicas (the first), router (the second) and NPU exporters (the third), away from any other
-    run's on this machine (another checkout running this module, say), and where the plan keeps
-    them: it moves an API port asked for where its own ports lie, such as HCCL's default
-    60000-60031 (`ports.reserved`), and the kernel hands out free ports up to 60999."""
+def free_block() -> int:
+    """An `apiBase` for the test's fleet (`deployment_of`) whose every port, as planned, is free on
+    every replica address right now, away from any other run's on this machine (another checkout
+    running this module, say), and where the plan keeps the API ports: it moves one asked for
+    where its own ports lie, such as HCCL's default 60000-60031 (`ports.reserved`), and the
+    kernel hands out free ports up to 60999."""
     for _ in range(100):
         base = free_port()
-        if not ports_kept(deployment_of(3, base), base):
+        deployment = deployment_of(3, base)
+        if not ports_kept(deployment, base):
             continue
         with contextlib.ExitStack() as bound:
             try:
-                for port, address in itertools.product(range(base, base + size), ADDRESSES):
+                for port, address in itertools.product(sorted(fleet_ports(deployment)), ADDRESSES):
                     bound.enter_context(socket.socket()).bind((address, port))
             except OSError:
                 continue
             return base
-    raise AssertionError(f"no {size} consecutive free ports on {ADDRESSES}")
+    raise AssertionError(f"no free ports for the test's fleet on {ADDRESSES}")
 
 
 def deployment_of(replicas: int, api_base: int) -> Deployment:
@@ -94,6 +95,14 @@ def planned_ports(deployment: Deployment) -> tuple[set[int], int]:
     """The replicas' API ports and the router's port, as planned."""
     (router,) = deployment.routers
     return {ps.assignment.api_port for _, ps in deployment.plan.services()}, router.plan.port
+
+
+def fleet_ports(deployment: Deployment) -> set[int]:
+    """Every port the test's fleet listens on: the replicas' API ports, the router's API and
+    Prometheus ports, and the NPU exporters'."""
+    (router,) = deployment.routers
+    api_ports, router_port = planned_ports(deployment)
+    return {*api_ports, router_port, router.plan.metrics_port, deployment.plan.fleet.metrics.npu_exporter_port}
 
 
 def ports_kept(deployment: Deployment, api_base: int) -> bool:
@@ -214,8 +223,17 @@ class Fleet:
         env = {**os.environ, **self.router.spec.env, WORKERS_ENV: str(workers_file),
                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # fmt: skip
         argv = list(self.router.spec.command)
-        self.process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for("the router to be ready", lambda: get(f"{self.base}/readiness", 1)[0] == 200)
+        log = workers_file.with_name("router.log")
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        process = self.process
+
+        def ready() -> bool:
+            if process.poll() is not None:  # vllm-router panics on a port it cannot bind
+                raise AssertionError(f"vllm-router exited {process.returncode}: {log.read_text()[-2000:]}")
+            return get(f"{self.base}/readiness", 1)[0] == 200
+
+        wait_for("the router to be ready", ready)
         cmdline = Path(f"/proc/{self.process.pid}/cmdline").read_bytes()
         assert not cmdline.startswith(b"sh\0"), "sh execs vllm-router, which keeps its process (PID 1 in Docker)"
 
@@ -270,6 +288,36 @@ def test_a_free_block_is_never_one_the_plan_would_move_the_api_port_out_of(monke
     assert free_block() == 40000
     deployment = stack(api_base=40000)
     assert deployment.routers[0].plan.port == 40001
+
+
+def test_a_free_block_leaves_every_port_of_the_fleet_free_the_routers_metrics_port_too(monkeypatch):
+    """A flake: the router's Prometheus port (the one after the NPU exporters') was not among the
+    ports checked free; when it was taken, vllm-router panicked at start and the test waited out
+    its bound for a router that had exited."""
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    taken = busy.getsockname()[1]
+    offered = iter([taken - 3, 40000])
+    monkeypatch.setattr(sys.modules[__name__], "free_port", lambda: next(offered))
+    with busy:
+        assert deployment_of(3, taken - 3).routers[0].plan.metrics_port == taken
+        assert free_block() == 40000
+
+
+def test_a_router_that_cannot_start_fails_the_wait_at_once_with_its_own_words(tmp_path):
+    """The real vllm-router with its Prometheus port taken panics ("failed to install Prometheus
+    metrics exporter"); the harness says so as soon as the process is gone."""
+    fleet = Fleet(stack())
+    workers = tmp_path / "workers"
+    workers.write_text("".join(f"{url}\n" for url in fleet.router.workers))
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", fleet.router.plan.metrics_port))
+        busy.listen()
+        try:
+            with pytest.raises(AssertionError, match="Address already in use"):  # not "timed out after"
+                fleet.start_router(workers)
+        finally:
+            fleet.stop()
 
 
 def test_requests_of_every_kind_pass_and_spread_over_the_replicas(fleet):
