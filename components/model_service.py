@@ -60,6 +60,7 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
         wait=True,
         wait_timeout=spec.start_timeout_seconds,
         must_run=True,
+        init=spec.init,
     )
 
 
@@ -112,9 +113,10 @@ def container_options(
         delete_before_replace=True,
         # The provider's default create timeout (20 minutes) would cut the health
         # wait of a large model short; update and delete stay bounded too.
-        # The provider's update never applies a changed health check to a running
-        # container (terraform-provider-docker v4.5.0 resourceDockerContainerUpdate).
-        replace_on_changes=["healthcheck"],
+        # The provider's update never applies a changed health check or init to a running
+        # container (terraform-provider-docker v4.5.0 resourceDockerContainerUpdate; `init` is
+        # Optional and Computed, not ForceNew, in resource_docker_container.go).
+        replace_on_changes=["healthcheck", "init"],
         custom_timeouts=pulumi.CustomTimeouts(
             create=go_duration(spec.create_timeout_seconds),
             update=go_duration(spec.create_timeout_seconds),

@@ -19,7 +19,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.representer import SafeRepresenter
 
-from records.containers import LOCK_DIR_HOST, ContainerSpec
+from records.containers import ContainerSpec, created_on_host
 from records.deployment import Deployment, HostDeployment
 from ops.ssh import script_argv
 
@@ -33,6 +33,7 @@ def docker_run_args(spec: ContainerSpec) -> list[str]:
     args = ["-d", "--name", spec.name, "--restart", spec.restart, "--ipc", spec.ipc_mode]
     args += ["--shm-size", f"{spec.shm_size_mib}m", "--log-driver", spec.log_driver]
     args += ["--stop-timeout", str(spec.stop_grace_seconds)]
+    args += ["--init"] if spec.init else []
     args += [f"--sysctl={k}={v}" for k, v in spec.sysctls.items()]
     args += [f"--log-opt={k}={v}" for k, v in spec.log_opts.items()]
     if spec.privileged:
@@ -84,8 +85,9 @@ def compose_service(spec: ContainerSpec) -> dict:
         "devices": [f"{d}:{d}" for d in spec.device_files],
         "volumes": [
             {"type": "bind", "source": m.source, "target": m.target, "read_only": m.read_only}
-            # The start gate's lock folder is the one source Compose may create (the host check does).
-            | ({"bind": {"create_host_path": True}} if m.source == LOCK_DIR_HOST else {})
+            # The start gate's lock folder and the compile caches are the sources Compose may create
+            # (the host check does).
+            | ({"bind": {"create_host_path": True}} if created_on_host(m.source) else {})
             for m in spec.mounts
         ],
         "ports": [f"{port}:{port}" for port in spec.ports],
@@ -94,6 +96,7 @@ def compose_service(spec: ContainerSpec) -> dict:
         "stop_grace_period": f"{spec.stop_grace_seconds}s",
         "sysctls": dict(spec.sysctls),
         "privileged": spec.privileged,
+        "init": spec.init,
         "restart": spec.restart,
         "labels": dict(spec.labels),
         "logging": {"driver": spec.log_driver, "options": dict(spec.log_opts)},

@@ -56,6 +56,17 @@ LOCK_DIR_HOST = "/var/lib/ascend-fleet/locks"
 """On the host: persistent, so the folder exists when Docker restarts the containers after a reboot."""
 LOCK_DIR = "/run/ascend-fleet/locks"
 """In every container: one file per card, `card-N`."""
+# A compile cache per service, kept on the host so that a re-created container reuses what the one
+# before it compiled: vllm-ascend's own `docker run` mounts `/root/.cache` for this (DOMAIN.md). vLLM
+# keeps its torch.compile cache under VLLM_CACHE_ROOT, default `~/.cache/vllm` (vllm/envs.py), and
+# triton, which runs the Gated DeltaNet layers of Qwen3.5/3.6 on Ascend, under TRITON_CACHE_DIR,
+# default `~/.triton/cache` (triton python/triton/runtime/cache.py, `default_cache_dir`): outside
+# `~/.cache`, so the env points it inside. vllm-ascend's images run as root (HOME=/root). Per
+# configured service, under the name it was created with: replicas of one model share their kernels,
+# and a renamed service keeps its cache. Clearing it costs one slower load: `rm -rf` the folder.
+CACHE_DIR_HOST = "/var/lib/ascend-fleet/cache"
+CACHE_DIR = "/root/.cache"
+CACHE_ENV = {"TRITON_CACHE_DIR": f"{CACHE_DIR}/triton"}
 CARDS_ENV = "ASCEND_FLEET_CARDS"
 HEALTH_URL_ENV = "ASCEND_FLEET_HEALTH_URL"
 START_WAIT_ENV = "ASCEND_FLEET_START_WAIT_SECONDS"
@@ -123,6 +134,10 @@ class ContainerSpec:
     log_driver: str = "json-file"
     metrics_port: int | None = None
     """A second published port, for Prometheus (a router's)."""
+    init: bool = True
+    """Docker's init (tini) runs as PID 1: vLLM, exec'd by the start gate, would otherwise be PID 1,
+    which never reaps orphans such as the gate's lock holder (docker run --init; the provider's `init`).
+    It forwards signals, so `docker stop` still reaches vLLM."""
 
     @property
     def ports(self) -> tuple[int, ...]:
@@ -151,6 +166,7 @@ class ContainerSpec:
             "logDriver": self.log_driver,
             "logOpts": dict(self.log_opts),
             "stopGraceSeconds": self.stop_grace_seconds,
+            "init": self.init,
             "startTimeoutSeconds": self.start_timeout_seconds,
             "healthcheck": {
                 "test": list(hc.test),
@@ -204,7 +220,7 @@ the diff reports the field's change, not the variable's again."""
 
 def _env_and_labels(stack: str, planned: ServicePlan, all_devices: bool) -> tuple[dict, dict]:
     s, a, name = planned.service, planned.assignment, planned.instance.original_name
-    env = dict(TUNING_ENV)
+    env = TUNING_ENV | CACHE_ENV
     if planned.resolved.ipc_mode == "host":
         # One /dev/shm for every service and the host: ATB's shared-memory names must not meet.
         env["ATB_SHARE_MEMORY_NAME_SUFFIX"] = f"_{name}"
@@ -248,6 +264,18 @@ HOST_MOUNTS = (
 )
 
 
+def created_on_host(source: str) -> bool:
+    """A mount source the host check creates rather than requires: the start gate's lock folder and
+    the compile caches (Docker refuses a bind mount whose source is missing)."""
+    return source == LOCK_DIR_HOST or source.startswith(CACHE_DIR_HOST + "/")
+
+
+def cache_dir(planned: ServicePlan) -> str:
+    """The host folder of the service's compile cache: one per configured service, by the name its
+    containers were created with (Docker names: `[a-z0-9-]`, safe in a path)."""
+    return f"{CACHE_DIR_HOST}/{planned.instance.service.original_name}"
+
+
 def container_spec(fleet: FleetConfig, planned: ServicePlan, *, shared: bool = False) -> ContainerSpec:
     """The container of `planned`. `shared`: one of its cards is used by another service too. Nothing
     about its neighbours reaches it: adding, removing or renaming one leaves this container as it is."""
@@ -257,7 +285,10 @@ def container_spec(fleet: FleetConfig, planned: ServicePlan, *, shared: bool = F
     env, labels = _env_and_labels(fleet.stack, planned, all_devices)
     cards = range(host.npus) if all_devices else a.cards
     device_files = tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES
-    mounts = (*HOST_MOUNTS, Mount(source=s.model, target=s.model), *r.mounts)
+    # A service that mounts its own cache there keeps it (Docker refuses two mounts on one target).
+    own_cache = any(m.target == CACHE_DIR for m in r.mounts)
+    cache = () if own_cache else (Mount(source=cache_dir(planned), target=CACHE_DIR, read_only=False),)
+    mounts = (*HOST_MOUNTS, Mount(source=s.model, target=s.model), *cache, *r.mounts)
     command = _gated(_command(planned), env, a.cards, a.api_port, r.start_timeout_seconds)
     reserved = ",".join(window_text(a.windows[k.key]) for k in KINDS if k.netns and k.key in a.windows)
     return ContainerSpec(

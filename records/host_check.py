@@ -23,7 +23,7 @@ import shlex
 from typing import Sequence
 
 from allocation.config import Host
-from records.containers import DRIVER_MOUNTS, LOCK_DIR_HOST, NPU_SMI, ContainerSpec
+from records.containers import DRIVER_MOUNTS, LOCK_DIR_HOST, NPU_SMI, ContainerSpec, created_on_host
 from records.host_requirements import DEVICE, cards_of, requirements
 from records.device_share import CHIP, HOLDERS, STATUS_KEY, UNSUPPORTED
 from allocation.plan import ServicePlan
@@ -40,29 +40,31 @@ SOCKET_RANGE_BOARDS = {"Atlas 800T A2": "800T A2", "Atlas 900 A2 PoD": "900 A2",
 Containers = Sequence[tuple[ServicePlan, ContainerSpec]]
 
 
-def _needs(containers: Containers) -> tuple[dict, dict, dict]:
+def _needs(containers: Containers) -> tuple[dict, dict, dict, dict]:
     """Paths the host's containers need -> the containers needing them (by the docker name, which
-    `docker ps` shows and a rename keeps, so a rename leaves the check as it was), by kind."""
+    `docker ps` shows and a rename keeps, so a rename leaves the check as it was), by kind: devices,
+    model folders, other mounts, and the compile caches the check creates."""
     devices: dict[str, list[str]] = {}
     models: dict[str, list[str]] = {}
     mounts: dict[str, list[str]] = {}
+    caches: dict[str, list[str]] = {}
     for ps, spec in containers:
         for path in spec.device_files:
             devices.setdefault(path, []).append(spec.name)
         for mount in spec.mounts:
             if mount.source in DRIVER_MOUNTS or mount.source == LOCK_DIR_HOST:
-                continue  # checked once, for every service
-            kind = models if mount.source == ps.service.model else mounts
+                continue  # checked, or created, once for every service
+            kind = caches if created_on_host(mount.source) else models if mount.source == ps.service.model else mounts
             kind.setdefault(mount.source, []).append(spec.name)
-    return devices, models, mounts
+    return devices, models, mounts, caches
 
 
 def _q(text: str) -> str:
     return shlex.quote(text)
 
 
-def _path_checks(needs: tuple[dict, dict, dict], root: str) -> list[str]:
-    devices, models, mounts = needs
+def _path_checks(needs: tuple[dict, dict, dict, dict], root: str) -> list[str]:
+    devices, models, mounts, caches = needs
     lines = []
     # The cards these containers use, not every card of the host: a dead card nobody uses must not
     # block a deploy. Only devices some container here uses are asked for, so a host without
@@ -72,11 +74,16 @@ def _path_checks(needs: tuple[dict, dict, dict], root: str) -> list[str]:
             continue
         why = f"used by {', '.join(devices[req.path])}" if req.what == DEVICE else "mounted read-only into every container"
         lines.append(f"{req.test(root + req.path)} || missing {_q(req.missing(root + req.path, why))}")
-    # The start gate's card locks (records.containers): the one thing the check creates, since every
-    # container mounts the folder and Docker refuses a bind mount whose source is missing.
+    # The start gate's card locks (records.containers): created, since every container mounts the
+    # folder and Docker refuses a bind mount whose source is missing.
     locks = root + LOCK_DIR_HOST
     text = f"cannot create the start gate's lock folder {locks}: create it once as root (install -d {locks})"
     lines.append(f"mkdir -p {_q(locks)} 2>/dev/null || missing {_q(text)}")
+    # The compile caches (records.containers.cache_dir): created, never required, so a new service
+    # finds its own empty one.
+    for path in sorted(caches):
+        text = f"cannot create the compile cache {root + path} (used by {', '.join(caches[path])}): create it as root"
+        lines.append(f"mkdir -p {_q(root + path)} 2>/dev/null || missing {_q(text)}")
     npu_smi = root + NPU_SMI
     lines.append(f"[ ! -e {_q(npu_smi)} ] || [ -x {_q(npu_smi)} ] || missing {_q(f'{npu_smi} is not executable')}")
     for path in sorted(models):
@@ -169,7 +176,7 @@ def host_check_script(host: Host, containers: Containers, *, shared_cards: Seque
     exit 1 with one readable paragraph on stderr listing every missing piece. `shared_cards`:
     cards to be put into device-share mode, whose support is checked."""
     needs = _needs(containers)
-    devices, models, mounts = needs
+    devices, models, mounts, _ = needs
     count = len(containers)
     header = f"ascend-fleet: host {host.name} ({host.address}) cannot run its {count} planned service(s):"
     advice = (

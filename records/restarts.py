@@ -6,8 +6,8 @@ pulumi-docker 5.2.0 wraps) marks every `docker_container` attribute `ForceNew` e
 (internal/provider/resource_docker_container.go: `restart`, `max_retry_count`, `wait`,
 `wait_timeout`, `must_run`, `destroy_grace_seconds`, `healthcheck`, the memory and cpu limits...):
 a change to any other attribute deletes the container and creates a new one. The program adds one
-rule of its own: a changed health check replaces the container (`replace_on_changes`), because the
-provider's update never applies it to a running container. `plan --against`, the README's table
+rule of its own: a changed health check or init replaces the container (`replace_on_changes`),
+because the provider's update never applies either to a running container. `plan --against`, the README's table
 and the tests all read this one table. Pure.
 """
 
@@ -26,6 +26,9 @@ class Input:
     """The `docker_container` attributes it becomes."""
     recreates: bool
     """A change deletes the container and creates a new one; False: updated in place."""
+    absent: Any = None
+    """What a plan written before the key existed meant by leaving it out (None: unknown there, so
+    not compared), e.g. no init process before `init`."""
 
 
 INPUTS = (
@@ -45,6 +48,7 @@ INPUTS = (
     Input("logOpts", ("log_opts",), True),
     Input("stopGraceSeconds", ("stop_timeout", "destroy_grace_seconds"), True),
     Input("healthcheck", ("healthcheck",), True),
+    Input("init", ("init",), True, absent=False),  # replaced by the program, as `healthcheck`
     Input("startTimeoutSeconds", ("wait_timeout",), False),
     Input("restart", ("restart",), False),
 )
@@ -57,13 +61,14 @@ RETIRED_KEYS = {"extraHosts": Input("extraHosts", ("host",), True)}
 
 def changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """The container keys whose change re-creates the container, and those updated in place. A key
-    an older plan did not print is unknown there, not changed."""
+    an older plan did not print is unknown there, not changed, unless its absence had a meaning."""
     recreate, in_place = [], []
-    for key in old:
+    for key in [*old, *(k for k in new if k not in old)]:
         known = BY_KEY.get(key) or RETIRED_KEYS.get(key)
-        if known is None or old.get(key) == new.get(key):
+        if known is None or (key not in old and known.absent is None):
             continue
-        (recreate if known.recreates else in_place).append(key)
+        if old.get(key, known.absent) != new.get(key, known.absent):
+            (recreate if known.recreates else in_place).append(key)
     return recreate, in_place
 
 

@@ -127,7 +127,9 @@ FORCE_NEW = frozenset({
     "name", "image", "command", "env", "privileged", "devices", "mounts", "ports", "host", "labels",
     "shm_size", "log_driver", "log_opts", "sysctls", "ipc_mode", "stop_timeout",
 })  # fmt: skip
-UPDATED_IN_PLACE = frozenset({"restart", "wait", "wait_timeout", "must_run", "destroy_grace_seconds", "healthcheck"})
+# `init` is Optional and Computed, not ForceNew, and the update never applies it (schema: "Configured
+# whether an init process should be injected"): the program replaces on its change, as for healthcheck.
+UPDATED_IN_PLACE = frozenset({"restart", "wait", "wait_timeout", "must_run", "destroy_grace_seconds", "healthcheck", "init"})
 # pulumi-docker's Python input names that differ from the Terraform attribute (sdk/python
 # pulumi_docker/container.py: `envs` is `env`, `hosts` is `host`); the rest are camelCase of it.
 PULUMI_NAMES = {"envs": "env", "hosts": "host"}

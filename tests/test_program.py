@@ -186,11 +186,13 @@ def test_the_prod_seed_containers_get_exactly_their_cards_ports_and_command():
         return [{"hostPath": f"/dev/davinci{i}", "containerPath": f"/dev/davinci{i}", "permissions": "rwm"}
                 for i in ids] + control  # fmt: skip
 
-    def mounts(model):
+    def mounts(model, name):
         return [
             *({"type": "bind", "source": p, "target": p, "readOnly": True} for p in DRIVER_MOUNTS),
             {"type": "bind", "source": LOCK_DIR_HOST, "target": LOCK_DIR, "readOnly": False},
             {"type": "bind", "source": model, "target": model, "readOnly": True},
+            # Its own compile cache, by its name (records.containers.cache_dir).
+            {"type": "bind", "source": f"/var/lib/ascend-fleet/cache/{name}", "target": "/root/.cache", "readOnly": False},
         ]
 
     qwen_args = ["--quantization", "ascend", "--trust-remote-code", "--no-enable-prefix-caching"]
@@ -206,7 +208,8 @@ def test_the_prod_seed_containers_get_exactly_their_cards_ports_and_command():
     for name, (devices, port, visible, extra, model, tp, fraction) in expected.items():
         inputs, a = containers[name], assignment[name]
         assert inputs["devices"] == devices
-        assert inputs["mounts"] == mounts(model)
+        assert inputs["mounts"] == mounts(model, name)
+        assert inputs["init"] is True  # an init reaps the start gate's holder
         assert inputs["ports"] == [{"internal": port, "external": port, "ip": "0.0.0.0", "protocol": "tcp"}]
         # Every container runs behind the same start gate (card locks), neighbours or not.
         gate = ["sh", "-c", START_GATE, START_GATE_NAME]

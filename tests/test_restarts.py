@@ -22,7 +22,7 @@ from tests.provider_readback import FORCE_NEW, UPDATED_IN_PLACE, attribute
 from tests.test_program import stack_run
 
 REPO = Path(__file__).resolve().parents[1]
-PROGRAM_REPLACES = {"healthcheck"}  # components/model_service.py: replace_on_changes
+PROGRAM_REPLACES = {"healthcheck", "init"}  # components/model_service.py: replace_on_changes
 
 
 @pytest.mark.parametrize("item", INPUTS, ids=lambda i: i.key)
@@ -82,6 +82,7 @@ OTHER = {
     "log_opts": MappingProxyType({"max-size": "200m"}),
     "log_driver": "local",
     "metrics_port": 9100,
+    "init": False,
 }
 
 
