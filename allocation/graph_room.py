@@ -19,8 +19,9 @@ name order on the card, as `_running_totals` and records/start_order.py take it)
 A start fails when the card has less free than the fraction (vLLM refuses) or than the fraction and
 graphs (the capture runs out of memory: vllm-ascend issue 5650, "Failed to apply for memory" on a
 shared NPU). The deploy order and its reverse are checked: a service restarted while the others run
-starts last. Before 0.15 a later service's fraction is the running total (`_running_totals`): such
-cards are left to it.
+starts last. Before 0.18 a later service counts the others' memory against its own fraction or KV
+cache (vllm-ascend issue 7308, `_running_totals`), so it holds less than its fraction: cards with
+such a service are left to `_running_totals`.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def graph_room(host: Host, services: Sequence[ServicePlan]) -> Outcome[None]:
     for card in sorted({c for ps in services for c in ps.assignment.cards}):
         here = sorted((ps for ps in services if card in ps.assignment.cards), key=lambda ps: ps.name)
         versions = [ps.resolved.vllm_ascend_version for ps in here]
-        if len(here) < 2 or any(v is not None and v < (0, 15) for v in versions):
+        if len(here) < 2 or any(v is not None and v < (0, 18) for v in versions):
             continue
         key = tuple(ps.name for ps in here)
         groups.setdefault(key, []).append(card)

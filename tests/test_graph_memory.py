@@ -117,9 +117,9 @@ def test_an_enforce_eager_service_counts_no_graphs():
     assert "hold 61.87 GiB" in warning
 
 
-def test_a_card_shared_with_a_version_before_0_15_is_left_to_the_running_totals():
+def test_a_card_shared_with_a_version_before_0_18_is_left_to_the_running_totals():
     f = fleet([host("npu-a")], [service("a", 1, 0.5, host="npu-a", devices=[0]),
-                                service("b", 1, 0.45, host="npu-a", devices=[0], vllmAscendVersion="0.14.0")],
+                                service("b", 1, 0.45, host="npu-a", devices=[0], vllmAscendVersion="0.17.0")],
               defaults={"graphMemoryGiB": 2})  # fmt: skip
     assert graph_warnings(f) == []
 
