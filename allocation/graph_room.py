@@ -16,8 +16,8 @@ name order on the card, as `_running_totals` and records/start_order.py take it)
   Pooling models capture graphs too: vLLM-Ascend's own bge-m3 test runs it with ACL graphs
   (`tests/e2e/singlecard/pooling/test_embedding.py` `test_bge_m3_correctness`).
 
-A start fails when the card has less free than the fraction (vLLM refuses) or than the fraction and
-graphs (the capture runs out of memory: vllm-ascend issue 5650, "Failed to apply for memory" on a
+A start fails when the card has less free than the fraction (vLLM refuses) or than what the service
+then holds with its graphs (the capture runs out of memory: vllm-ascend issue 5650, "Failed to apply for memory" on a
 shared NPU). The deploy order and its reverse are checked: a service restarted while the others run
 starts last. Before 0.18 a later service counts the others' memory against its own fraction or KV
 cache (vllm-ascend issue 7308, `_running_totals`), so it holds less than its fraction: cards with

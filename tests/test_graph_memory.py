@@ -105,6 +105,22 @@ def test_the_start_order_can_hold_where_the_reverse_fails_at_vllms_free_memory_c
     ]
 
 
+def test_a_start_order_that_fails_says_the_reverse_would_hold():
+    # The same card with the encoder named to start last: name order fails, its reverse holds.
+    f = fleet([host("npu-a")], [
+        service("z-bge", 1, 0.1, host="npu-a", devices=[0], profile=BGE, graphMemoryGiB=0.5),
+        service("qwen-vl", 4, 0.85, host="npu-a", devices=[0, 1, 2, 3], maxModelLen=25000, profile=QWEN,
+                graphMemoryGiB=3.5),
+    ])  # fmt: skip
+    [warning] = graph_warnings(f)
+    assert (
+        "In the start order (name order on the card): after qwen-vl (55.31 GiB), z-bge finds 5.64 GiB free and "
+        "needs 6.10 GiB (memoryFraction 0.1): vLLM refuses to start (\"Free memory on device ... is less than "
+        "desired GPU memory utilization\"). The reverse order holds: after z-bge (5.56 GiB), qwen-vl finds 55.40 "
+        "GiB free and needs 51.81 GiB to start, 55.31 GiB with its NPU graphs. Lower a memoryFraction"
+    ) in warning
+
+
 def test_a_card_with_room_for_every_graph_gets_no_warning():
     assert graph_warnings(seed(defaults={"graphMemoryGiB": 1})) == []
 
