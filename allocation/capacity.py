@@ -15,7 +15,8 @@ The arithmetic vLLM(-Ascend) does at start, per tensor-parallel rank (one card):
   version and the service's `args` (block size 16 or 128; Gated DeltaNet hybrids' padded pages).
 
 NPU graphs are captured after the cache is allocated (vllm-ascend@v0.20.2rc1 `worker/worker.py`
-`compile_or_warm_up_model` l. 508), outside the fraction: the per-card budget leaves room for them.
+`compile_or_warm_up_model` l. 508), outside the fraction: `allocation.graph_room` checks that the
+services of a shared card have room for them (`graphMemoryGiB`).
 Weights are taken as split evenly over the ranks; the overhead is one allowance per card
 (`runtimeOverheadGiB`), chosen from published startup logs so that the plan errs on the safe side.
 """

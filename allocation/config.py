@@ -33,6 +33,7 @@ from allocation.config_errors import field_aliases, suggest, unknown_keys, valid
 from allocation.errors import ConfigError, listing
 from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word
 from allocation.defaults import (
+    DEFAULT_GRAPH_MEMORY_GIB,
     DEFAULT_IMAGE,
     DEFAULT_IPC_MODE,
     DEFAULT_RESTART,
@@ -308,6 +309,14 @@ class ContainerSettings(Model):
     It decides the KV cache layout the capacity check computes, and what a later service on a shared
     card gets: before 0.15 the running total of the fractions there, until 0.18 a warning that the
     others' memory comes off its KV cache."""
+    graph_memory_gi_b: Decimal | None = Field(
+        default=None, ge=0, le=1024, alias="graphMemoryGiB",
+        description="Per-card GiB of the NPU graph pool vLLM-Ascend captures after the KV cache, outside "
+        "`memoryFraction` (vllm-ascend@v0.20.2rc1 `worker/worker.py` `compile_or_warm_up_model`); the shared-card "
+        "check counts it unless `args` has `--enforce-eager`. Set it to what the startup log reports "
+        f"(\"... GiB for NPU graph memory\"). Default {DEFAULT_GRAPH_MEMORY_GIB} (no size is published for a 27B "
+        "model; see the README).",
+    )  # fmt: skip
     stop_grace_seconds: int | None = Field(
         default=None, ge=0, le=3600,
         description="How long `docker stop`, a replacement or a destroy waits after SIGTERM before SIGKILL, so vLLM "

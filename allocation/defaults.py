@@ -4,6 +4,7 @@ The config reference (allocation/config.py field descriptions) states them and t
 (allocation/resolved.py) applies them, both from here.
 """
 
+from decimal import Decimal
 from types import MappingProxyType
 
 DEFAULT_IMAGE = "quay.io/ascend/vllm-ascend:v0.20.2rc1"
@@ -15,3 +16,8 @@ DEFAULT_IPC_MODE = "private"
 LOG_OPTS = MappingProxyType({"max-size": "100m", "max-file": "5"})
 REQUEST_TIMEOUT_SECONDS = 3600
 """A router's bound on one request (`router.requestTimeoutSeconds`): long contexts take long."""
+DEFAULT_GRAPH_MEMORY_GIB = Decimal("2.5")
+"""Per-card NPU graph pool a service captures outside its fraction (`graphMemoryGiB`). No size is
+published for a 64-layer model: the largest published, 0.68 GiB for the 27-layer DeepSeek-V2-Lite-W8A8
+with the 1.5x vLLM-Ascend's own test allows (vllm-ascend@v0.20.2rc1 `tests/e2e/singlecard/
+test_aclgraph_mem.py`), scaled to 64 layers (ACL graphs are captured per layer and size) is 2.42 GiB."""

@@ -14,6 +14,7 @@ from decimal import Decimal
 from allocation.capacity import auto_fraction, gib, runtime_total, size_service
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service
 from allocation.errors import AllocationError, listing
+from allocation.graph_room import graph_room
 from allocation.instance import Instance, instances
 from allocation.outcome import Outcome, T
 from allocation.placement import Placer
@@ -92,6 +93,7 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
             # An instance `auto` found no fraction for is sized at the least one: its problem says so already.
             planned.append(ServicePlan(i, a, kept(replace(sized, problems=()) if i.name in unsized else sized)))
         planned = kept(_running_totals(host, planned))
+        kept(graph_room(host, planned))
         host_plans.append(HostPlan(host=host, budget=fleet.budget(host), services=tuple(planned)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")

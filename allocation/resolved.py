@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
 from allocation.defaults import (
+    DEFAULT_GRAPH_MEMORY_GIB,
     DEFAULT_IMAGE,
     DEFAULT_IPC_MODE,
     DEFAULT_RESTART,
@@ -48,6 +50,16 @@ class Resolved:
     stop_grace_seconds: int
     restart: str
     log_opts: Mapping[str, str]
+    graph_memory_gi_b: Decimal
+    """Per-card NPU graph pool, outside the fraction (`graphMemoryGiB`)."""
+
+    @property
+    def captures_graphs(self) -> bool:
+        """vLLM-Ascend captures NPU graphs unless `--enforce-eager` (the last of it and
+        `--no-enforce-eager` in `args` wins, as argparse's): vllm-ascend@v0.20.2rc1 `worker/worker.py`
+        l. 507 `if not self.model_config.enforce_eager: ... capture_model()`."""
+        flags = [a for a in self.args if a in ("--enforce-eager", "--no-enforce-eager")]
+        return not flags or flags[-1] == "--no-enforce-eager"
 
 
 def resolve(service: ContainerSettings, defaults: ContainerSettings) -> Resolved:
@@ -68,6 +80,7 @@ def resolve(service: ContainerSettings, defaults: ContainerSettings) -> Resolved
         stop_grace_seconds=_first(s.stop_grace_seconds, d.stop_grace_seconds, DEFAULT_STOP_GRACE_SECONDS),
         restart=s.restart or d.restart or DEFAULT_RESTART,
         log_opts=MappingProxyType(dict(s.log_opts or d.log_opts or LOG_OPTS)),
+        graph_memory_gi_b=_first(s.graph_memory_gi_b, d.graph_memory_gi_b, DEFAULT_GRAPH_MEMORY_GIB),
     )
 
 

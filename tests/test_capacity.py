@@ -289,7 +289,8 @@ def test_the_token_count_matches_a_published_startup_log():
 
 
 def shared_card(image: str | None = None, **extra):
-    defaults = {"image": image} if image else {}
+    # No graph allowance: these tests are about the fractions; the graphs' room is tests/test_graph_memory.py's.
+    defaults = {"graphMemoryGiB": 0, **({"image": image} if image else {})}
     services = [service("alpha", 1, 0.1, devices=[0]), service("beta", 4, 0.85, devices=[0, 1, 2, 3]),
                 service("gamma", 4, 0.9, devices=[4, 5, 6, 7])]  # fmt: skip
     return fleet([host("npu-a")], services, defaults=defaults, **extra)
@@ -313,7 +314,8 @@ def sized_shared_card(image: str, fraction: float = 0.85):
     profile = {"weightBytes": 30 * GIB, **QWEN3}
     services = [service("alpha", 1, 0.1, devices=[0]),
                 service("beta", 4, fraction, devices=[0, 1, 2, 3], profile=profile, maxModelLen=32768)]  # fmt: skip
-    return fleet([host("npu-a")], services, defaults={"image": image})
+    # No graph allowance: these tests are about the fractions; the graphs' room is tests/test_graph_memory.py's.
+    return fleet([host("npu-a")], services, defaults={"image": image, "graphMemoryGiB": 0})
 
 
 @pytest.mark.parametrize("image", ["quay.io/ascend/vllm-ascend:v0.15.0rc1", "quay.io/ascend/vllm-ascend:v0.17.0rc1"])

@@ -40,7 +40,7 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
             }
         )
     routers = [rd.plan.to_json() | {"endpoint": rd.endpoint, "container": rd.spec.to_json()} for rd in deployment.routers]
-    return {"stack": deployment.stack, "hosts": hosts, "routers": routers}
+    return {"stack": deployment.stack, "hosts": hosts, "routers": routers, "warnings": list(deployment.plan.warnings)}
 
 
 def _window_cell(kind: WindowKind, window: PortWindow | None) -> str:
@@ -173,5 +173,10 @@ def render_plan(deployment: Deployment, fmt: str) -> str:
         rows = [[r.service.name, r.host_name, *p, ", ".join(r.replicas)] for r, p in zip(plan.routers, ports)]
         table = (["service", "router host", *(k.column for k in ROUTER_KINDS), "replicas"], rows)
         parts += ["### Routers", _md_table(*table)] if fmt == "markdown" else ["routers", _text_table(*table)]
+    if plan.warnings:
+        if fmt == "markdown":
+            parts += ["### Warnings", "\n".join(f"- {markdown.text(w)}" for w in plan.warnings)]
+        else:
+            parts += ["warnings", "\n".join(f"  warning: {w}" for w in plan.warnings)]
     return "\n\n".join(parts)
 

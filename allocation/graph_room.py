@@ -1,0 +1,154 @@
+"""Room for NPU graphs on shared cards: do the services on a card all start, in start order? Pure.
+
+vLLM-Ascend sizes a service's KV cache to fill `fraction x total` and captures its NPU (ACL) graph
+pool afterwards, outside the fraction (vllm-ascend@v0.20.2rc1 `worker/worker.py`
+`compile_or_warm_up_model` l. 506-508, which logs "... GiB for NPU graph memory", PR 8289). At start
+each service asks to find its whole fraction free (`_init_device` l. 274: "Free memory on device ...
+is less than desired GPU memory utilization"). So, per card, in start order (the deploy-time rank:
+name order on the card, as `_running_totals` and records/start_order.py take it):
+
+- a service holds its fraction once started, the KV cache filling what weights and the runtime
+  overhead leave; an encoder-only model allocates no KV cache (vllm-ascend@v0.20.2rc1
+  `worker/model_runner_v1.py` `get_kv_cache_spec`: "Skip modules that don't need KV cache (eg
+  encoder-only attention)"), so it holds its weights plus `runtimeOverheadGiB`, the activation peak
+  and non-torch memory the capacity check models inside the fraction;
+- plus its graph pool, `graphMemoryGiB`, unless `--enforce-eager` (`Resolved.captures_graphs`).
+  Pooling models capture graphs too: vLLM-Ascend's own bge-m3 test runs it with ACL graphs
+  (`tests/e2e/singlecard/pooling/test_embedding.py` `test_bge_m3_correctness`).
+
+A start fails when the card has less free than the fraction (vLLM refuses) or than what the service
+then holds with its graphs (the capture runs out of memory: vllm-ascend issue 5650, "Failed to apply for memory" on a
+shared NPU). The deploy order and its reverse are checked: a service restarted while the others run
+starts last. Before 0.18 a later service counts the others' memory against its own fraction or KV
+cache (vllm-ascend issue 7308, `_running_totals`), so it holds less than its fraction: cards with
+such a service are left to `_running_totals`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Sequence
+
+from allocation.capacity import GIB, gib, runtime_total
+from allocation.config import Host
+from allocation.outcome import Outcome
+from allocation.plan import ServicePlan
+
+ADVICE = (
+    "Lower a memoryFraction there, set graphMemoryGiB to what each service's startup log reports "
+    '("... GiB for NPU graph memory"), or add --enforce-eager to a service\'s args'
+)
+REFUSED = '"Free memory on device ... is less than desired GPU memory utilization"'
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One service on one card: what vLLM asks to find free at its start, and what it then holds."""
+
+    name: str
+    fraction: Decimal
+    ask: int
+    """memoryFraction x the card's total."""
+    held: int
+    """What it holds before its graphs: `ask`, or an encoder's weights and runtime overhead."""
+    graph: int
+    why: str
+    """Where `held` comes from, in words."""
+
+    @property
+    def total(self) -> int:
+        return self.held + self.graph
+
+    def words(self) -> str:
+        graph = f" + graph {gib(self.graph)} GiB" if self.graph else ", no graphs (--enforce-eager)"
+        return f"{self.name} {gib(self.held)} GiB ({self.why}){graph}"
+
+
+def tenant(ps: ServicePlan, total: int) -> Tenant:
+    fraction, ask = ps.memory_fraction, int(ps.memory_fraction * total)
+    graph = int(ps.resolved.graph_memory_gi_b * GIB) if ps.resolved.captures_graphs else 0
+    cap = ps.capacity
+    if cap is not None and cap.encoder:
+        held = cap.weight_bytes_per_card + cap.overhead_bytes
+        why = f"no KV cache: {gib(cap.weight_bytes_per_card)} GiB weights + {gib(cap.overhead_bytes)} GiB runtime overhead"
+        return Tenant(ps.name, fraction, ask, held, graph, why)
+    return Tenant(ps.name, fraction, ask, ask, graph, f"memoryFraction {fraction}")
+
+
+def _after(order: Sequence[Tenant]) -> str:
+    return f"after {', '.join(f'{p.name} ({gib(p.total)} GiB)' for p in order)}, " if order else ""
+
+
+def first_failure(order: Sequence[Tenant], total: int) -> str | None:
+    """The first start of `order` that fails, in words; None when every one starts."""
+    free = total
+    for i, t in enumerate(order):
+        if free < t.ask:
+            return (
+                f"{_after(order[:i])}{t.name} finds {gib(free)} GiB free and needs {gib(t.ask)} GiB (memoryFraction "
+                f"{t.fraction}): vLLM refuses to start ({REFUSED})"
+            )
+        if free < t.total:
+            return (
+                f"{_after(order[:i])}{t.name} finds {gib(free)} GiB free: it starts (needs {gib(t.ask)} GiB) but its "
+                f"graph capture runs out of memory (needs {gib(t.total)} GiB, {gib(t.total - free)} GiB short)"
+            )
+        free -= t.total
+    return None
+
+
+def _last_start(order: Sequence[Tenant], total: int) -> str:
+    """How the last start of an order that holds finds the card."""
+    last, free = order[-1], total - sum(t.total for t in order[:-1])
+    return (
+        f"{_after(order[:-1])}{last.name} finds {gib(free)} GiB free and needs {gib(last.ask)} GiB to start, "
+        f"{gib(last.total)} GiB with its NPU graphs"
+    )
+
+
+def card_warning(where: str, order: Sequence[Tenant], total: int) -> str | None:
+    """The warning for the services of a card in start order; None when both orders start."""
+    forward, reverse = first_failure(order, total), first_failure(order[::-1], total)
+    if forward is None and reverse is None:
+        return None
+    held = sum(t.total for t in order)
+    services = ", ".join(t.words() for t in order)
+    if forward is None:
+        return (
+            f"{where}: the start order (name order on the card) holds: {_last_start(order, total)}. The reverse "
+            f"order fails: {reverse}. Its services: {services}, of the card's {gib(total)} GiB. A restart of a "
+            "service while the others run starts it last: keep the start gate's order, or lower a memoryFraction there"
+        )
+    other = "fails too" if reverse is not None else "holds"
+    return (
+        f"{where}: its services hold {gib(held)} GiB of the card's {gib(total)} GiB once started, their NPU graphs "
+        f"(captured after the KV cache, outside memoryFraction) included: {services}. In the start order (name "
+        f"order on the card): {forward}. The reverse order {other}"
+        + (f": {reverse}" if reverse else f": {_last_start(order[::-1], total)}")
+        + f". {ADVICE}"
+    )
+
+
+def graph_room(host: Host, services: Sequence[ServicePlan]) -> Outcome[None]:
+    """A warning for each group of shared cards (the same services, in name order) whose services do not
+    all start, with their graphs, in start order or in its reverse."""
+    total = runtime_total(host)
+    if total is None:
+        return Outcome(None)  # the capacity check has said so
+    groups: dict[tuple[str, ...], list[int]] = {}
+    on_card: dict[tuple[str, ...], list[ServicePlan]] = {}
+    for card in sorted({c for ps in services for c in ps.assignment.cards}):
+        here = sorted((ps for ps in services if card in ps.assignment.cards), key=lambda ps: ps.name)
+        versions = [ps.resolved.vllm_ascend_version for ps in here]
+        if len(here) < 2 or any(v is not None and v < (0, 18) for v in versions):
+            continue
+        key = tuple(ps.name for ps in here)
+        groups.setdefault(key, []).append(card)
+        on_card[key] = here
+    notes = []
+    for key, cards in groups.items():
+        where = f"host {host.name} card{'s' if len(cards) > 1 else ''} {','.join(map(str, cards))}"
+        note = card_warning(where, [tenant(ps, total) for ps in on_card[key]], total)
+        notes += [note] if note else []
+    return Outcome(None, warnings=tuple(notes))
