@@ -7,9 +7,10 @@ each `_judge` function then looks for one kind of finding in that view.
 - `missing`, `stopped`, `restarting`, `unhealthy`: the planned container (found
   by its name, the service name) is absent, not running, restarting, or running
   with health `unhealthy`. A container still `starting` is not a finding.
-- `drift`: the live container differs from its spec in image, an env variable
-  the spec sets (variables the image adds are ignored), the device files,
-  privileged mode, the published ports or an `ascend-fleet.*` label.
+- `drift`: the live container differs from its record in any field Docker
+  keeps (`ops.doctor.drift`: command, env the plan sets, image, devices, mounts,
+  ports, labels the plan sets, privileged, ipc mode, shm size, restart policy,
+  sysctls, log driver and options, stop timeout, health check).
 - `foreign-card`: an active container outside the plan has a planned card's
   `/dev/davinciN` (or is privileged, so sees every card); or `npu-smi` lists a
   process on a planned card whose host PID belongs to no container planned on
@@ -34,7 +35,7 @@ networking, which the plan does not use).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal, Mapping
+from typing import Any, Literal, Mapping
 
 from records.containers import ContainerSpec
 from records.deployment import HostDeployment
@@ -42,6 +43,7 @@ from records.device_share import STATUS_KEY, UNIT
 from records.host_requirements import Requirement, cards_of, requirements
 from allocation.windows import NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
 from ops.bounded_json import excerpt, loads
+from ops.doctor.drift import differences
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
 
 Kind = Literal[
@@ -147,15 +149,6 @@ def _overlap(a: PortWindow, b: PortWindow) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def _image_ref(image: str) -> str:
-    """`docker.io/library/x:latest` and `x` name the same image."""
-    ref = image.removeprefix("docker.io/").removeprefix("library/")
-    last = ref.rsplit("/", 1)[-1]
-    if ":" not in last and "@" not in last:
-        ref += ":latest"
-    return ref
-
-
 def required(hd: HostDeployment) -> tuple[Requirement, ...]:
     """What doctor asks of a host: the requirements of every configured card, used or not, since
     it judges the host as configured (the host check asks only for the cards its containers use)."""
@@ -207,45 +200,11 @@ def _judge_state(view: HostView) -> list[Finding]:
     return out
 
 
-def _differences(spec: ContainerSpec, live: LiveContainer) -> list[tuple[str, str, str]]:
-    """(key, planned, live) for everything doctor compares."""
-    out = []
-    if _image_ref(spec.image) != _image_ref(live.image):
-        out.append(("image", spec.image, live.image))
-    for key, value in spec.env.items():
-        if live.env.get(key) != value:
-            out.append((f"env {key}", value, live.env.get(key, "(unset)")))
-    planned, actual = set(spec.device_files), set(live.device_files)
-    if planned != actual:
-        extra, lacking = sorted(actual - planned), sorted(planned - actual)
-        what = "; ".join(filter(None, (extra and f"extra {', '.join(extra)}", lacking and f"lacking {', '.join(lacking)}")))
-        out.append(("devices", ",".join(sorted(planned)), f"{','.join(sorted(actual)) or '(none)'} ({what})"))
-    if spec.privileged != live.privileged:
-        out.append(("privileged", str(spec.privileged).lower(), str(live.privileged).lower()))
-    if spec.ipc_mode != live.ipc_mode:
-        out.append(("ipc mode", spec.ipc_mode, live.ipc_mode or "(unset)"))
-    for key, value in spec.sysctls.items():
-        if live.sysctls.get(key) != value:
-            out.append((f"sysctl {key}", value, live.sysctls.get(key, "(unset)")))
-    if dict(spec.log_opts) != dict(live.log_opts):
-        # Keys dockerd added from daemon.json make the provider replace the container on every up.
-        show: Callable[[Mapping[str, str]], str] = lambda opts: ",".join(f"{k}={v}" for k, v in sorted(opts.items()))  # noqa: E731
-        out.append(("log options", show(spec.log_opts), show(live.log_opts) or "(none)"))
-    ports = {(port, port) for port in spec.ports}
-    if ports != set(live.published):
-        show: Callable[[Iterable[tuple[int, int]]], str] = lambda ps: ", ".join(f"{h}->{c}" for h, c in sorted(ps)) or "(none)"  # noqa: E731
-        out.append(("published ports", show(ports), show(live.published)))
-    for key, value in spec.labels.items():
-        if live.labels.get(key) != value:
-            out.append((f"label {key}", value or '""', live.labels.get(key, "(unset)") or '""'))
-    return out
-
-
 def _judge_drift(view: HostView) -> list[Finding]:
     out = []
     for name, spec, _ in planned(view.hd):
         live = view.live.get(name)
-        for key, want, actual in _differences(spec, live) if live is not None else ():
+        for key, want, actual in differences(spec, live) if live is not None else ():
             text = f"container {name}: {key}: {want} (plan) != {actual} (live)"
             out.append(Finding("drift", text, service=name, container=live.name, key=key))
     return out
