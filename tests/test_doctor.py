@@ -495,9 +495,50 @@ def test_an_unplanned_container_without_hccl_range_uses_the_default_port_16666(p
     assert "default 16666" in found[-1].message
 
 
-def test_a_stopped_unplanned_container_holds_nothing(plan):
-    stray = inspect_of(spec_of(plan, "alpha"), cid="old-id", pid=0, name="old", labels={}, status="exited", health=None)
+@pytest.mark.parametrize("restart", ["no", "", "unless-stopped", "on-failure"])
+def test_a_stopped_unplanned_container_docker_would_not_start_again_holds_nothing(plan, restart):
+    """Docker's docs (start-containers-automatically): `unless-stopped` stays stopped "even after Docker
+    daemon restarts"; `on-failure` "doesn't restart the container if the daemon restarts"."""
+    stray = inspect_of(spec_of(plan, "alpha"), cid="old-id", pid=0, name="old", labels={}, status="exited", health=None,
+                       restart=restart, privileged=True)  # fmt: skip
     assert findings(plan, with_container(clean_facts(plan), stray)) == []
+
+
+def seed_container(plan, name: str, status: str, port: int) -> dict[str, Any]:
+    """A container of the original docker-compose deployment: `restart: always`, privileged, every card."""
+    return inspect_of(
+        spec_of(plan, "alpha"), cid=f"{name}-id", pid=0 if status == "exited" else 7000, name=name, labels={},
+        status=status, health=None, restart="always", privileged=True,
+        devices=[f"/dev/davinci{c}" for c in range(8)], ports={f"{port}/tcp": [{"HostIp": "", "HostPort": str(port)}]},
+        env={"HCCL_NPU_SOCKET_PORT_RANGE": "40000-40010"},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("status", ["exited", "created"])
+def test_a_stopped_container_outside_the_plan_that_restart_always_brings_back_is_foreign_with_the_fix_that_lasts(plan, status):
+    """Stopped by hand, an `always` container is "restarted only when Docker daemon restarts": after a reboot
+    it takes the cards again (docs.docker.com/engine/containers/start-containers-automatically/)."""
+    facts = with_container(clean_facts(plan), seed_container(plan, "model-text", status, 8001))
+    found = findings(plan, facts)
+    assert [(f.kind, f.container) for f in found] == [("foreign-card", "model-text"), ("foreign-port", "model-text")]
+    for f in found:
+        assert f"container model-text (not in the plan; {status}, restart policy always:" in f.message
+        assert "`docker update --restart=no model-text && docker stop model-text` (or `docker rm -f model-text`)" in f.message
+    assert "publishes port 8001" in found[1].message and found[1].port == 8001 and found[1].service == "beta"
+
+
+def test_a_running_container_outside_the_plan_names_its_state_restart_policy_and_the_fix(plan):
+    facts = with_container(clean_facts(plan), seed_container(plan, "model-emb-vl", "running", 7007), {7000})
+    [found] = findings(plan, facts)
+    assert (found.kind, found.container) == ("foreign-card", "model-emb-vl")
+    assert "(not in the plan; running, restart policy always" in found.message
+    assert "docker update --restart=no model-emb-vl && docker stop model-emb-vl" in found.message
+
+
+def test_the_fix_quotes_a_container_name_for_the_shell(plan):
+    stray = seed_container(plan, "x;reboot", "exited", 7007)
+    [found] = findings(plan, with_container(clean_facts(plan), stray))
+    assert "docker update --restart=no 'x;reboot' && docker stop 'x;reboot'" in found.message
 
 
 # ---- the host -------------------------------------------------------------

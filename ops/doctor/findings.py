@@ -11,15 +11,16 @@ each `_judge` function then looks for one kind of finding in that view.
   keeps (`ops.doctor.drift`: command, env the plan sets, image, devices, mounts,
   ports, labels the plan sets, privileged, ipc mode, shm size, restart policy,
   sysctls, log driver and options, stop timeout, health check).
-- `foreign-card`: an active container outside the plan has a planned card's
+- `foreign-card`: a container outside the plan that runs, or is stopped but
+  comes back when the daemon restarts (restart policy `always`), has a planned card's
   `/dev/davinciN` (or is privileged, so sees every card); or `npu-smi` lists a
   process on a planned card whose host PID belongs to no container planned on
   that card (`docker top` PIDs count, so `docker exec` in the planned container
   is its own).
 - `foreign-port`: a listener in the host's network namespace (`ss -ltnp`) inside
   a planned window that is not the service's own (a `docker-proxy` listener
-  belongs to the container publishing the port); a foreign container publishing
-  a port in a planned window; a foreign container on a planned card whose
+  belongs to the container publishing the port); a foreign container (running or
+  coming back) publishing a port in a planned window; a foreign container on a planned card whose
   HCCL NPU socket range (HCCL's default port when unset) overlaps the planned one.
 - `host`: Docker not answering; a path of the host requirements table missing
   for any configured card (device files, the driver paths every container
@@ -34,6 +35,7 @@ networking, which the plan does not use).
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
@@ -43,7 +45,7 @@ from records.device_share import STATUS_KEY, UNIT
 from records.host_requirements import Requirement, cards_of, requirements
 from allocation.windows import NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
 from ops.bounded_json import excerpt, loads
-from ops.doctor.drift import differences
+from ops.doctor.drift import differences, shown
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
 
 Kind = Literal[
@@ -85,7 +87,8 @@ class HostView:
     service_of: Mapping[str, str]
     """Container id -> service name, for planned containers."""
     foreign: tuple[LiveContainer, ...]
-    """Active containers outside the plan."""
+    """Containers outside the plan that hold cards or ports now, or will after a reboot: active ones,
+    and stopped ones Docker starts again when its daemon restarts (`LiveContainer.comes_back`)."""
     owner_of_pid: Mapping[int, LiveContainer]
     publisher: Mapping[int, LiveContainer]
     """Host port -> the active container publishing it."""
@@ -102,7 +105,18 @@ class HostView:
 
     def describe(self, c: LiveContainer) -> str:
         service = self.service_of.get(c.id)
-        return f"container {c.name} (service {service})" if service else f"container {c.name} (not in the plan)"
+        if service:
+            return f"container {c.name} (service {service})"
+        back = "Docker starts it again when its daemon restarts (a reboot)" if c.comes_back else "it runs"
+        return f"container {shown(c.name, 80)} (not in the plan; {shown(c.status, 20)}, restart policy {shown(c.restart, 20)}: {back})"
+
+    def fix(self, c: LiveContainer) -> str:
+        """For a container outside the plan, the commands that keep it off the cards and ports across
+        reboots: `docker stop` alone lasts only until the daemon restarts under `always`."""
+        if c.id in self.service_of:
+            return ""
+        name = shown(shlex.quote(c.name), 200)
+        return f"; to take it out for good: `docker update --restart=no {name} && docker stop {name}` (or `docker rm -f {name}`)"
 
     def windows_at(self, port: int) -> list[tuple[str, str, PortWindow]]:
         return [(s, key, window) for s, key, window in self.windows if window[0] <= port <= window[1]]
@@ -135,7 +149,7 @@ def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
         facts=facts,
         live=live,
         service_of=service_of,
-        foreign=tuple(c for c in active if c.id not in service_of),
+        foreign=tuple(c for c in facts.containers if (c.active or c.comes_back) and c.id not in service_of),
         owner_of_pid={pid: c for c in active for pid in pids[c.id]},
         publisher={port: c for c in active for port, _ in c.published},
         card_services=card_services,
@@ -219,11 +233,14 @@ def _judge_foreign_cards(view: HostView) -> list[Finding]:
     planned = view.card_services
     for c in view.foreign:
         if c.privileged and planned:
-            text = f"{view.describe(c)} is privileged: it sees every card, including planned cards {', '.join(map(str, sorted(planned)))}"
+            text = (
+                f"{view.describe(c)} is privileged: it sees every card, including planned cards "
+                f"{', '.join(map(str, sorted(planned)))}{view.fix(c)}"
+            )
             out.append(Finding("foreign-card", text, container=c.name))
             continue
         for card in sorted(cards_of(c.device_files) & set(planned)):
-            text = f"{view.describe(c)} holds /dev/davinci{card}, planned for {', '.join(planned[card])}"
+            text = f"{view.describe(c)} holds /dev/davinci{card}, planned for {', '.join(planned[card])}{view.fix(c)}"
             out.append(Finding("foreign-card", text, service=planned[card][0], container=c.name, card=card))
     for proc in view.facts.npu.processes if view.facts.npu is not None else ():
         users = planned.get(proc.npu)
@@ -235,7 +252,7 @@ def _judge_foreign_cards(view: HostView) -> list[Finding]:
         who = view.describe(owner) if owner is not None else "no container of this host (a process outside Docker or of an unknown container)"
         text = (
             f"card {proc.npu}: npu-smi shows process {proc.pid} ({proc.name}, {proc.memory_mb} MB) "
-            f"of {who}; the card is planned for {', '.join(users)}"
+            f"of {who}; the card is planned for {', '.join(users)}{view.fix(owner) if owner is not None else ''}"
         )
         container = owner.name if owner is not None else None
         out.append(Finding("foreign-card", text, service=users[0], container=container, card=proc.npu))
@@ -259,19 +276,20 @@ def _judge_listeners(view: HostView) -> list[Finding]:
                 who = ", ".join(f"process {n} (pid {p})" for n, p in lst.processes)
             else:
                 who = "an unknown process (ss shows no owner)"
-            text = f"port {lst.port} ({lst.address}) is held by {who}; it is in {service}'s {key} {window_text(window)}"
+            fix = view.fix(holder) if holder is not None else ""
+            text = f"port {lst.port} ({lst.address}) is held by {who}; it is in {service}'s {key} {window_text(window)}{fix}"
             container = holder.name if holder is not None else None
             out.append(Finding("foreign-port", text, service=service, container=container, port=lst.port, key=key))
     return out
 
 
 def _judge_publishers(view: HostView) -> list[Finding]:
-    listened = {lst.port for lst in view.facts.listeners}  # those are judged as listeners
+    listened = {lst.port for lst in view.facts.listeners}  # a running container's are judged as listeners
     out = []
     for c in view.foreign:
-        for port in sorted({p for p, _ in c.published} - listened):
+        for port in sorted({p for p, _ in c.published} - (listened if c.active else set())):
             for service, key, window in view.windows_at(port):
-                text = f"{view.describe(c)} publishes port {port}, in {service}'s {key} {window_text(window)}"
+                text = f"{view.describe(c)} publishes port {port}, in {service}'s {key} {window_text(window)}{view.fix(c)}"
                 out.append(Finding("foreign-port", text, service=service, container=c.name, port=port, key=key))
     return out
 
@@ -294,7 +312,7 @@ def _judge_hccl(view: HostView) -> list[Finding]:
             text = (
                 f"{view.describe(c)} shares card {', '.join(map(str, cards))} with {sd.name} and its "
                 f"{NPU_RANGE.env} ({shown}) overlaps {sd.name}'s {window_text(ours)}: "
-                "HCCL will fail with 'Socket bind failed, address already in use'"
+                f"HCCL will fail with 'Socket bind failed, address already in use'{view.fix(c)}"
             )
             port = max(ours[0], min(s[0] for s in clashes))
             out.append(
