@@ -24,13 +24,18 @@ from ops.doctor.facts import FactsError, HostFacts, Listener, LiveContainer, par
 from ops.doctor.findings import host_findings, required
 from ops.doctor.gather import MARK
 from ops.framing import frame
-from ops.npusmi import Npu, NpuProcess, NpuSmiInfo
+from ops.npusmi import Npu, NpuProcess, NpuSmiInfo, parse_topology
 from ops.ssh import RemoteResult, run_script
 from tests.fleets import fleet, host, service
 
 PIDS = {"alpha": 1000, "beta": 2000, "gamma": 3000}
 # `npu-smi info -t device-share` as gathered (one line); layout of the npu-smi reference.
 DEVICE_SHARE_ON = "\tNPU ID                         : 0\n\tChip Count                     : 1\n\n\tDevice-share Status            : True\n\tChip ID                        : 0"
+
+
+# `npu-smi info -t topo` of an 8 x 910B3 A2 board: every pair linked by HCCS (tests/data/npu-smi).
+TOPO_SCREEN = (Path(__file__).parent / "data/npu-smi/npu-smi-info-t-topo-910b3.txt").read_text()
+FULL_MESH = parse_topology(TOPO_SCREEN)
 
 
 def make_fleet(**extra: Any):
@@ -135,6 +140,7 @@ def clean_facts(plan) -> HostFacts:
         listeners=tuple(listeners),
         npu=npu_info(procs),
         device_share={c: DEVICE_SHARE_ON for c in plan.hosts[0].shared_cards},
+        topology=FULL_MESH,
     )
 
 
@@ -733,3 +739,55 @@ def test_the_gather_script_reads_the_device_share_mode_of_exactly_the_shared_car
         "\tDevice-share Status            : True\n\tChip ID                        : 0\n",
     ))
     assert parse_facts(text).device_share == {0: DEVICE_SHARE_ON}
+
+
+# ---- HCCS topology ------------------------------------------------------------
+
+
+def with_link(a: int, b: int, link: str, both: bool = True) -> str:
+    """The A2 board's screen with the link between cards a and b printed as `link` (on a's row, and on b's if `both`)."""
+    rows = TOPO_SCREEN.splitlines()
+    for r, c in ((a, b), (b, a))[: 2 if both else 1]:
+        cells = rows[r + 1].split()
+        cells[c + 1] = link
+        rows[r + 1] = "".join(cell.ljust(11) for cell in cells[:-1]) + cells[-1]
+    return "\n".join(rows) + "\n"
+
+
+def test_a_tensor_parallel_group_whose_cards_are_not_linked_by_hccs_is_a_topology_finding(plan):
+    facts = dataclasses.replace(clean_facts(plan), topology=parse_topology(with_link(2, 3, "PIX")))
+    [found] = findings(plan, facts)
+    assert (found.kind, found.service, found.card) == ("topology", "gamma", 2)
+    assert "cards 2,3" in found.message and "2-3 PIX" in found.message
+
+
+def test_a_link_printed_as_hccs_one_way_only_is_not_trusted(plan):
+    facts = dataclasses.replace(clean_facts(plan), topology=parse_topology(with_link(3, 2, "SYS", both=False)))
+    [found] = findings(plan, facts)
+    assert found.kind == "topology" and "2-3 HCCS" not in found.message
+
+
+def test_links_between_cards_of_different_services_are_none_of_doctors_business(plan):
+    facts = dataclasses.replace(clean_facts(plan), topology=parse_topology(with_link(0, 2, "SYS")))
+    assert findings(plan, facts) == []
+
+
+def test_a_topology_that_cannot_be_read_is_a_finding_only_for_a_host_with_tensor_parallel_groups(plan):
+    facts = dataclasses.replace(clean_facts(plan), topology=None, topology_error="npu-smi info -t topo exited 215: Invalid")
+    [found] = findings(plan, facts)
+    assert found.kind == "topology" and "gamma" in found.message and "exited 215" in found.message
+    single = deployed(fleet([host("npu-a")], [service("alpha", 1, 0.4, devices=[0])]))
+    found = host_findings(single.hosts[0], dataclasses.replace(HostFacts(), topology_error="exited 215"))
+    assert "topology" not in [f.kind for f in found]
+
+
+def test_the_gather_script_reads_the_topology_once_and_the_facts_keep_it(plan):
+    from ops.doctor.gather import gather_script
+
+    assert gather_script(required(plan.hosts[0])).count("npu-smi info -t topo") == 1
+    facts = parse_facts(gathered(("npu-topo", "", TOPO_SCREEN), ("npu-topo-rc", "", "0")))
+    assert facts.topology == FULL_MESH and facts.topology_error is None
+    facts = parse_facts(gathered(("npu-topo", "", "Invalid type."), ("npu-topo-rc", "", "215")))
+    assert facts.topology is None and "exited 215: Invalid type." in facts.topology_error
+    facts = parse_facts(gathered(("npu-topo", "", "nonsense"), ("npu-topo-rc", "", "0")))
+    assert facts.topology is None and "no NPU matrix" in facts.topology_error

@@ -17,7 +17,7 @@ from allocation.windows import PortWindow
 from ops.doctor.gather import MARK
 from ops.bounded_json import JsonError, excerpt, loads
 from ops.framing import LIMIT, FrameError, read_frames
-from ops.npusmi import NpuSmiError, NpuSmiInfo, parse_npu_smi
+from ops.npusmi import NpuSmiError, NpuSmiInfo, Topology, parse_npu_smi, parse_topology
 from ops.npusmi import number as number_of
 
 
@@ -196,6 +196,9 @@ class HostFacts:
     ss_error: str | None = None
     npu: NpuSmiInfo | None = None
     npu_error: str | None = None
+    topology: Topology | None = None
+    """`npu-smi info -t topo`: the links between cards."""
+    topology_error: str | None = None
     missing: frozenset[str] = frozenset()
     """Paths of the host requirements table (records.host_requirements) the host lacks."""
     device_share: Mapping[int, str] = field(default_factory=dict)
@@ -266,7 +269,10 @@ def parse_facts(text: str) -> HostFacts:
             npu = parse_npu_smi(sec.get("npu-smi", ""))
         except NpuSmiError as exc:
             npu_error = str(exc)
+    topology, topology_error = _topology(sec)
     return HostFacts(
+        topology=topology,
+        topology_error=topology_error,
         containers=containers,
         docker_error=docker_error,
         pids=pids,
@@ -282,6 +288,17 @@ def parse_facts(text: str) -> HostFacts:
         },
         router_workers={name.split(None, 1)[1]: body for name, body in sec.items() if name.startswith("router-workers ")},
     )
+
+
+def _topology(sec: Mapping[str, str]) -> tuple[Topology | None, str | None]:
+    """The links between cards, or why they cannot be read."""
+    rc, out = sec.get("npu-topo-rc", "").strip(), sec.get("npu-topo") or ""
+    if rc != "0":
+        return None, f"npu-smi info -t topo exited {rc or '?'}: {' '.join(out.split())[:300]}"
+    try:
+        return parse_topology(out), None
+    except NpuSmiError as exc:
+        return None, str(exc)
 
 
 def parse_port_list(value: str) -> list[PortWindow] | None:

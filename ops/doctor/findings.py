@@ -27,6 +27,10 @@ each `_judge` function then looks for one kind of finding in that view.
   mounts: the table the host check reads, worded as it words them); `npu-smi`
   failing, listing fewer cards than configured, or a card not `OK`; no `ss`.
 
+- `topology`: a tensor-parallel group with two cards `npu-smi info -t topo` does
+  not show linked by HCCS (in either direction), or a topology that cannot be read
+  on a host with such groups.
+
 Not seen: sockets inside a bridge-networked container's own network namespace
 (only its env range is compared), clashes between two foreign containers, and
 HCCL host-side ranges of foreign containers (they collide only under host
@@ -48,9 +52,12 @@ from ops.bounded_json import excerpt, loads
 from ops.doctor.drift import differences, shown
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
 
+HCCS = ("HCCS", "HCCS_SW")
+"""Direct HCCS links: the board's own, or through an HCCS switch (CANN `aclrtGetDevicesTopo`)."""
+
 Kind = Literal[
     "unreachable", "host", "missing", "stopped", "restarting", "unhealthy", "drift", "foreign-card", "foreign-port",
-    "sharing", "router",
+    "sharing", "router", "topology",
 ]  # fmt: skip
 
 
@@ -389,11 +396,39 @@ def _judge_routers(view: HostView) -> list[Finding]:
     return out
 
 
+def _judge_topology(view: HostView) -> list[Finding]:
+    """Each tensor-parallel group's cards, pair by pair, linked directly by HCCS (`npu-smi info -t topo`):
+    the 8 x 910B A2 board links every pair, so another link (PIX, PHB, SYS...) is a board or a
+    driver that is not as planned, and the group's HCCL traffic crosses PCIe instead."""
+    groups = [sd for sd in view.hd.services if len(sd.plan.assignment.cards) > 1]
+    topo, facts = view.facts.topology, view.facts
+    if not groups or (topo is None and facts.npu_error):
+        return []  # nothing to check, or npu-smi failing is already a `host` finding
+    if topo is None:
+        names = ", ".join(sd.name for sd in groups)
+        return [Finding("topology", f"host {view.name}: {shown(facts.topology_error or 'no answer')}; tensor-parallel groups of {names} not checked")]
+    out = []
+    for sd in groups:
+        cards = sorted(sd.plan.assignment.cards)
+        slow = []
+        for i, a in enumerate(cards):
+            for b in cards[i + 1 :]:
+                links = [topo.link(a, b) or "not listed", topo.link(b, a) or "not listed"]
+                slow += [f"{a}-{b} {shown(link, 12)}" for link in links if link not in HCCS][:1]
+        if slow:
+            text = (
+                f"service {sd.name}'s tensor-parallel group (cards {','.join(map(str, cards))}) is not linked by HCCS "
+                f"card to card: {', '.join(slow)} (npu-smi info -t topo); its HCCL traffic takes the slower path"
+            )
+            out.append(Finding("topology", text, service=sd.name, card=cards[0]))
+    return out
+
+
 # Without Docker every process would look foreign, so only the host is judged then.
-JUDGES_WITHOUT_DOCKER = (_judge_host, _judge_sharing)
+JUDGES_WITHOUT_DOCKER = (_judge_host, _judge_sharing, _judge_topology)
 JUDGES = (
     _judge_host, _judge_state, _judge_drift, _judge_foreign_cards, _judge_listeners, _judge_publishers, _judge_hccl,
-    _judge_sharing, _judge_routers,
+    _judge_sharing, _judge_routers, _judge_topology,
 )  # fmt: skip
 
 
