@@ -537,7 +537,7 @@ def test_a_running_container_outside_the_plan_names_its_state_restart_policy_and
     facts = with_container(clean_facts(plan), seed_container(plan, "model-emb-vl", "running", 7007), {7000})
     [found] = findings(plan, facts)
     assert (found.kind, found.container) == ("foreign-card", "model-emb-vl")
-    assert "(not in the plan; running, restart policy always" in found.message
+    assert "(not in the plan; running, restart policy always: it comes back after a reboot too)" in found.message
     assert "docker update --restart=no model-emb-vl && docker stop model-emb-vl" in found.message
 
 

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from allocation.errors import printable
 from records.containers import ContainerSpec, HealthCheck
-from ops.doctor.facts import LiveContainer
+from ops.doctor.facts import LiveContainer, LiveHealth
 
 Difference = tuple[str, str, str]
 """(what differs, planned, live)."""
@@ -59,7 +59,7 @@ def _image_ref(image: str) -> str:
     return ref
 
 
-def _one(key: str, planned: object, live: object, show: Callable[[object], str] = str) -> list[Difference]:
+def _one(key: str, planned: Any, live: Any, show: Callable[[Any], str] = str) -> list[Difference]:
     return [] if planned == live else [(key, shown(show(planned)), shown(show(live)))]
 
 
@@ -99,13 +99,18 @@ def _command(spec: ContainerSpec, live: LiveContainer) -> list[Difference]:
 
 
 def _mounts(spec: ContainerSpec, live: LiveContainer) -> list[Difference]:
-    text = lambda m: f"{m[0]}:{m[1]}{':ro' if m[2] else ''}"  # noqa: E731
-    return _sets("mounts", (text((m.source, m.target, m.read_only)) for m in spec.mounts), map(text, live.mounts))
+    planned = (_mount_text((m.source, m.target, m.read_only)) for m in spec.mounts)
+    return _sets("mounts", planned, map(_mount_text, live.mounts))
+
+
+def _mount_text(mount: tuple[str, str, bool]) -> str:
+    """`SOURCE:TARGET[:ro]`, as `docker run -v` writes a bind mount."""
+    source, target, read_only = mount
+    return f"{source}:{target}{':ro' if read_only else ''}"
 
 
 def _ports(spec: ContainerSpec, live: LiveContainer) -> list[Difference]:
-    show: Callable[[object], str] = lambda ps: ", ".join(f"{h}->{c}" for h, c in sorted(ps)) or "(none)"  # type: ignore[attr-defined]  # noqa: E731
-    return _one("published ports", {(p, p) for p in spec.ports}, set(live.published), show)
+    return _one("published ports", {(p, p) for p in spec.ports}, set(live.published), _port_list)
 
 
 def _stop(spec: ContainerSpec, live: LiveContainer) -> list[Difference]:
@@ -115,26 +120,29 @@ def _stop(spec: ContainerSpec, live: LiveContainer) -> list[Difference]:
 
 
 def _log_opts(spec: ContainerSpec, live: LiveContainer) -> list[Difference]:
-    show: Callable[[object], str] = lambda opts: ",".join(f"{k}={v}" for k, v in sorted(opts.items())) or "(none)"  # type: ignore[attr-defined]  # noqa: E731
-    return _one("log options", dict(spec.log_opts), dict(live.log_opts), show)
+    return _one("log options", dict(spec.log_opts), dict(live.log_opts), _options)
+
+
+def _port_list(ports: set[tuple[int, int]]) -> str:
+    return ", ".join(f"{h}->{c}" for h, c in sorted(ports)) or "(none)"
+
+
+def _options(opts: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(opts.items())) or "(none)"
 
 
 def _seconds(ns: int) -> str:
     return f"{ns / NANOS:g}s"
 
 
-HEALTHCHECK: dict[str, Callable[[HealthCheck, LiveContainer], list[Difference]]] = {
-    "test": lambda hc, live: _one("healthcheck test", hc.test, live.healthcheck.test, lambda t: shlex.join(t)),  # type: ignore[arg-type, union-attr]
-    "interval_seconds": lambda hc, live: _one(
-        "healthcheck interval", hc.interval_seconds * NANOS, live.healthcheck.interval_ns, _seconds  # type: ignore[arg-type, union-attr]
-    ),
-    "timeout_seconds": lambda hc, live: _one(
-        "healthcheck timeout", hc.timeout_seconds * NANOS, live.healthcheck.timeout_ns, _seconds  # type: ignore[arg-type, union-attr]
-    ),
+HEALTHCHECK: dict[str, Callable[[HealthCheck, LiveHealth], list[Difference]]] = {
+    "test": lambda hc, live: _one("healthcheck test", hc.test, live.test, shlex.join),
+    "interval_seconds": lambda hc, live: _one("healthcheck interval", hc.interval_seconds * NANOS, live.interval_ns, _seconds),
+    "timeout_seconds": lambda hc, live: _one("healthcheck timeout", hc.timeout_seconds * NANOS, live.timeout_ns, _seconds),
     "start_period_seconds": lambda hc, live: _one(
-        "healthcheck start period", hc.start_period_seconds * NANOS, live.healthcheck.start_period_ns, _seconds  # type: ignore[arg-type, union-attr]
+        "healthcheck start period", hc.start_period_seconds * NANOS, live.start_period_ns, _seconds
     ),
-    "retries": lambda hc, live: _one("healthcheck retries", hc.retries, live.healthcheck.retries),  # type: ignore[union-attr]
+    "retries": lambda hc, live: _one("healthcheck retries", hc.retries, live.retries),
 }
 """Every field of `HealthCheck`, read from `Config.Healthcheck`."""
 
@@ -142,7 +150,7 @@ HEALTHCHECK: dict[str, Callable[[HealthCheck, LiveContainer], list[Difference]]]
 def _healthcheck(spec: ContainerSpec, live: LiveContainer) -> list[Difference]:
     if live.healthcheck is None:
         return [("healthcheck", shown(shlex.join(spec.healthcheck.test)), "(none)")]
-    return [d for compare in HEALTHCHECK.values() for d in compare(spec.healthcheck, live)]
+    return [d for compare in HEALTHCHECK.values() for d in compare(spec.healthcheck, live.healthcheck)]
 
 
 FIELDS: dict[str, Compare | str] = {

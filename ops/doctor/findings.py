@@ -114,7 +114,10 @@ class HostView:
         service = self.service_of.get(c.id)
         if service:
             return f"container {c.name} (service {service})"
-        back = "Docker starts it again when its daemon restarts (a reboot)" if c.comes_back else "it runs"
+        if c.comes_back:
+            back = "Docker starts it again when its daemon restarts (a reboot)"
+        else:
+            back = "it comes back after a reboot too" if c.restart in ("always", "unless-stopped") else "a reboot stops it"
         return f"container {shown(c.name, 80)} (not in the plan; {shown(c.status, 20)}, restart policy {shown(c.restart, 20)}: {back})"
 
     def fix(self, c: LiveContainer) -> str:
