@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
+from typing import Mapping
 
 HEALTHY = "OK"
 
@@ -181,3 +182,69 @@ def parse_npu_smi(text: str) -> NpuSmiInfo:
     if not npus:
         raise NpuSmiError("no NPU table in the npu-smi output: " + (" ".join(text.split())[:200] or "(empty)"))
     return NpuSmiInfo(version=version, npus=tuple(npus), processes=tuple(processes))
+
+
+# `npu-smi info -t topo`: a matrix of the links between NPUs, as in modelscope/ms-swift
+# docs/source/BestPractices/NPU-support.md (8 x 910B3, every pair `HCCS`):
+#
+#   <TAB>   NPU0       NPU1   ...    NPU7       CPU Affinity
+#   NPU0       X          HCCS  ...  HCCS       144-167
+#   ...
+#   Legend:
+#     X    = Self
+#     SYS  = Path traversing PCIe and NUMA nodes. ...
+#     PHB  = Path traversing PCIe and the PCIe host bridge of a CPU.
+#     PIX  = Path traversing a single PCIe switch
+#     PXB  = Path traversing multiple PCIe switches
+#     HCCS = Connection traversing HCCS.
+#     NA   = Unknown relationship.
+#
+# Readers of the same screen: vllm-ascend `vllm_ascend/cpu_binding.py` (`parse_topo_affinity`: rows
+# that start with `NPU`, the CPU list last) and MindIE's `is_support_hccs` (HCCS anywhere before
+# `Legend`). The runtime's own kinds (CANN `aclrtGetDevicesTopo`): HCCS, PIX, PHB, SYS, SIO, HCCS_SW.
+_TOPO_NPU = re.compile(r"NPU([0-9]{1,3})")
+_TOPO_LINK = re.compile(r"[A-Za-z_]{1,12}")
+MAX_TOPO_NPUS = 64
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The links between NPUs, by npu-smi NPU id (the `/dev/davinciN` index on A2 boards)."""
+
+    npus: tuple[int, ...]
+    """The NPUs of the matrix's header, in its order."""
+    links: Mapping[tuple[int, int], str]
+    """(row NPU, column NPU) -> the link as printed (`HCCS`, `PIX`, `SYS`, `X` for itself...)."""
+
+    def link(self, a: int, b: int) -> str | None:
+        return self.links.get((a, b))
+
+
+def _topology_header(fields: list[str]) -> tuple[int, ...] | None:
+    """The NPU ids of a header row (`NPU0 NPU1 ... CPU Affinity`): at least two NPU columns."""
+    ids = []
+    for field in fields:
+        if not (m := _TOPO_NPU.fullmatch(field)):
+            break
+        ids.append(int(m.group(1)))
+    return tuple(ids) if 2 <= len(ids) <= MAX_TOPO_NPUS and len(set(ids)) == len(ids) else None
+
+
+def parse_topology(text: str) -> Topology:
+    """Parse `npu-smi info -t topo`; raise NpuSmiError when it has no NPU matrix. Rows that do not fit
+    the header (another length, a cell that is not a link word) are left out, not guessed at."""
+    header: tuple[int, ...] | None = None
+    links: dict[tuple[int, int], str] = {}
+    for line in text.splitlines()[: 4 * MAX_TOPO_NPUS]:
+        fields = line.split()
+        if header is None:
+            header = _topology_header(fields)
+            continue
+        row = _TOPO_NPU.fullmatch(fields[0]) if fields else None
+        cells = fields[1 : len(header) + 1]
+        if row is None or len(cells) < len(header) or not all(_TOPO_LINK.fullmatch(c) for c in cells):
+            continue
+        links.update(((int(row.group(1)), peer), cell.upper()) for peer, cell in zip(header, cells))
+    if header is None:
+        raise NpuSmiError("no NPU matrix in the output of npu-smi info -t topo: " + (" ".join(text.split())[:200] or "(empty)"))
+    return Topology(npus=header, links=links)

@@ -12,7 +12,7 @@ import pytest
 
 from records.containers import ContainerSpec
 from cli.main import main
-from ops.doctor.facts import LiveContainer
+from ops.doctor.facts import LiveContainer, LiveHealth
 from tests.scheduling import SuiteScheduling
 
 REQUIRED = os.environ.get("ASCEND_FLEET_REQUIRE_SIMHOST") == "1"
@@ -54,7 +54,13 @@ def live_container(spec: ContainerSpec, status: str = "running") -> LiveContaine
         id=f"{spec.name}-id", name=spec.name, image=spec.image, status=status, health="healthy", exit_code=0, pid=10,
         env=dict(spec.env), labels=dict(spec.labels), device_files=frozenset(spec.device_files),
         privileged=spec.privileged, ipc_mode=spec.ipc_mode, sysctls=dict(spec.sysctls), log_opts=dict(spec.log_opts),
-        published=frozenset((p, p) for p in spec.ports),
+        published=frozenset((p, p) for p in spec.ports), command=tuple(spec.command),
+        mounts=frozenset((m.source, m.target, m.read_only) for m in spec.mounts), restart=spec.restart,
+        shm_size_bytes=spec.shm_size_mib * 1024 * 1024, log_driver=spec.log_driver,
+        stop_timeout_seconds=spec.stop_grace_seconds, healthcheck=LiveHealth(
+            spec.healthcheck.test, spec.healthcheck.interval_seconds * 10**9, spec.healthcheck.timeout_seconds * 10**9,
+            spec.healthcheck.start_period_seconds * 10**9, spec.healthcheck.retries,
+        ),
     )  # fmt: skip
 
 

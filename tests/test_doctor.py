@@ -9,12 +9,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pytest
 
 import ops.doctor as doctor
-from records.containers import CONTROL_DEVICES, DRIVER_MOUNTS
+from ops.doctor import drift
+from allocation.config import Mount
+from records.containers import CONTROL_DEVICES, DRIVER_MOUNTS, ContainerSpec, HealthCheck
 from records.deployment import deploy
 from allocation.planner import plan_fleet
 from ops.doctor import render_reports
@@ -22,13 +24,18 @@ from ops.doctor.facts import FactsError, HostFacts, Listener, LiveContainer, par
 from ops.doctor.findings import host_findings, required
 from ops.doctor.gather import MARK
 from ops.framing import frame
-from ops.npusmi import Npu, NpuProcess, NpuSmiInfo
+from ops.npusmi import Npu, NpuProcess, NpuSmiInfo, parse_topology
 from ops.ssh import RemoteResult, run_script
 from tests.fleets import fleet, host, service
 
 PIDS = {"alpha": 1000, "beta": 2000, "gamma": 3000}
 # `npu-smi info -t device-share` as gathered (one line); layout of the npu-smi reference.
 DEVICE_SHARE_ON = "\tNPU ID                         : 0\n\tChip Count                     : 1\n\n\tDevice-share Status            : True\n\tChip ID                        : 0"
+
+
+# `npu-smi info -t topo` of an 8 x 910B3 A2 board: every pair linked by HCCS (tests/data/npu-smi).
+TOPO_SCREEN = (Path(__file__).parent / "data/npu-smi/npu-smi-info-t-topo-910b3.txt").read_text()
+FULL_MESH = parse_topology(TOPO_SCREEN)
 
 
 def make_fleet(**extra: Any):
@@ -55,7 +62,7 @@ def plan():
 def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str | None = "healthy",
                env: dict[str, str] | None = None, image: str | None = None, devices=None,
                ports: dict | None = None, labels: dict | None = None, name: str | None = None,
-               privileged: bool | None = None, log_opts: dict | None = None) -> dict[str, Any]:  # fmt: skip
+               privileged: bool | None = None, log_opts: dict | None = None, restart: str | None = None) -> dict[str, Any]:  # fmt: skip
     """A `docker inspect` object of the container a spec describes, with overrides."""
     full_env = {"PATH": "/usr/local/sbin:/usr/bin", "LANG": "C.UTF-8", **spec.env, **(env or {})}
     return {
@@ -64,8 +71,19 @@ def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str
         "Image": "sha256:" + "0" * 64,
         "Config": {
             "Image": image or spec.image,
+            "Cmd": list(spec.command),
+            "Entrypoint": None,
             "Env": [f"{k}={v}" for k, v in full_env.items()],
-            "Labels": dict(spec.labels) if labels is None else labels,
+            # Docker merges the image's labels in: doctor compares only the plan's.
+            "Labels": {"org.opencontainers.image.vendor": "Huawei", **spec.labels} if labels is None else labels,
+            "StopTimeout": spec.stop_grace_seconds,
+            "Healthcheck": {
+                "Test": list(spec.healthcheck.test),
+                "Interval": spec.healthcheck.interval_seconds * 10**9,
+                "Timeout": spec.healthcheck.timeout_seconds * 10**9,
+                "StartPeriod": spec.healthcheck.start_period_seconds * 10**9,
+                "Retries": spec.healthcheck.retries,
+            },
         },
         "State": {
             "Status": status,
@@ -79,11 +97,16 @@ def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str
                 for d in (spec.device_files if devices is None else devices)
             ],
             "Privileged": spec.privileged if privileged is None else privileged,
+            # As the docker provider creates them (HostConfig.Mounts); `docker run -v` fills Binds instead.
+            "Mounts": [{"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only} for m in spec.mounts],
+            "Binds": None,
+            "RestartPolicy": {"Name": restart or spec.restart, "MaximumRetryCount": 0},
+            "ShmSize": spec.shm_size_mib * 1024 * 1024,
             "IpcMode": spec.ipc_mode,
             "Sysctls": dict(spec.sysctls),
             "LogConfig": {"Type": spec.log_driver, "Config": {**spec.log_opts, **(log_opts or {})}},
             "PortBindings": (
-                {f"{spec.api_port}/tcp": [{"HostIp": "", "HostPort": str(spec.api_port)}]} if ports is None else ports
+                {f"{p}/tcp": [{"HostIp": "", "HostPort": str(p)}] for p in spec.ports} if ports is None else ports
             ),
         },
     }
@@ -117,6 +140,7 @@ def clean_facts(plan) -> HostFacts:
         listeners=tuple(listeners),
         npu=npu_info(procs),
         device_share={c: DEVICE_SHARE_ON for c in plan.hosts[0].shared_cards},
+        topology=FULL_MESH,
     )
 
 
@@ -267,6 +291,122 @@ def test_an_image_named_with_or_without_registry_and_latest_tag_is_the_same_imag
     assert findings(plan, facts) == []
 
 
+# ---- drift through the one container record ---------------------------------
+
+
+def _changed(value: Any) -> Any:
+    """Another value of the same kind, for any field of ContainerSpec or HealthCheck."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int) or value is None:
+        return (value or 9000) + 1
+    if isinstance(value, str):
+        return value + "-x"
+    if isinstance(value, tuple):
+        return (*value, Mount(source="/srv/extra", target="/extra") if value and isinstance(value[0], Mount) else "/x")
+    if isinstance(value, Mapping):
+        return {**value, "ascend-fleet.extra": "x"}
+    raise AssertionError(f"no changed value for {value!r}: teach _changed this kind")
+
+
+def live_of(spec, **overrides) -> LiveContainer:
+    return LiveContainer.from_inspect(inspect_of(spec, cid="c-id", pid=3000, **overrides))
+
+
+def test_the_drift_table_names_every_field_of_the_container_record_and_of_its_health_check():
+    """A field added to the record without a comparison (or a reason Docker cannot show it) fails here."""
+    assert set(drift.FIELDS) == {f.name for f in dataclasses.fields(ContainerSpec)}
+    assert set(drift.HEALTHCHECK) == {f.name for f in dataclasses.fields(HealthCheck)}
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(ContainerSpec)])
+def test_each_field_of_the_container_record_changed_is_drift_unless_docker_cannot_keep_it(plan, field):
+    spec = spec_of(plan, "gamma")
+    live = live_of(spec)
+    assert drift.differences(spec, live) == []
+    if isinstance(drift.FIELDS[field], str):
+        assert field in ("name", "start_timeout_seconds"), "only what docker inspect cannot show goes uncompared"
+        return
+    value = getattr(spec, field)
+    if isinstance(value, HealthCheck):
+        for sub in dataclasses.fields(HealthCheck):
+            planned = dataclasses.replace(spec, healthcheck=dataclasses.replace(value, **{sub.name: _changed(getattr(value, sub.name))}))
+            assert drift.differences(planned, live), f"healthcheck {sub.name} changed is not drift"
+        return
+    assert drift.differences(dataclasses.replace(spec, **{field: _changed(value)}), live), f"{field} changed is not drift"
+
+
+def test_a_hand_edit_of_max_model_len_in_the_command_is_drift_naming_the_flag_and_both_values():
+    plan = deployed(fleet([host("npu-a")], [service("qwen", 2, 0.9, devices=[4, 5], maxModelLen=25000)]))
+    spec = spec_of(plan, "qwen")
+    edited = list(spec.command)
+    edited[edited.index("--max-model-len") + 1] = "30000"
+    inspect = inspect_of(spec, cid="q-id", pid=3000)
+    inspect["Config"]["Cmd"] = edited
+    [found] = [f for f in host_findings(plan.hosts[0], HostFacts(containers=(LiveContainer.from_inspect(inspect),))) if f.kind == "drift"]
+    assert found.key.startswith("command (argument ") and "after --max-model-len" in found.key
+    assert found.message.endswith(": 25000 (plan) != 30000 (live)")
+
+
+def test_a_container_re_created_by_hand_with_docker_run_and_another_mount_is_drift_naming_both_mounts(plan):
+    spec = spec_of(plan, "alpha")
+    inspect = inspect_of(spec, cid="alpha-id", pid=1000)
+    binds = [f"{m.source}:{m.target}{':ro' if m.read_only else ''}" for m in spec.mounts]
+    binds[-1] = f"/data/other:{spec.mounts[-1].target}:ro"
+    inspect["HostConfig"].update(Mounts=None, Binds=binds)  # `docker run -v` keeps them as Binds
+    [found] = findings(plan, with_container(clean_facts(plan), inspect))
+    assert (found.kind, found.key) == ("drift", "mounts")
+    gone = f"{spec.mounts[-1].source}:{spec.mounts[-1].target}"
+    assert f"extra /data/other:{spec.mounts[-1].target}:ro" in found.message and f"lacking {gone}" in found.message
+
+
+def test_the_same_mounts_as_binds_or_as_mounts_are_no_drift(plan):
+    spec = spec_of(plan, "alpha")
+    inspect = inspect_of(spec, cid="alpha-id", pid=1000)
+    binds = [f"{m.source}:{m.target}{':ro,rprivate' if m.read_only else ''}" for m in spec.mounts]
+    inspect["HostConfig"].update(Mounts=[], Binds=binds)
+    assert findings(plan, with_container(clean_facts(plan), inspect)) == []
+
+
+def test_docker_units_are_read_as_docker_keeps_them_and_shown_in_the_plans_terms(plan):
+    """ShmSize in bytes, StopTimeout in seconds, health-check durations in nanoseconds."""
+    spec = spec_of(plan, "alpha")
+    inspect = inspect_of(spec, cid="alpha-id", pid=1000, restart="always")
+    inspect["HostConfig"]["ShmSize"] = 64 * 1024 * 1024
+    inspect["Config"]["StopTimeout"] = None
+    inspect["Config"]["Healthcheck"]["Interval"] = 5 * 10**9
+    found = {f.key: f.message for f in findings(plan, with_container(clean_facts(plan), inspect))}
+    assert set(found) == {"restart policy", "shm size", "stop timeout", "healthcheck interval"}
+    assert found["restart policy"].endswith(f"{spec.restart} (plan) != always (live)")
+    assert found["shm size"].endswith(f"{spec.shm_size_mib * 1024 * 1024} bytes (plan) != 67108864 bytes (live)")
+    assert found["stop timeout"].endswith(f"{spec.stop_grace_seconds}s (plan) != (unset: Docker's default 10s) (live)")
+    assert found["healthcheck interval"].endswith("30s (plan) != 5s (live)")
+
+
+def test_a_container_without_a_health_check_or_with_another_log_driver_is_drift(plan):
+    inspect = inspect_of(spec_of(plan, "beta"), cid="beta-id", pid=2000)
+    inspect["Config"]["Healthcheck"] = None
+    inspect["HostConfig"]["LogConfig"]["Type"] = "journald"
+    keys = {f.key for f in findings(plan, with_container(clean_facts(plan), inspect))}
+    assert keys == {"healthcheck", "log driver"}
+
+
+def test_labels_and_env_docker_merges_in_from_the_image_are_not_drift_but_an_extra_sysctl_is(plan):
+    inspect = inspect_of(spec_of(plan, "beta"), cid="beta-id", pid=2000, env={"ASCEND_TOOLKIT_HOME": "/usr/local/Ascend"})
+    assert "org.opencontainers.image.vendor" in inspect["Config"]["Labels"]
+    inspect["HostConfig"]["Sysctls"]["net.core.somaxconn"] = "4096"
+    [found] = findings(plan, with_container(clean_facts(plan), inspect))
+    assert found.key == "sysctl net.core.somaxconn" and found.message.endswith("(unset) (plan) != 4096 (live)")
+
+
+def test_a_hostile_live_command_is_shown_escaped_and_bounded(plan):
+    inspect = inspect_of(spec_of(plan, "alpha"), cid="alpha-id", pid=1000)
+    inspect["Config"]["Cmd"] = ["\x1b]0;pwned\x07" + "A" * 100_000]
+    [found] = findings(plan, with_container(clean_facts(plan), inspect))
+    assert found.key.startswith("command") and "\x1b" not in found.message and len(found.message) < 1000
+    assert "\\x1b" in found.message
+
+
 # ---- foreign cards --------------------------------------------------------
 
 
@@ -361,9 +501,50 @@ def test_an_unplanned_container_without_hccl_range_uses_the_default_port_16666(p
     assert "default 16666" in found[-1].message
 
 
-def test_a_stopped_unplanned_container_holds_nothing(plan):
-    stray = inspect_of(spec_of(plan, "alpha"), cid="old-id", pid=0, name="old", labels={}, status="exited", health=None)
+@pytest.mark.parametrize("restart", ["no", "", "unless-stopped", "on-failure"])
+def test_a_stopped_unplanned_container_docker_would_not_start_again_holds_nothing(plan, restart):
+    """Docker's docs (start-containers-automatically): `unless-stopped` stays stopped "even after Docker
+    daemon restarts"; `on-failure` "doesn't restart the container if the daemon restarts"."""
+    stray = inspect_of(spec_of(plan, "alpha"), cid="old-id", pid=0, name="old", labels={}, status="exited", health=None,
+                       restart=restart, privileged=True)  # fmt: skip
     assert findings(plan, with_container(clean_facts(plan), stray)) == []
+
+
+def seed_container(plan, name: str, status: str, port: int) -> dict[str, Any]:
+    """A container of the original docker-compose deployment: `restart: always`, privileged, every card."""
+    return inspect_of(
+        spec_of(plan, "alpha"), cid=f"{name}-id", pid=0 if status == "exited" else 7000, name=name, labels={},
+        status=status, health=None, restart="always", privileged=True,
+        devices=[f"/dev/davinci{c}" for c in range(8)], ports={f"{port}/tcp": [{"HostIp": "", "HostPort": str(port)}]},
+        env={"HCCL_NPU_SOCKET_PORT_RANGE": "40000-40010"},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("status", ["exited", "created"])
+def test_a_stopped_container_outside_the_plan_that_restart_always_brings_back_is_foreign_with_the_fix_that_lasts(plan, status):
+    """Stopped by hand, an `always` container is "restarted only when Docker daemon restarts": after a reboot
+    it takes the cards again (docs.docker.com/engine/containers/start-containers-automatically/)."""
+    facts = with_container(clean_facts(plan), seed_container(plan, "model-text", status, 8001))
+    found = findings(plan, facts)
+    assert [(f.kind, f.container) for f in found] == [("foreign-card", "model-text"), ("foreign-port", "model-text")]
+    for f in found:
+        assert f"container model-text (not in the plan; {status}, restart policy always:" in f.message
+        assert "`docker update --restart=no model-text && docker stop model-text` (or `docker rm -f model-text`)" in f.message
+    assert "publishes port 8001" in found[1].message and found[1].port == 8001 and found[1].service == "beta"
+
+
+def test_a_running_container_outside_the_plan_names_its_state_restart_policy_and_the_fix(plan):
+    facts = with_container(clean_facts(plan), seed_container(plan, "model-emb-vl", "running", 7007), {7000})
+    [found] = findings(plan, facts)
+    assert (found.kind, found.container) == ("foreign-card", "model-emb-vl")
+    assert "(not in the plan; running, restart policy always: it comes back after a reboot too)" in found.message
+    assert "docker update --restart=no model-emb-vl && docker stop model-emb-vl" in found.message
+
+
+def test_the_fix_quotes_a_container_name_for_the_shell(plan):
+    stray = seed_container(plan, "x;reboot", "exited", 7007)
+    [found] = findings(plan, with_container(clean_facts(plan), stray))
+    assert "docker update --restart=no 'x;reboot' && docker stop 'x;reboot'" in found.message
 
 
 # ---- the host -------------------------------------------------------------
@@ -558,3 +739,55 @@ def test_the_gather_script_reads_the_device_share_mode_of_exactly_the_shared_car
         "\tDevice-share Status            : True\n\tChip ID                        : 0\n",
     ))
     assert parse_facts(text).device_share == {0: DEVICE_SHARE_ON}
+
+
+# ---- HCCS topology ------------------------------------------------------------
+
+
+def with_link(a: int, b: int, link: str, both: bool = True) -> str:
+    """The A2 board's screen with the link between cards a and b printed as `link` (on a's row, and on b's if `both`)."""
+    rows = TOPO_SCREEN.splitlines()
+    for r, c in ((a, b), (b, a))[: 2 if both else 1]:
+        cells = rows[r + 1].split()
+        cells[c + 1] = link
+        rows[r + 1] = "".join(cell.ljust(11) for cell in cells[:-1]) + cells[-1]
+    return "\n".join(rows) + "\n"
+
+
+def test_a_tensor_parallel_group_whose_cards_are_not_linked_by_hccs_is_a_topology_finding(plan):
+    facts = dataclasses.replace(clean_facts(plan), topology=parse_topology(with_link(2, 3, "PIX")))
+    [found] = findings(plan, facts)
+    assert (found.kind, found.service, found.card) == ("topology", "gamma", 2)
+    assert "cards 2,3" in found.message and "2-3 PIX" in found.message
+
+
+def test_a_link_printed_as_hccs_one_way_only_is_not_trusted(plan):
+    facts = dataclasses.replace(clean_facts(plan), topology=parse_topology(with_link(3, 2, "SYS", both=False)))
+    [found] = findings(plan, facts)
+    assert found.kind == "topology" and "2-3 HCCS" not in found.message
+
+
+def test_links_between_cards_of_different_services_are_none_of_doctors_business(plan):
+    facts = dataclasses.replace(clean_facts(plan), topology=parse_topology(with_link(0, 2, "SYS")))
+    assert findings(plan, facts) == []
+
+
+def test_a_topology_that_cannot_be_read_is_a_finding_only_for_a_host_with_tensor_parallel_groups(plan):
+    facts = dataclasses.replace(clean_facts(plan), topology=None, topology_error="npu-smi info -t topo exited 215: Invalid")
+    [found] = findings(plan, facts)
+    assert found.kind == "topology" and "gamma" in found.message and "exited 215" in found.message
+    single = deployed(fleet([host("npu-a")], [service("alpha", 1, 0.4, devices=[0])]))
+    found = host_findings(single.hosts[0], dataclasses.replace(HostFacts(), topology_error="exited 215"))
+    assert "topology" not in [f.kind for f in found]
+
+
+def test_the_gather_script_reads_the_topology_once_and_the_facts_keep_it(plan):
+    from ops.doctor.gather import gather_script
+
+    assert gather_script(required(plan.hosts[0])).count("npu-smi info -t topo") == 1
+    facts = parse_facts(gathered(("npu-topo", "", TOPO_SCREEN), ("npu-topo-rc", "", "0")))
+    assert facts.topology == FULL_MESH and facts.topology_error is None
+    facts = parse_facts(gathered(("npu-topo", "", "Invalid type."), ("npu-topo-rc", "", "215")))
+    assert facts.topology is None and "exited 215: Invalid type." in facts.topology_error
+    facts = parse_facts(gathered(("npu-topo", "", "nonsense"), ("npu-topo-rc", "", "0")))
+    assert facts.topology is None and "no NPU matrix" in facts.topology_error

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from ops.npusmi import NpuSmiError, parse_npu_smi
+from ops.npusmi import NpuSmiError, parse_npu_smi, parse_topology
 
 DATA = Path(__file__).parent / "data" / "npu-smi"
 
@@ -54,3 +56,57 @@ def test_a_card_in_warning_is_reported_unhealthy():
 def test_text_without_a_device_table_is_an_error_that_quotes_it():
     with pytest.raises(NpuSmiError, match="dcmi error -8005"):
         parse_npu_smi("dcmi error -8005: the device is busy\n")
+
+
+# ---- npu-smi info -t topo ----------------------------------------------------
+
+SIM_NPU_SMI = Path(__file__).parent.parent / "sim" / "npu-smi"
+
+
+def test_the_topology_of_an_8_card_a2_board_is_a_full_hccs_mesh():
+    """The recorded screen: modelscope/ms-swift docs/source/BestPractices/NPU-support.md (8 x 910B3)."""
+    topo = parse_topology((DATA / "npu-smi-info-t-topo-910b3.txt").read_text())
+    assert topo.npus == tuple(range(8))
+    assert {topo.link(a, b) for a in range(8) for b in range(8) if a != b} == {"HCCS"}
+    assert topo.link(3, 3) == "X" and topo.link(0, 9) is None
+
+
+def test_a_link_that_is_not_hccs_is_read_as_printed_in_either_direction():
+    text = (DATA / "npu-smi-info-t-topo-910b3.txt").read_text()
+    rows = text.splitlines()
+    rows[3] = rows[3].replace("X          HCCS", "X          PIX ", 1)  # NPU2 -> NPU3
+    topo = parse_topology("\n".join(rows))
+    assert topo.link(2, 3) == "PIX" and topo.link(3, 2) == "HCCS"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "dcmi error -8005\n", "NPU0 NPU1\nNPU0 X\n", "\tNPU0 NPU1\nNPU0 X HCCS " + "A" * 10_000 + "\n",
+     "\tNPU0 NPU99999999999\nNPU0 X HCCS\n"],
+)  # fmt: skip
+def test_text_without_a_readable_topology_matrix_is_an_error_never_a_crash(text):
+    try:
+        topo = parse_topology(text)
+    except NpuSmiError as exc:
+        assert len(str(exc)) < 400
+    else:
+        assert all(len(link) <= 12 for link in topo.links.values())
+
+
+def sim_topology(tmp_path: Path, missing: str | None = None) -> str:
+    env = {"PATH": os.environ["PATH"], "NPU_SIM_TOPOLOGY": str(tmp_path / "topology")}
+    if missing is not None:
+        (tmp_path / "topology").write_text(missing)
+    done = subprocess.run(["sh", str(SIM_NPU_SMI), "info", "-t", "topo"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_simulated_npu_smi_prints_the_a2_board_as_the_real_tool_does(tmp_path):
+    assert sim_topology(tmp_path) == (DATA / "npu-smi-info-t-topo-910b3.txt").read_text()
+
+
+def test_a_link_marked_missing_on_the_simulated_host_shows_both_ways_as_marked(tmp_path):
+    topo = parse_topology(sim_topology(tmp_path, "2 3\n5 6 PHB\n# comment\n9 1\n"))
+    assert (topo.link(2, 3), topo.link(3, 2), topo.link(5, 6), topo.link(6, 5)) == ("SYS", "SYS", "PHB", "PHB")
+    assert topo.link(0, 1) == "HCCS"

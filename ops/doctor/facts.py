@@ -1,7 +1,8 @@
 """`doctor`'s facts: the text `gather_script` prints, parsed into frozen values. Pure.
 
-Only what the judges compare is kept: per container its state, env, labels,
-devices, privilege and published ports; the host's listeners, `npu-smi` view,
+Only what the judges compare is kept: per container its state, restart policy
+and every setting of its container record (ops.doctor.drift says where Docker
+keeps each); the host's listeners, `npu-smi` view,
 and the required paths it lacks. Output the script could not have printed (cut
 short, or not the JSON docker prints) raises `FactsError`, never anything else.
 """
@@ -16,7 +17,7 @@ from allocation.windows import PortWindow
 from ops.doctor.gather import MARK
 from ops.bounded_json import JsonError, excerpt, loads
 from ops.framing import LIMIT, FrameError, read_frames
-from ops.npusmi import NpuSmiError, NpuSmiInfo, parse_npu_smi
+from ops.npusmi import NpuSmiError, NpuSmiInfo, Topology, parse_npu_smi, parse_topology
 from ops.npusmi import number as number_of
 
 
@@ -32,6 +33,29 @@ class Listener:
     port: int
     processes: tuple[tuple[str, int], ...] = ()
     """(process name, pid) of every owner; empty when ss could not tell."""
+
+
+@dataclass(frozen=True)
+class LiveHealth:
+    """Config.Healthcheck: its durations as Docker keeps them, in nanoseconds."""
+
+    test: tuple[str, ...]
+    interval_ns: int
+    timeout_ns: int
+    start_period_ns: int
+    retries: int
+
+    @classmethod
+    def from_inspect(cls, data: Mapping[str, Any] | None) -> LiveHealth | None:
+        if not data:
+            return None
+        return cls(
+            test=_strings(data.get("Test")),
+            interval_ns=_whole(data.get("Interval") or 0),
+            timeout_ns=_whole(data.get("Timeout") or 0),
+            start_period_ns=_whole(data.get("StartPeriod") or 0),
+            retries=_whole(data.get("Retries") or 0),
+        )
 
 
 @dataclass(frozen=True)
@@ -57,6 +81,18 @@ class LiveContainer:
     """After dockerd merged daemon.json's log-opts in: what the provider reads back too."""
     published: frozenset[tuple[int, int]]
     """(host port, container port) of every TCP port binding."""
+    command: tuple[str, ...] = ()
+    """Config.Cmd."""
+    mounts: frozenset[tuple[str, str, bool]] = frozenset()
+    """(source, target, read-only) of every bind mount: HostConfig.Mounts of type bind (the docker
+    provider's `mounts`) and HostConfig.Binds (`docker run -v SRC:DST[:ro]`)."""
+    restart: str = "no"
+    """HostConfig.RestartPolicy.Name; Docker's empty name is `no`."""
+    shm_size_bytes: int = 0
+    log_driver: str = ""
+    stop_timeout_seconds: int | None = None
+    """Config.StopTimeout, seconds; None when unset (Docker then waits its default 10 s)."""
+    healthcheck: LiveHealth | None = None
 
     @property
     def active(self) -> bool:
@@ -97,7 +133,48 @@ class LiveContainer:
             sysctls=dict(host_config.get("Sysctls") or {}),
             log_opts=dict((host_config.get("LogConfig") or {}).get("Config") or {}),
             published=frozenset(published),
+            command=_strings(config.get("Cmd")),
+            mounts=_bind_mounts(host_config),
+            restart=str((host_config.get("RestartPolicy") or {}).get("Name") or "no"),
+            shm_size_bytes=_whole(host_config.get("ShmSize") or 0),
+            log_driver=str((host_config.get("LogConfig") or {}).get("Type") or ""),
+            stop_timeout_seconds=None if config.get("StopTimeout") is None else _whole(config["StopTimeout"]),
+            healthcheck=LiveHealth.from_inspect(config.get("Healthcheck")),
         )
+
+    @property
+    def comes_back(self) -> bool:
+        """Stopped, but Docker starts it again when the daemon restarts (a reboot): restart policy
+        `always`, which brings back even a container stopped by hand ("If it's manually stopped, it's
+        restarted only when Docker daemon restarts", docs.docker.com/engine/containers/start-containers-automatically/).
+        `unless-stopped` stays down once stopped ("when the container is stopped (manually or otherwise),
+        it isn't restarted even after Docker daemon restarts"; `docker inspect` does not show whether
+        it was stopped by hand, and a running daemon restarts one that exited on its own, so a stopped
+        one was stopped); `on-failure` "doesn't restart the container if the daemon restarts"."""
+        return not self.active and self.status in ("exited", "created") and self.restart == "always"
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    """A JSON list of strings (Cmd, a health check's Test); null is none."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{excerpt(str(value))} is not a list of strings")
+    return tuple(value)
+
+
+def _bind_mounts(host_config: Mapping[str, Any]) -> frozenset[tuple[str, str, bool]]:
+    """Bind mounts as created: HostConfig.Mounts of type bind, and HostConfig.Binds
+    (`SRC:DST[:OPTIONS]`, read-only when an option is `ro`)."""
+    out = set()
+    for m in host_config.get("Mounts") or ():
+        if m.get("Type") == "bind":
+            out.add((str(m.get("Source", "")), str(m.get("Target", "")), m.get("ReadOnly") is True))
+    for bind in host_config.get("Binds") or ():
+        source, _, rest = str(bind).partition(":")
+        target, _, options = rest.partition(":")
+        out.add((source, target, "ro" in options.split(",")))
+    return frozenset(out)
 
 
 def _whole(value: Any) -> int:
@@ -119,6 +196,9 @@ class HostFacts:
     ss_error: str | None = None
     npu: NpuSmiInfo | None = None
     npu_error: str | None = None
+    topology: Topology | None = None
+    """`npu-smi info -t topo`: the links between cards."""
+    topology_error: str | None = None
     missing: frozenset[str] = frozenset()
     """Paths of the host requirements table (records.host_requirements) the host lacks."""
     device_share: Mapping[int, str] = field(default_factory=dict)
@@ -189,7 +269,10 @@ def parse_facts(text: str) -> HostFacts:
             npu = parse_npu_smi(sec.get("npu-smi", ""))
         except NpuSmiError as exc:
             npu_error = str(exc)
+    topology, topology_error = _topology(sec)
     return HostFacts(
+        topology=topology,
+        topology_error=topology_error,
         containers=containers,
         docker_error=docker_error,
         pids=pids,
@@ -205,6 +288,17 @@ def parse_facts(text: str) -> HostFacts:
         },
         router_workers={name.split(None, 1)[1]: body for name, body in sec.items() if name.startswith("router-workers ")},
     )
+
+
+def _topology(sec: Mapping[str, str]) -> tuple[Topology | None, str | None]:
+    """The links between cards, or why they cannot be read."""
+    rc, out = sec.get("npu-topo-rc", "").strip(), sec.get("npu-topo") or ""
+    if rc != "0":
+        return None, f"npu-smi info -t topo exited {rc or '?'}: {' '.join(out.split())[:300]}"
+    try:
+        return parse_topology(out), None
+    except NpuSmiError as exc:
+        return None, str(exc)
 
 
 def parse_port_list(value: str) -> list[PortWindow] | None:

@@ -7,23 +7,29 @@ each `_judge` function then looks for one kind of finding in that view.
 - `missing`, `stopped`, `restarting`, `unhealthy`: the planned container (found
   by its name, the service name) is absent, not running, restarting, or running
   with health `unhealthy`. A container still `starting` is not a finding.
-- `drift`: the live container differs from its spec in image, an env variable
-  the spec sets (variables the image adds are ignored), the device files,
-  privileged mode, the published ports or an `ascend-fleet.*` label.
-- `foreign-card`: an active container outside the plan has a planned card's
+- `drift`: the live container differs from its record in any field Docker
+  keeps (`ops.doctor.drift`: command, env the plan sets, image, devices, mounts,
+  ports, labels the plan sets, privileged, ipc mode, shm size, restart policy,
+  sysctls, log driver and options, stop timeout, health check).
+- `foreign-card`: a container outside the plan that runs, or is stopped but
+  comes back when the daemon restarts (restart policy `always`), has a planned card's
   `/dev/davinciN` (or is privileged, so sees every card); or `npu-smi` lists a
   process on a planned card whose host PID belongs to no container planned on
   that card (`docker top` PIDs count, so `docker exec` in the planned container
   is its own).
 - `foreign-port`: a listener in the host's network namespace (`ss -ltnp`) inside
   a planned window that is not the service's own (a `docker-proxy` listener
-  belongs to the container publishing the port); a foreign container publishing
-  a port in a planned window; a foreign container on a planned card whose
+  belongs to the container publishing the port); a foreign container (running or
+  coming back) publishing a port in a planned window; a foreign container on a planned card whose
   HCCL NPU socket range (HCCL's default port when unset) overlaps the planned one.
 - `host`: Docker not answering; a path of the host requirements table missing
   for any configured card (device files, the driver paths every container
   mounts: the table the host check reads, worded as it words them); `npu-smi`
   failing, listing fewer cards than configured, or a card not `OK`; no `ss`.
+
+- `topology`: a tensor-parallel group with two cards `npu-smi info -t topo` does
+  not show linked by HCCS (in either direction), or a topology that cannot be read
+  on a host with such groups.
 
 Not seen: sockets inside a bridge-networked container's own network namespace
 (only its env range is compared), clashes between two foreign containers, and
@@ -33,8 +39,9 @@ networking, which the plan does not use).
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal, Mapping
+from typing import Any, Literal, Mapping
 
 from records.containers import ContainerSpec
 from records.deployment import HostDeployment
@@ -42,11 +49,15 @@ from records.device_share import STATUS_KEY, UNIT
 from records.host_requirements import Requirement, cards_of, requirements
 from allocation.windows import NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
 from ops.bounded_json import excerpt, loads
+from ops.doctor.drift import differences, shown
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
+
+HCCS = ("HCCS", "HCCS_SW")
+"""Direct HCCS links: the board's own, or through an HCCS switch (CANN `aclrtGetDevicesTopo`)."""
 
 Kind = Literal[
     "unreachable", "host", "missing", "stopped", "restarting", "unhealthy", "drift", "foreign-card", "foreign-port",
-    "sharing", "router",
+    "sharing", "router", "topology",
 ]  # fmt: skip
 
 
@@ -83,7 +94,8 @@ class HostView:
     service_of: Mapping[str, str]
     """Container id -> service name, for planned containers."""
     foreign: tuple[LiveContainer, ...]
-    """Active containers outside the plan."""
+    """Containers outside the plan that hold cards or ports now, or will after a reboot: active ones,
+    and stopped ones Docker starts again when its daemon restarts (`LiveContainer.comes_back`)."""
     owner_of_pid: Mapping[int, LiveContainer]
     publisher: Mapping[int, LiveContainer]
     """Host port -> the active container publishing it."""
@@ -100,7 +112,21 @@ class HostView:
 
     def describe(self, c: LiveContainer) -> str:
         service = self.service_of.get(c.id)
-        return f"container {c.name} (service {service})" if service else f"container {c.name} (not in the plan)"
+        if service:
+            return f"container {c.name} (service {service})"
+        if c.comes_back:
+            back = "Docker starts it again when its daemon restarts (a reboot)"
+        else:
+            back = "it comes back after a reboot too" if c.restart in ("always", "unless-stopped") else "a reboot stops it"
+        return f"container {shown(c.name, 80)} (not in the plan; {shown(c.status, 20)}, restart policy {shown(c.restart, 20)}: {back})"
+
+    def fix(self, c: LiveContainer) -> str:
+        """For a container outside the plan, the commands that keep it off the cards and ports across
+        reboots: `docker stop` alone lasts only until the daemon restarts under `always`."""
+        if c.id in self.service_of:
+            return ""
+        name = shown(shlex.quote(c.name), 200)
+        return f"; to take it out for good: `docker update --restart=no {name} && docker stop {name}` (or `docker rm -f {name}`)"
 
     def windows_at(self, port: int) -> list[tuple[str, str, PortWindow]]:
         return [(s, key, window) for s, key, window in self.windows if window[0] <= port <= window[1]]
@@ -133,7 +159,7 @@ def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
         facts=facts,
         live=live,
         service_of=service_of,
-        foreign=tuple(c for c in active if c.id not in service_of),
+        foreign=tuple(c for c in facts.containers if (c.active or c.comes_back) and c.id not in service_of),
         owner_of_pid={pid: c for c in active for pid in pids[c.id]},
         publisher={port: c for c in active for port, _ in c.published},
         card_services=card_services,
@@ -145,15 +171,6 @@ def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
 
 def _overlap(a: PortWindow, b: PortWindow) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
-
-
-def _image_ref(image: str) -> str:
-    """`docker.io/library/x:latest` and `x` name the same image."""
-    ref = image.removeprefix("docker.io/").removeprefix("library/")
-    last = ref.rsplit("/", 1)[-1]
-    if ":" not in last and "@" not in last:
-        ref += ":latest"
-    return ref
 
 
 def required(hd: HostDeployment) -> tuple[Requirement, ...]:
@@ -207,45 +224,11 @@ def _judge_state(view: HostView) -> list[Finding]:
     return out
 
 
-def _differences(spec: ContainerSpec, live: LiveContainer) -> list[tuple[str, str, str]]:
-    """(key, planned, live) for everything doctor compares."""
-    out = []
-    if _image_ref(spec.image) != _image_ref(live.image):
-        out.append(("image", spec.image, live.image))
-    for key, value in spec.env.items():
-        if live.env.get(key) != value:
-            out.append((f"env {key}", value, live.env.get(key, "(unset)")))
-    planned, actual = set(spec.device_files), set(live.device_files)
-    if planned != actual:
-        extra, lacking = sorted(actual - planned), sorted(planned - actual)
-        what = "; ".join(filter(None, (extra and f"extra {', '.join(extra)}", lacking and f"lacking {', '.join(lacking)}")))
-        out.append(("devices", ",".join(sorted(planned)), f"{','.join(sorted(actual)) or '(none)'} ({what})"))
-    if spec.privileged != live.privileged:
-        out.append(("privileged", str(spec.privileged).lower(), str(live.privileged).lower()))
-    if spec.ipc_mode != live.ipc_mode:
-        out.append(("ipc mode", spec.ipc_mode, live.ipc_mode or "(unset)"))
-    for key, value in spec.sysctls.items():
-        if live.sysctls.get(key) != value:
-            out.append((f"sysctl {key}", value, live.sysctls.get(key, "(unset)")))
-    if dict(spec.log_opts) != dict(live.log_opts):
-        # Keys dockerd added from daemon.json make the provider replace the container on every up.
-        show: Callable[[Mapping[str, str]], str] = lambda opts: ",".join(f"{k}={v}" for k, v in sorted(opts.items()))  # noqa: E731
-        out.append(("log options", show(spec.log_opts), show(live.log_opts) or "(none)"))
-    ports = {(port, port) for port in spec.ports}
-    if ports != set(live.published):
-        show: Callable[[Iterable[tuple[int, int]]], str] = lambda ps: ", ".join(f"{h}->{c}" for h, c in sorted(ps)) or "(none)"  # noqa: E731
-        out.append(("published ports", show(ports), show(live.published)))
-    for key, value in spec.labels.items():
-        if live.labels.get(key) != value:
-            out.append((f"label {key}", value or '""', live.labels.get(key, "(unset)") or '""'))
-    return out
-
-
 def _judge_drift(view: HostView) -> list[Finding]:
     out = []
     for name, spec, _ in planned(view.hd):
         live = view.live.get(name)
-        for key, want, actual in _differences(spec, live) if live is not None else ():
+        for key, want, actual in differences(spec, live) if live is not None else ():
             text = f"container {name}: {key}: {want} (plan) != {actual} (live)"
             out.append(Finding("drift", text, service=name, container=live.name, key=key))
     return out
@@ -260,11 +243,14 @@ def _judge_foreign_cards(view: HostView) -> list[Finding]:
     planned = view.card_services
     for c in view.foreign:
         if c.privileged and planned:
-            text = f"{view.describe(c)} is privileged: it sees every card, including planned cards {', '.join(map(str, sorted(planned)))}"
+            text = (
+                f"{view.describe(c)} is privileged: it sees every card, including planned cards "
+                f"{', '.join(map(str, sorted(planned)))}{view.fix(c)}"
+            )
             out.append(Finding("foreign-card", text, container=c.name))
             continue
         for card in sorted(cards_of(c.device_files) & set(planned)):
-            text = f"{view.describe(c)} holds /dev/davinci{card}, planned for {', '.join(planned[card])}"
+            text = f"{view.describe(c)} holds /dev/davinci{card}, planned for {', '.join(planned[card])}{view.fix(c)}"
             out.append(Finding("foreign-card", text, service=planned[card][0], container=c.name, card=card))
     for proc in view.facts.npu.processes if view.facts.npu is not None else ():
         users = planned.get(proc.npu)
@@ -276,7 +262,7 @@ def _judge_foreign_cards(view: HostView) -> list[Finding]:
         who = view.describe(owner) if owner is not None else "no container of this host (a process outside Docker or of an unknown container)"
         text = (
             f"card {proc.npu}: npu-smi shows process {proc.pid} ({proc.name}, {proc.memory_mb} MB) "
-            f"of {who}; the card is planned for {', '.join(users)}"
+            f"of {who}; the card is planned for {', '.join(users)}{view.fix(owner) if owner is not None else ''}"
         )
         container = owner.name if owner is not None else None
         out.append(Finding("foreign-card", text, service=users[0], container=container, card=proc.npu))
@@ -300,19 +286,20 @@ def _judge_listeners(view: HostView) -> list[Finding]:
                 who = ", ".join(f"process {n} (pid {p})" for n, p in lst.processes)
             else:
                 who = "an unknown process (ss shows no owner)"
-            text = f"port {lst.port} ({lst.address}) is held by {who}; it is in {service}'s {key} {window_text(window)}"
+            fix = view.fix(holder) if holder is not None else ""
+            text = f"port {lst.port} ({lst.address}) is held by {who}; it is in {service}'s {key} {window_text(window)}{fix}"
             container = holder.name if holder is not None else None
             out.append(Finding("foreign-port", text, service=service, container=container, port=lst.port, key=key))
     return out
 
 
 def _judge_publishers(view: HostView) -> list[Finding]:
-    listened = {lst.port for lst in view.facts.listeners}  # those are judged as listeners
+    listened = {lst.port for lst in view.facts.listeners}  # a running container's are judged as listeners
     out = []
     for c in view.foreign:
-        for port in sorted({p for p, _ in c.published} - listened):
+        for port in sorted({p for p, _ in c.published} - (listened if c.active else set())):
             for service, key, window in view.windows_at(port):
-                text = f"{view.describe(c)} publishes port {port}, in {service}'s {key} {window_text(window)}"
+                text = f"{view.describe(c)} publishes port {port}, in {service}'s {key} {window_text(window)}{view.fix(c)}"
                 out.append(Finding("foreign-port", text, service=service, container=c.name, port=port, key=key))
     return out
 
@@ -335,7 +322,7 @@ def _judge_hccl(view: HostView) -> list[Finding]:
             text = (
                 f"{view.describe(c)} shares card {', '.join(map(str, cards))} with {sd.name} and its "
                 f"{NPU_RANGE.env} ({shown}) overlaps {sd.name}'s {window_text(ours)}: "
-                "HCCL will fail with 'Socket bind failed, address already in use'"
+                f"HCCL will fail with 'Socket bind failed, address already in use'{view.fix(c)}"
             )
             port = max(ours[0], min(s[0] for s in clashes))
             out.append(
@@ -412,11 +399,39 @@ def _judge_routers(view: HostView) -> list[Finding]:
     return out
 
 
+def _judge_topology(view: HostView) -> list[Finding]:
+    """Each tensor-parallel group's cards, pair by pair, linked directly by HCCS (`npu-smi info -t topo`):
+    the 8 x 910B A2 board links every pair, so another link (PIX, PHB, SYS...) is a board or a
+    driver that is not as planned, and the group's HCCL traffic crosses PCIe instead."""
+    groups = [sd for sd in view.hd.services if len(sd.plan.assignment.cards) > 1]
+    topo, facts = view.facts.topology, view.facts
+    if not groups or (topo is None and facts.npu_error):
+        return []  # nothing to check, or npu-smi failing is already a `host` finding
+    if topo is None:
+        names = ", ".join(sd.name for sd in groups)
+        return [Finding("topology", f"host {view.name}: {shown(facts.topology_error or 'no answer')}; tensor-parallel groups of {names} not checked")]
+    out = []
+    for sd in groups:
+        cards = sorted(sd.plan.assignment.cards)
+        slow = []
+        for i, a in enumerate(cards):
+            for b in cards[i + 1 :]:
+                links = [topo.link(a, b) or "not listed", topo.link(b, a) or "not listed"]
+                slow += [f"{a}-{b} {shown(link, 12)}" for link in links if link not in HCCS][:1]
+        if slow:
+            text = (
+                f"service {sd.name}'s tensor-parallel group (cards {','.join(map(str, cards))}) is not linked by HCCS "
+                f"card to card: {', '.join(slow)} (npu-smi info -t topo); its HCCL traffic takes the slower path"
+            )
+            out.append(Finding("topology", text, service=sd.name, card=cards[0]))
+    return out
+
+
 # Without Docker every process would look foreign, so only the host is judged then.
-JUDGES_WITHOUT_DOCKER = (_judge_host, _judge_sharing)
+JUDGES_WITHOUT_DOCKER = (_judge_host, _judge_sharing, _judge_topology)
 JUDGES = (
     _judge_host, _judge_state, _judge_drift, _judge_foreign_cards, _judge_listeners, _judge_publishers, _judge_hccl,
-    _judge_sharing, _judge_routers,
+    _judge_sharing, _judge_routers, _judge_topology,
 )  # fmt: skip
 
 

@@ -2,7 +2,7 @@
 
 It prints the host's facts in sections: `docker inspect` of every container,
 the PIDs of every running container (`docker top`), the listening TCP sockets
-(`ss -ltnpH`), `npu-smi info`, the device-share mode of the shared cards, what
+(`ss -ltnpH`), `npu-smi info`, the links between cards (`npu-smi info -t topo`), the device-share mode of the shared cards, what
 each router says of its workers (`/workers`), and which paths of the host requirements
 table (`records.host_requirements`, the table the host check reads too) the host lacks.
 """
@@ -73,6 +73,8 @@ else
 fi
 out=$(npu-smi info 2>&1); rc=$?
 printf '%s\\n' "$out" | f npu-smi; echo $rc | f npu-smi-rc
+out=$(npu-smi info -t topo 2>&1); rc=$?
+printf '%s\\n' "$out" | f npu-topo; echo $rc | f npu-topo-rc
 {sharing}{{
 {missing_paths(required)}}} | f missing
 f end </dev/null

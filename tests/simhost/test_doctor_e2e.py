@@ -7,6 +7,7 @@ doctor then has to find it clean, and find each problem made by hand after.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import time
@@ -67,23 +68,39 @@ def write_stack(tmp_path: Path, sim: SimHost, models: dict[str, Path], *, silent
     return path
 
 
-def run_args(sim: SimHost, spec, *, env: dict[str, str] | None = None) -> list[str]:
+def run_args(sim: SimHost, spec, *, env: dict[str, str] | None = None, volume: tuple[str, str] | None = None) -> list[str]:
     """`docker run` args of a spec, labelled for the fixture's cleanup, health probed every second
-    (tests/simhost/probes.py). The extra label is not in the spec (doctor compares only the spec's
-    labels), and doctor does not compare the health check."""
+    (tests/simhost/probes.py; doctor judges against those specs, `probed_deployment`). The extra label
+    is not in the spec (doctor compares only the spec's labels). `volume`: (old, new) `--volume`
+    argument, a mount changed by hand."""
     args = docker_run_args(probed_often(spec))
     for key, value in (env or {}).items():
         args = [f"--env={key}={value}" if a.startswith(f"--env={key}=") else a for a in args]
+    if volume is not None:
+        assert volume[0] in args, args
+        args = [volume[1] if a == volume[0] else a for a in args]
     end = args.index("--")  # options end there; the image follows
     assert args[end + 1] == spec.image
     test_labels = [f"--label={k}={v}" for k, v in sim.labels().items()]
     return ["run", *args[:end], *test_labels, *args[end:]]
 
 
-def doctor_json(config: Path) -> tuple[dict[str, Any], int, float]:
+def probed_deployment(config: Path):
+    """The deployment of the stack file, each container's health probed as `run_args` starts it: doctor
+    compares the health check too, and the containers here are probed every second."""
     fleet, _ = load_fleet(config=str(config))
+    deployment = deploy(plan_fleet(fleet))
+    hosts = tuple(
+        dataclasses.replace(hd, services=tuple(dataclasses.replace(sd, spec=probed_often(sd.spec)) for sd in hd.services))
+        for hd in deployment.hosts
+    )
+    return dataclasses.replace(deployment, hosts=hosts)
+
+
+def doctor_json(config: Path) -> tuple[dict[str, Any], int, float]:
+    deployment = probed_deployment(config)
     start = time.monotonic()
-    text, code = doctor.run(deploy(plan_fleet(fleet)), "json")
+    text, code = doctor.run(deployment, "json")
     return json.loads(text), code, time.monotonic() - start
 
 
@@ -140,8 +157,12 @@ def test_doctor_finds_the_running_plan_clean_then_reports_each_hand_made_problem
     planned_vl = specs[VL].env["HCCL_NPU_SOCKET_PORT_RANGE"]
     vl_first = int(planned_vl.split("-")[0])
     live_vl = f"{vl_first}-{vl_first + 4}"
+    # ...and its model folder mounted from another path (`docker run -v`, as an engineer would)
+    model = next(m for m in specs[VL].mounts if m.target == str(models[VL]))
+    other = sim_host.make_model("doc-qwen-copy")
     sim_host.docker("rm", "-f", VL)
-    sim_host.docker(*run_args(sim_host, specs[VL], env={"HCCL_NPU_SOCKET_PORT_RANGE": live_vl}))
+    volume = (f"--volume={model.source}:{model.target}:ro", f"--volume={other}:{model.target}:ro")
+    sim_host.docker(*run_args(sim_host, specs[VL], env={"HCCL_NPU_SOCKET_PORT_RANGE": live_vl}, volume=volume))
     sim_host.wait_healthy(VL)
     # 4. two more hosts that never answer: one refuses or drops, one accepts and stays silent
     silent = socket.socket()
@@ -169,15 +190,18 @@ def test_doctor_finds_the_running_plan_clean_then_reports_each_hand_made_problem
         [
             ("stopped", LONG, LONG, None),
             ("drift", VL, VL, "env HCCL_NPU_SOCKET_PORT_RANGE"),
+            ("drift", VL, VL, "mounts"),
             ("foreign-card", EMBED, INTRUDER, None),
             ("foreign-port", EMBED, INTRUDER, "hcclNpuSocketPortRange"),
             ("host", None, None, None),
         ]
     ), json.dumps(found, indent=2)
     by_kind = {f["kind"]: f for f in found}
-    assert by_kind["drift"]["message"].endswith(
+    drifts = {f["key"]: f["message"] for f in found if f["kind"] == "drift"}
+    assert drifts["env HCCL_NPU_SOCKET_PORT_RANGE"].endswith(
         f"env HCCL_NPU_SOCKET_PORT_RANGE: {planned_vl} (plan) != {live_vl} (live)"
     )
+    assert f"extra {other}:{model.target}:ro" in drifts["mounts"] and f"lacking {model.source}:{model.target}:ro" in drifts["mounts"]
     assert by_kind["foreign-card"]["card"] == 0
     assert intruder_range in by_kind["foreign-port"]["message"] and embed_range in by_kind["foreign-port"]["message"]
     assert "exited" in by_kind["stopped"]["message"]
