@@ -53,7 +53,7 @@ def live_container(spec: ContainerSpec, status: str = "running") -> LiveContaine
     return LiveContainer(
         id=f"{spec.name}-id", name=spec.name, image=spec.image, status=status, health="healthy", exit_code=0, pid=10,
         env=dict(spec.env), labels=dict(spec.labels), device_files=frozenset(spec.device_files),
-        privileged=spec.privileged, ipc_mode=spec.ipc_mode, sysctls=dict(spec.sysctls), log_opts=dict(spec.log_opts),
+        privileged=spec.privileged, init=spec.init, ipc_mode=spec.ipc_mode, sysctls=dict(spec.sysctls), log_opts=dict(spec.log_opts),
         published=frozenset((p, p) for p in spec.ports), command=tuple(spec.command),
         mounts=frozenset((m.source, m.target, m.read_only) for m in spec.mounts), restart=spec.restart,
         shm_size_bytes=spec.shm_size_mib * 1024 * 1024, log_driver=spec.log_driver,

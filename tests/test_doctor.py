@@ -97,6 +97,7 @@ def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str
                 for d in (spec.device_files if devices is None else devices)
             ],
             "Privileged": spec.privileged if privileged is None else privileged,
+            "Init": spec.init,
             # As the docker provider creates them (HostConfig.Mounts); `docker run -v` fills Binds instead.
             "Mounts": [{"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only} for m in spec.mounts],
             "Binds": None,

@@ -252,7 +252,8 @@ def test_doctor_finds_the_containers_a_renamed_service_kept_and_reports_nothing(
     values = {"hosts": [host("npu-a")], "services": [
         service("alpha", 1, 0.4, devices=[0]),
         service("beta", 1, 0.4, devices=[0]),
-        service("delta", 2, 0.5, devices=[2, 3], previousNames=["gamma"]),
+        # Renamed only: the model stays the one gamma served (a new model would be command drift).
+        service("delta", 2, 0.5, devices=[2, 3], previousNames=["gamma"], model="/models/gamma"),
     ]}  # fmt: skip
     after = deploy(plan_fleet(parse_fleet("test", values)))
     live = test_doctor.clean_facts(original)  # the host as it runs since before the rename

@@ -21,7 +21,8 @@ fills them: kreuzwerker/terraform-provider-docker `internal/provider/resource_do
   duration strings with `time.ParseDuration`).
 - log driver and options: `HostConfig.LogConfig.Type` and `.Config` (dockerd merges `daemon.json`'s
   options into containers of the default driver: that is drift too, the provider replaces them).
-- privileged, ipc mode, sysctls: `HostConfig.Privileged`, `.IpcMode`, `.Sysctls`.
+- privileged, init, ipc mode, sysctls: `HostConfig.Privileged`, `.Init` (null when not set),
+  `.IpcMode`, `.Sysctls`.
 
 Every value shown is bounded and escaped: what a host prints is hostile.
 """
@@ -165,6 +166,7 @@ FIELDS: dict[str, Compare | str] = {
     "labels": lambda s, c: _keys("label", s.labels, c.labels),
     "healthcheck": _healthcheck,
     "privileged": lambda s, c: _one("privileged", s.privileged, c.privileged, lambda b: str(b).lower()),
+    "init": lambda s, c: _one("init", s.init, c.init, lambda b: str(b).lower()),
     "restart": lambda s, c: _one("restart policy", s.restart, c.restart),
     "shm_size_mib": lambda s, c: _one("shm size", s.shm_size_mib * 1024 * 1024, c.shm_size_bytes, lambda b: f"{b} bytes"),
     "start_timeout_seconds": "the deployment's wait for `healthy` (the provider's `wait_timeout`): Docker does not keep it",

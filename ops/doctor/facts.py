@@ -89,6 +89,8 @@ class LiveContainer:
     restart: str = "no"
     """HostConfig.RestartPolicy.Name; Docker's empty name is `no`."""
     shm_size_bytes: int = 0
+    init: bool = False
+    """`HostConfig.Init`: Docker's init runs as PID 1 (`docker run --init`, the provider's `init`)."""
     log_driver: str = ""
     stop_timeout_seconds: int | None = None
     """Config.StopTimeout, seconds; None when unset (Docker then waits its default 10 s)."""
@@ -137,6 +139,7 @@ class LiveContainer:
             mounts=_bind_mounts(host_config),
             restart=str((host_config.get("RestartPolicy") or {}).get("Name") or "no"),
             shm_size_bytes=_whole(host_config.get("ShmSize") or 0),
+            init=host_config.get("Init") is True,
             log_driver=str((host_config.get("LogConfig") or {}).get("Type") or ""),
             stop_timeout_seconds=None if config.get("StopTimeout") is None else _whole(config["StopTimeout"]),
             healthcheck=LiveHealth.from_inspect(config.get("Healthcheck")),
