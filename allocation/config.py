@@ -76,6 +76,8 @@ def _power_of_two(value: int) -> int:
 
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", max_length=63)]
+# A Docker container name as Docker allows it (moby daemon/names: `[a-zA-Z0-9][a-zA-Z0-9_.-]+`).
+ContainerName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")]
 Port = Annotated[int, Field(ge=1024, le=MAX_PORT)]
 AnyPort = Annotated[int, Field(ge=1, le=MAX_PORT)]
 Fraction = Annotated[Decimal, Field(gt=0, le=1), AfterValidator(_multiple_of_scale)]
@@ -382,6 +384,12 @@ class Host(Model):
     naming the card and the containers holding it. `stopHolders`: `pulumi up` stops the holders (each
     with its stop grace period), switches the card, starts them again (each reloads its model, one at
     a time per card) and then starts the newcomer."""
+    replaces: list[ContainerName] = []
+    """Containers already running on this host that the stack takes over from, by the name `docker ps`
+    shows (e.g. `[model-emb-vl, model-text]` of a docker compose deployment). `pulumi up` disables each
+    for good before it creates anything on the host: its restart policy set to `no`, then stopped, so
+    no reboot brings it back; it is kept, not removed, so going back is two commands (README "Moving
+    from docker compose"). A name the plan gives one of its own containers on this host is refused."""
     reserved_ports: list[PortRange] = []
     """Ports on this host the allocator must never hand out (in addition to `ascend-fleet:ports.reserved`)."""
     host_key: HostKey | None = None
@@ -392,6 +400,13 @@ class Host(Model):
     """Docker daemon URL; default `ssh://user@address:sshPort`. Set `unix:///var/run/docker.sock`
     for a daemon on the machine running Pulumi (the dev stack). An `ssh://` or `tcp://` URL must
     name this host's `address`, so `doctor` checks the machine the containers run on."""
+
+    @model_validator(mode="after")
+    def _replaces_each_once(self) -> Host:
+        twice = sorted({n for n in self.replaces if self.replaces.count(n) > 1})
+        if twice:
+            raise ValueError(f"replaces names {', '.join(twice)} more than once")
+        return self
 
     @model_validator(mode="after")
     def _docker_host_is_this_host(self) -> Host:

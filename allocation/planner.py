@@ -94,12 +94,25 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
             planned.append(ServicePlan(i, a, kept(replace(sized, problems=()) if i.name in unsized else sized)))
         planned = kept(_running_totals(host, planned))
         kept(graph_room(host, planned))
+        kept(_takeover(host, planned, [r for r in routers if r.host_name == host.name]))
         host_plans.append(HostPlan(host=host, budget=fleet.budget(host), services=tuple(planned)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
     kept(_crowded(fleet, placed))
     routers.sort(key=lambda r: r.service.name)
     return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=tuple(routers))
+
+
+def _takeover(host: Host, planned: list[ServicePlan], routers: list[RouterPlan]) -> Outcome[None]:
+    """A container the host `replaces` is stopped for good by `pulumi up`: it cannot also be one the
+    plan creates there (Docker names are unique per host, and the takeover would stop the new one)."""
+    own = {ps.instance.original_name for ps in planned} | {r.container_name for r in routers}
+    clash = [name for name in host.replaces if name in own]
+    return Outcome(None, tuple(
+        f"host {host.name} replaces {name}, a name the plan gives one of its own containers there: "
+        f"rename the old container (docker rename {name} {name}-old) and list that name under replaces"
+        for name in clash
+    ))  # fmt: skip
 
 
 def _crowded(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]]) -> Outcome[None]:

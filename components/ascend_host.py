@@ -28,6 +28,8 @@ class AscendHost(pulumi.ComponentResource):
     connection: command.remote.ConnectionArgs | None
     """How scripts reach the host over SSH; None for a local daemon."""
     check: pulumi.CustomResource
+    takeover: pulumi.CustomResource | None
+    """Disables the containers the host `replaces`, after the check; None when it replaces none."""
     device_share: pulumi.CustomResource | None
     images: dict[str, docker.RemoteImage]
 
@@ -39,7 +41,6 @@ class AscendHost(pulumi.ComponentResource):
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
         super().__init__("ascend-fleet:index:AscendHost", name, None, opts)
-        host = hd.host
         child = pulumi.ResourceOptions(parent=self)
         self.provider = docker.Provider(
             f"{name}-docker",
@@ -47,26 +48,18 @@ class AscendHost(pulumi.ComponentResource):
             ssh_opts=list(hd.ssh_options) if hd.ssh_options is not None else None,
             opts=child,
         )
-        connection = None
-        if not host.is_local():
-            connection = command.remote.ConnectionArgs(
-                host=host.address,
-                port=host.ssh_port,
-                user=host.user,
-                # Secret from config; the provider also marks the whole connection secret.
-                private_key=private_key,
-                # The key the docker provider's ssh and `doctor` trust; None only when
-                # strictHostKeyChecking is not `yes` (then any key is accepted here).
-                host_key=hd.host_key,
-                per_dial_timeout=hd.connect_timeout_seconds,
-                dial_error_limit=3,
-            )
-        self.connection = connection
+        self.connection = connection = _connection(hd, private_key)
         self.check = script(f"{name}-check", hd.check_script, connection, child)
-        # Shared cards go into device-share mode after the check and before any container on them.
+        # The old deployment goes for good after the check (which let its containers pass) and before
+        # anything that needs their cards or ports. Its `delete` does nothing: rolling back is by hand.
+        self.takeover = None
+        if hd.takeover_script is not None:
+            after_check = pulumi.ResourceOptions(parent=self, depends_on=[self.check])
+            self.takeover = script(f"{name}-takeover", hd.takeover_script, connection, after_check)
+        # Shared cards go into device-share mode after those and before any container on them.
         self.device_share = None
         if hd.device_share_script is not None:
-            after_check = pulumi.ResourceOptions(parent=self, depends_on=[self.check])
+            after_check = pulumi.ResourceOptions(parent=self, depends_on=self.ready)
             self.device_share = script(
                 f"{name}-device-share", hd.device_share_script, connection, after_check,
                 delete=hd.device_share_removal,
@@ -89,6 +82,12 @@ class AscendHost(pulumi.ComponentResource):
         self._hd = hd
         self.register_outputs({"dockerHost": hd.docker_url, "images": list(hd.images)})
 
+    @property
+    def ready(self) -> list[pulumi.Resource]:
+        """What every container of the host waits for: the check, and the takeover of the old
+        containers, which hold the cards and ports the new ones need."""
+        return [self.check, *([self.takeover] if self.takeover is not None else [])]
+
     def last_log_lines(self, container: str, lines: int = LOG_LINES) -> str:
         """A container's last log lines on this host (`docker logs --tail`, over SSH like `doctor`),
         or why they could not be read. For the error hook of a container that did not start."""
@@ -97,6 +96,25 @@ class AscendHost(pulumi.ComponentResource):
         if not result.reachable:
             return f"(its log could not be read: {result.error})"
         return result.stdout.strip() or "(its log is empty)"
+
+
+def _connection(hd: HostDeployment, private_key: Optional[pulumi.Input[str]]) -> command.remote.ConnectionArgs | None:
+    """How scripts reach the host over SSH; None for a local daemon."""
+    host = hd.host
+    if host.is_local():
+        return None
+    return command.remote.ConnectionArgs(
+        host=host.address,
+        port=host.ssh_port,
+        user=host.user,
+        # Secret from config; the provider also marks the whole connection secret.
+        private_key=private_key,
+        # The key the docker provider's ssh and `doctor` trust; None only when
+        # strictHostKeyChecking is not `yes` (then any key is accepted here).
+        host_key=hd.host_key,
+        per_dial_timeout=hd.connect_timeout_seconds,
+        dial_error_limit=3,
+    )
 
 
 def script(

@@ -152,7 +152,7 @@ class ModelService(pulumi.ComponentResource):
                 spec,
                 self,
                 host,
-                [host.check, *_sharing(sd, host), *(s.container for s in after), *depends_on],
+                [*host.ready, *_sharing(sd, host), *(s.container for s in after), *depends_on],
                 sd.previous_names,
             ),
         )

@@ -87,7 +87,7 @@ class Router(pulumi.ComponentResource):
         self.container = docker.Container(
             f"{name}-container",
             container_args(spec, image_id),
-            opts=container_options(spec, self, host, [host.check, workers, replicas[0].container], previous),
+            opts=container_options(spec, self, host, [*host.ready, workers, replicas[0].container], previous),
         )
         for handover, replica, old in zip(rd.handovers, replicas, rd.plan.previous_replicas, strict=True):
             step = script(

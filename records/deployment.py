@@ -17,6 +17,7 @@ from allocation.config import Host, Ssh
 from records.containers import ContainerSpec, container_spec
 from records.device_share import device_share_script, removal_script
 from records.host_check import host_check_script
+from records.takeover import takeover_script
 from records.known_hosts import find_host_key
 from records.ssh_options import ssh_options
 from allocation.plan import HostPlan, Plan, ServicePlan, RouterPlan
@@ -112,6 +113,9 @@ class HostDeployment:
     """How long reaching the host over SSH may take (`ssh.connectTimeoutSeconds`): every client's bound."""
     check_script: str
     """The host check (`records.host_check`), run before any image or container."""
+    takeover_script: str | None
+    """Disables for good the containers the host `replaces` (`records.takeover`), after the check and
+    before anything that needs their cards or ports; None when it replaces none."""
     shared_cards: tuple[int, ...]
     """Cards more than one of its services use, ascending."""
     device_share_script: str | None
@@ -216,10 +220,13 @@ def _host_deployment(
         ssh_options=None if host.is_local() else tuple(ssh_options(plan.fleet.ssh, host.host_key)),
         connect_timeout_seconds=plan.fleet.ssh.connect_timeout_seconds,
         check_script=host_check_script(
-            host, [(s.plan, s.spec) for s in services], shared_cards=shared_cards if sharing else ()
-        ),
+            host, [(s.plan, s.spec) for s in services], stack=plan.stack,
+            ports=sorted({p for c in (*services, *routers) for p in c.spec.ports}),
+            shared_cards=shared_cards if sharing else (),
+        ),  # fmt: skip
+        takeover_script=takeover_script(host, host.replaces) if host.replaces else None,
         shared_cards=shared_cards,
-        device_share_script=device_share_script(host, shared_cards) if sharing else None,
+        device_share_script=device_share_script(host, shared_cards, own=[s.spec.name for s in services]) if sharing else None,
         device_share_removal=removal_script() if sharing else None,
         images=tuple(sorted({s.spec.image for s in services} | {r.base_image for r in routers})),
         pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,

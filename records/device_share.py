@@ -45,11 +45,13 @@ HOLDERS = """holders() {
 """
 # Shared by the deploy-time run, the host check and the boot unit. `enable CARD` leaves the card in
 # device-share mode, or prints why not and returns 1; with held=stopHolders it first stops the
-# containers holding the card and starts them again after the switch (names from `docker inspect`:
+# containers holding the card and starts them again after the switch, when all of them are the
+# plan's own (`own`, their Docker names): a container outside the plan is never stopped or started (names from `docker inspect`:
 # Docker allows only [a-zA-Z0-9_.-] in them, so they split safely). The holders are the containers
 # with the card's device file, or privileged (those see every card). Nothing reads stdin: the
 # script may arrive there.
-_FUNCTIONS = HOLDERS + f"""oneline() {{ printf '%s' "$1" | tr '\\n\\t' '  ' | tr -s ' '; }}
+_FUNCTIONS = HOLDERS + f"""outside() {{ out=; for n in $1; do case " $own " in *" $n "*) ;; *) out="${{out:+$out }}$n" ;; esac; done; printf '%s' "$out"; }}
+oneline() {{ printf '%s' "$1" | tr '\\n\\t' '  ' | tr -s ' '; }}
 state() {{ "$npu_smi" info -t device-share -i "$1" -c {CHIP} 2>&1 </dev/null; }}
 switch() {{
   set_out=$(printf 'Y\\n' | "$npu_smi" set -t device-share -i "$1" -c {CHIP} -d 1 2>&1)
@@ -63,6 +65,11 @@ enable() {{
     echo "card $1 does not support container sharing (npu-smi: $(oneline "$out"))"; return 1 ;; esac
   if switch "$1"; then echo "card $1: device-share on"; return 0; fi
   who=$(holders "$1")
+  others=$(outside "$who")
+  if [ "$held" = stopHolders ] && [ -n "$who" ] && [ -n "$others" ]; then
+    echo "card $1 is held by $others, outside the plan: pulumi up stops only the plan's own containers; take them out of service for good (docker update --restart=no NAME && docker stop NAME), or list them under the host's replaces"
+    return 1
+  fi
   if [ "$held" = stopHolders ] && [ -n "$who" ]; then
     echo "card $1: stopping $who to switch it to device-share mode"
     "${{docker:-docker}}" stop $who </dev/null >/dev/null 2>&1
@@ -117,8 +124,9 @@ def boot_unit() -> str:
     ]) + "\n"  # fmt: skip
 
 
-def device_share_script(host: Host, cards: Sequence[int], *, root: str = "") -> str:
-    """A POSIX sh script run as root on the host before any container that uses `cards`.
+def device_share_script(host: Host, cards: Sequence[int], *, own: Sequence[str] = (), root: str = "") -> str:
+    """A POSIX sh script run as root on the host before any container that uses `cards`. `own`: the
+    Docker names of the plan's containers on the host, the only ones `heldCards: stopHolders` may stop.
     `root` exists for tests only (a temporary directory standing in for `/`)."""
     words = _cards_words(cards)
     q = shlex.quote
@@ -132,6 +140,7 @@ def device_share_script(host: Host, cards: Sequence[int], *, root: str = "") -> 
         f"# ascend-fleet device-share for {host.name}: generated from the plan, do not edit.",
         f"npu_smi={q(root + NPU_SMI)}",
         f"held={q(host.held_cards)}",
+        f"own={q(' '.join(own))}",
         *([f"docker={q(root + '/bin/docker')}"] if root else []),
         _FUNCTIONS,
         'if [ "$(id -u)" -ne 0 ]; then',

@@ -26,6 +26,7 @@ from allocation.config import Host
 from records.containers import DRIVER_MOUNTS, LOCK_DIR_HOST, NPU_SMI, ContainerSpec, created_on_host
 from records.host_requirements import DEVICE, cards_of, requirements
 from records.device_share import CHIP, HOLDERS, STATUS_KEY, UNSUPPORTED
+from records.takeover import DISABLE
 from allocation.plan import ServicePlan
 from allocation.windows import KINDS
 
@@ -143,9 +144,8 @@ def _sharing_checks(host: Host, shared_cards: Sequence[int], root: str) -> list[
     (`heldCards: stopHolders`): the mode cannot change under them, and stopping here, before any
     container of the host changes, never leaves the host half deployed."""
     npu_smi = _q(root + NPU_SMI)
-    lines = [HOLDERS.rstrip("\n")] if shared_cards and host.held_cards == "refuse" else []
-    if lines and root:
-        lines.append(f"docker={_q(root + '/bin/docker')}")
+    refuse = shared_cards and host.held_cards == "refuse"
+    lines = [HOLDERS.rstrip("\n"), _not_replaced(host)] if refuse else []
     for card in shared_cards:
         text = (
             f"card {card} is shared but does not support container sharing (device-share): "
@@ -160,21 +160,95 @@ def _sharing_checks(host: Host, shared_cards: Sequence[int], root: str) -> list[
         if host.held_cards == "refuse":
             before = f"card {card} must go into device-share mode, but running container(s) "
             after = (
-                f" hold it, and the mode can only change while no container uses the card: stop them "
-                f"(docker stop NAME), or set host {host.name}'s heldCards to stopHolders to let pulumi up stop "
-                "them, switch the card and start them again"
+                f" hold it, and the mode can only change while no container uses the card: set host {host.name}'s "
+                "heldCards to stopHolders to let pulumi up stop them (the plan's own containers only), switch the "
+                f"card and start them again, or take them out of service for good ({DISABLE})"
             )
+            # The containers the host replaces are disabled by the takeover step before the switch.
             lines += [
-                f'case $state in *{_q(STATUS_KEY)}*True*) ;; *) who=$(holders {int(card)}); '
+                f'case $state in *{_q(STATUS_KEY)}*True*) ;; *) who=$(not_replaced $(holders {int(card)})); '
                 f'[ -z "$who" ] || missing {_q(before)}"$who"{_q(after)} ;; esac',
             ]
     return lines
 
 
-def host_check_script(host: Host, containers: Containers, *, shared_cards: Sequence[int] = (), root: str = "") -> str:
-    """A POSIX sh script: exit 0 when the host has everything its containers use, else
-    exit 1 with one readable paragraph on stderr listing every missing piece. `shared_cards`:
-    cards to be put into device-share mode, whose support is checked."""
+def _not_replaced(host: Host) -> str:
+    """`not_replaced NAME...`: the names the host does not replace, space-separated."""
+    skip = " ".join(host.replaces)
+    return (
+        f"not_replaced() {{ out=; for n in \"$@\"; do case {_q(' ' + skip + ' ')} in *\" $n \"*) ;; "
+        '*) out="${out:+$out }$n" ;; esac; done; printf \'%s\' "$out"; }'
+    )
+
+
+# One line per container outside the stack that holds, or after a reboot would hold, a planned card or
+# port: running (or restarting, paused), or stopped with restart policy `always`, which Docker starts
+# again when the daemon restarts, even after `docker stop` (docs.docker.com, "Start containers
+# automatically"). Fields are split on `|`, which Docker allows in no name, device path or port; the
+# stack label comes last, so a label holding `|` is read whole. Containers of this stack (by their
+# label) are pulumi's own: those it removes go after it creates, and a plan that reuses their cards or
+# ports says so in `plan --against`. The awk program reads its settings from the environment, where
+# no escape sequence is interpreted (awk -v would).
+_INSPECT = (
+    '"${docker:-docker}" ps -aq 2>/dev/null </dev/null | xargs -r "${docker:-docker}" inspect --format '
+    "'{{.Name}}|{{.State.Status}}|{{.HostConfig.RestartPolicy.Name}}|{{.HostConfig.Privileged}}|"
+    "{{range .HostConfig.Devices}}{{.PathOnHost}} {{end}}|"
+    "{{range $p, $b := .HostConfig.PortBindings}}{{range $b}}{{.HostPort}} {{end}}{{end}}|"
+    '{{index .Config.Labels "ascend-fleet.stack"}}\' 2>/dev/null'
+)
+_HOLDING = (
+    "awk -F'|' '"
+    '{ name = substr($1, 2); label = $7; for (i = 8; i <= NF; i++) label = label "|" $i; '
+    'if (label == ENVIRON["stack"] || index(ENVIRON["skip"], " " name " ")) next; '
+    'active = ($2 == "running" || $2 == "restarting" || $2 == "paused"); back = (!active && $3 == "always"); '
+    'if (!active && !back) next; held = ""; '
+    'if ($4 == "true") held = "every card (privileged)"; '
+    'else { n = split($5, d, " "); for (i = 1; i <= n; i++) if (index(ENVIRON["cards"], " " d[i] " ")) '
+    'held = held (held == "" ? "" : " ") d[i] }; '
+    'n = split($6, p, " "); for (i = 1; i <= n; i++) if (index(ENVIRON["ports"], " " p[i] " ")) '
+    'held = held (held == "" ? "" : " ") "port " p[i]; '
+    'if (held == "") next; advice = ENVIRON["advice"]; gsub(/NAME/, name, advice); '
+    'print "  - container " name " outside the plan (" $2 ", restart " ($3 == "" ? "no" : $3) '
+    '(back ? ": a reboot starts it again" : "") ") holds " held advice }\''
+)
+
+
+def _foreign_checks(host: Host, stack: str, containers: Containers, ports: Sequence[int]) -> list[str]:
+    """Containers outside the plan on the planned cards or ports stop the deployment, unless the host
+    `replaces` them. `docker stop` alone is not a way out: a reboot would start them again."""
+    cards = sorted({d for _, spec in containers for d in spec.device_files if d.removeprefix("/dev/davinci").isdigit()})
+    advice = (
+        f": take it out of service for good ({DISABLE}, or docker rm -f NAME), or list it under host "
+        f"{host.name}'s replaces to let pulumi up do that"
+    )
+    settings = {
+        "stack": stack,
+        "skip": f" {' '.join(host.replaces)} ",
+        "cards": f" {' '.join(cards)} ",
+        "ports": f" {' '.join(map(str, sorted(ports)))} ",
+        "advice": advice,
+    }
+    env = " ".join(f"{k}={_q(v)}" for k, v in settings.items())
+    return [
+        f"foreign=$({_INSPECT} | {env} {_HOLDING})",
+        '[ -z "$foreign" ] || problems="$problems\n$foreign"',
+    ]
+
+
+def host_check_script(
+    host: Host,
+    containers: Containers,
+    *,
+    stack: str = "",
+    ports: Sequence[int] = (),
+    shared_cards: Sequence[int] = (),
+    root: str = "",
+) -> str:
+    """A POSIX sh script: exit 0 when the host has everything its containers use and no container
+    outside the plan holds what they need, else exit 1 with one readable paragraph on stderr listing
+    every problem. `stack`: whose containers are the plan's own (their label); `ports`: every port the
+    plan publishes on the host, its routers' too; `shared_cards`: cards to be put into device-share
+    mode, whose support is checked."""
     needs = _needs(containers)
     devices, models, mounts, _ = needs
     count = len(containers)
@@ -192,10 +266,12 @@ def host_check_script(host: Host, containers: Containers, *, shared_cards: Seque
         "problems=''",
         "sharing=''",
         'missing() { problems="$problems\n  - $1"; }',
+        *([f"docker={_q(root + '/bin/docker')}"] if root else []),
         *_path_checks(needs, root),
         *_daemon_log_check(containers, root),
         *_board_warning(root),
         *_sharing_checks(host, shared_cards, root),
+        *(_foreign_checks(host, stack, containers, ports) if containers else ()),
         'if [ -n "$problems" ]; then',
         f'  printf \'%s%s\\n%s\\n\' {_q(header)} "$problems" {_q(advice)} >&2',
         "  exit 1",

@@ -160,7 +160,7 @@ def test_the_diff_shows_a_new_start_gate_as_such_not_as_a_script():
 def test_prod_registers_one_device_share_command_for_card_0_and_only_its_services_wait_for_it():
     run = run_program("prod", values_of("prod"))
     commands = run.by_name(REMOTE_COMMAND)
-    assert sorted(commands) == ["npu-a-check", "npu-a-device-share"]
+    assert sorted(commands) == ["npu-a-check", "npu-a-device-share", "npu-a-takeover"]
     share = commands["npu-a-device-share"]
     assert commands["npu-a-check"].urn in share.dependencies
     script = share.inputs["create"]
@@ -183,7 +183,7 @@ def test_a_fleet_without_device_share_registers_no_device_share_command(mode):
             values["hosts"][0]["cardSharing"] = "refuse"
     run = run_program("prod", values)
     names = list(run.by_name(REMOTE_COMMAND)) + list(run.by_name(LOCAL_COMMAND))
-    assert names == ["npu-a-check"]
+    assert names == ["npu-a-check", "npu-a-takeover"]  # prod takes over from the compose deployment
     privileged = {r.inputs["name"]: r.inputs["privileged"] for r in run.of_type(CONTAINER)}
     if mode == "privileged":
         assert privileged == {"bge-m3": True, "qwen-vl": True, "qwen-long": False}

@@ -52,8 +52,8 @@ def run(root: Path, cards: list[int]) -> subprocess.CompletedProcess:
     return run_on(HOST, root, cards)
 
 
-def run_on(host: Host, root: Path, cards: list[int]) -> subprocess.CompletedProcess:
-    script = device_share_script(host, cards, root=str(root))
+def run_on(host: Host, root: Path, cards: list[int], own: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    script = device_share_script(host, cards, own=own, root=str(root))
     env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
     return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
 
@@ -134,6 +134,9 @@ def test_a_board_without_the_mode_is_named_as_such(root):
     assert "card 0 does not support container sharing (npu-smi: This device does not support querying device-share.)" in result.stderr
 
 
+GONE = "while [ -e /proc/{pid} ] && ! grep -q '^State:.*Z' /proc/{pid}/status 2>/dev/null; do sleep 0.05; done"
+
+
 def held_by_a_container(root: Path, card: int) -> subprocess.Popen:
     """Card `card` held by a running container `qwen-long`, which the stand-in `docker stop` ends."""
     holder = hold(root, card)
@@ -143,7 +146,9 @@ def held_by_a_container(root: Path, card: int) -> subprocess.Popen:
         'case "$1" in\n'
         "  ps) echo c0ffee ;;\n"
         f'  inspect) echo "/qwen-long false /dev/davinci{card} /dev/davinci_manager " ;;\n'
-        f"  stop) kill -KILL -{holder.pid} ;;\n"
+        # As `docker stop` returns once the container is gone: its rank's FIFO is closed by then (the
+        # process is a zombie until the test reaps it). Returning at once made npu-smi see the card held.
+        f"  stop) kill -KILL -{holder.pid}; {GONE.format(pid=holder.pid)} ;;\n"
         "esac\n"
     )
     return holder
@@ -152,7 +157,7 @@ def held_by_a_container(root: Path, card: int) -> subprocess.Popen:
 def test_with_stop_holders_the_script_stops_the_holder_switches_the_card_and_starts_it_again(root):
     holder = held_by_a_container(root, 4)
     try:
-        result = run_on(Host(name="npu-a", address="192.0.2.10", heldCards="stopHolders"), root, [4])
+        result = run_on(Host(name="npu-a", address="192.0.2.10", heldCards="stopHolders"), root, [4], own=("qwen-long",))
     finally:
         holder.wait()
     assert result.returncode == 0, result.stderr
@@ -165,6 +170,23 @@ def test_with_stop_holders_the_script_stops_the_holder_switches_the_card_and_sta
         "docker start qwen-long",
     ]
     assert (root / "claims/device-share/card4").read_text().strip() == "1"
+
+
+def test_with_stop_holders_a_container_outside_the_plan_is_never_stopped_and_the_card_is_refused(root):
+    """The compose deployment's containers, say: stopping and starting them again would bring them back
+    beside the plan's (a `restart: always` container started again holds its ports and every card)."""
+    holder = held_by_a_container(root, 4)
+    try:
+        host = Host(name="npu-a", address="192.0.2.10", heldCards="stopHolders")
+        result = run_on(host, root, [4], own=("bge-m3", "qwen-vl"))
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert result.returncode == 1
+    assert "card 4 is held by qwen-long, outside the plan: pulumi up stops only the plan's own containers" in result.stderr
+    assert "docker update --restart=no NAME && docker stop NAME" in result.stderr
+    calls = (root / "calls").read_text().splitlines()
+    assert not any(c.startswith(("docker stop", "docker start")) for c in calls)
 
 
 def test_by_default_a_held_card_stops_pulumi_up_in_the_host_check_naming_card_and_holder(root):

@@ -306,11 +306,12 @@ def test_the_host_check_runs_the_generated_script_over_ssh_or_locally_for_a_unix
     run = stack_run(stack)
     fleet, plan = planned(stack, values_of(stack))
     remote, local = run.by_name(REMOTE_COMMAND), run.by_name(LOCAL_COMMAND)
+    records = {hd.name: hd for hd in deploy(plan).hosts}
     for hp in plan.hosts:
         if not hp.services:
             assert f"{hp.host.name}-check" not in remote | local
             continue
-        script = check_script(fleet, hp)
+        script = records[hp.host.name].check_script
         if (hp.host.docker_host or "").startswith("unix://"):
             assert local[f"{hp.host.name}-check"].inputs["create"] == script
         else:

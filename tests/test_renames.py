@@ -146,6 +146,9 @@ def test_without_previous_names_a_rename_creates_a_new_container():
     _, problems = compare("prod", run_program("prod", values), run_program("prod", without))
     assert problems == [
         "npu-a-check changes its inputs against npu-a-check",  # it names the containers on its cards
+        # It names the plan's own containers, the only ones heldCards: stopHolders may stop: it runs
+        # again (an update of a script that sets nothing new), restarting nothing.
+        "npu-a-device-share changes its inputs against npu-a-device-share",
         "qwen-vision would be created",
         "qwen-vision-container would be created",
         "qwen-vl would be deleted",

@@ -36,6 +36,7 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
                 "sharedCards": list(hd.shared_cards),
                 "cardSharing": hd.host.card_sharing,
                 "heldCards": hd.host.held_cards,
+                "replaces": list(hd.host.replaces),
                 "services": services,
             }
         )
@@ -105,9 +106,10 @@ def _host_title(hp: HostPlan) -> str:
     count = len(hp.services)
     shared = hp.shared_cards()
     sharing = f", shared cards {','.join(map(str, shared))} ({hp.host.card_sharing})" if shared else ""
+    takeover = f", takes over from {', '.join(hp.host.replaces)}" if hp.host.replaces else ""
     return (
         f"{hp.host.name} ({hp.host.address}): {hp.host.npus} NPUs x {hp.host.hbm_gi_b} GiB, "
-        f"{count} service{'s' if count != 1 else ''}{sharing}"
+        f"{count} service{'s' if count != 1 else ''}{sharing}{takeover}"
     )
 
 

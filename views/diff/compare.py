@@ -158,13 +158,22 @@ class HostDiff:
     fields: tuple[FieldChange, ...] = ()
     stops: tuple[str, ...] = ()
     """Per card that becomes shared while a running container holds it: who must stop for the switch."""
+    takeovers: tuple[str, ...] = ()
+    """Containers outside the plan that `pulumi up` newly disables for good (the host's `replaces`)."""
+
+    def takeover(self) -> str:
+        """What `pulumi up` does to the containers it takes over from, before anything else there."""
+        return (
+            f"stops and disables {', '.join(self.takeovers)} (outside the plan: restart policy no, then "
+            "stopped; kept for the way back)"
+        )
 
     def detail(self) -> str:
         if self.added:
-            return "host added"
+            return "; ".join(["host added", *([self.takeover()] if self.takeovers else [])])
         if self.removed:
             return "host removed"
-        return "; ".join([*(str(f) for f in self.fields), *self.stops])
+        return "; ".join([*([self.takeover()] if self.takeovers else []), *(str(f) for f in self.fields), *self.stops])
 
 
 @dataclass(frozen=True)
@@ -188,6 +197,10 @@ class PlanDiff:
     @property
     def has_changes(self) -> bool:
         return bool(self.hosts) or any(not s.unchanged for s in self.services)
+
+    def takeovers(self) -> list[HostDiff]:
+        """Hosts where `pulumi up` first disables containers outside the plan."""
+        return [h for h in self.hosts if h.takeovers]
 
     def changes(self) -> list[ServiceDiff]:
         return [s for s in self.services if not s.unchanged]
@@ -221,7 +234,8 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
     return PlanDiff(
         stack=str(new.get("stack", "")),
         services=tuple(diffs),
-        hosts=_host_diffs(old, new) if old is not None else (),
+        # A new stack lists no host as added (every service is), but still what it takes over from.
+        hosts=_host_diffs(old, new) if old is not None else tuple(h for h in _host_diffs({}, new) if h.takeovers),
         stack_is_new=old is None,
         against=against,
     )
@@ -291,8 +305,9 @@ def _host_diffs(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[HostDif
     after = {h["name"]: h for h in new.get("hosts", ())}
     out = []
     for name in sorted(before.keys() | after.keys()):
+        takeovers = _takeovers(before.get(name, {}), after.get(name, {}))
         if name not in before:
-            out.append(HostDiff(name, added=True))
+            out.append(HostDiff(name, added=True, takeovers=takeovers))
         elif name not in after:
             out.append(HostDiff(name, removed=True))
         else:
@@ -303,9 +318,14 @@ def _host_diffs(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[HostDif
                 if k in before[name] and before[name].get(k) != after[name].get(k)
             )
             stops = _device_share_stops(before[name], after[name])
-            if fields or stops:
-                out.append(HostDiff(name, fields=fields, stops=stops))
+            if fields or stops or takeovers:
+                out.append(HostDiff(name, fields=fields, stops=stops, takeovers=takeovers))
     return tuple(out)
+
+
+def _takeovers(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, ...]:
+    """Containers the new plan replaces that the old one did not (a plan before `replaces`: none)."""
+    return tuple(n for n in after.get("replaces") or () if n not in (before.get("replaces") or ()))
 
 
 def _device_share_stops(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, ...]:

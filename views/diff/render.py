@@ -81,6 +81,7 @@ def _render_table(diff: PlanDiff) -> str:
     if not diff.has_changes:
         lines.append("No allocation changes.")
         return "\n".join(lines) + "\n"
+    lines += [f"Takes over first: host {h.name} {h.takeover()}." for h in diff.takeovers()]
     lines.append(_restart_title(diff))
     restarts = _restart_rows(diff)
     if restarts:
@@ -110,6 +111,7 @@ def _render_json(diff: PlanDiff) -> str:
                 "removed": h.removed,
                 "changes": [{"key": f.key, "old": f.old, "new": f.new} for f in h.fields],
                 "stops": list(h.stops),
+                "takesOver": list(h.takeovers),
             }
             for h in diff.hosts
         ],
@@ -126,6 +128,8 @@ def _render_markdown(diff: PlanDiff) -> str:
     if not diff.has_changes:
         lines.append("No allocation changes.")
         return "\n".join(lines) + "\n"
+    for h in diff.takeovers():
+        lines += [f"**Takes over first:** host {markdown.code(h.name)} {markdown.text(h.takeover())}.", ""]
     lines += [f"**{_restart_title(diff)}**", ""]
     restarts = _restart_rows(diff)
     if restarts:

@@ -1,0 +1,63 @@
+"""Takeover: the script that disables, for good, the containers a host `replaces`.
+
+Prod's host already runs the original docker compose deployment (`model-emb-vl`,
+`model-text`: `restart: always`, privileged, every `/dev/davinciN`, the API ports
+7007, 9009 and 6006). A bare `docker stop` does not take such a container out of
+service: Docker starts a hand-stopped `restart: always` container again when the
+daemon restarts, i.e. after the next reboot ("If it is manually stopped, it is
+restarted only when Docker daemon restarts", docs.docker.com, "Start containers
+automatically"; checked here with Debian's dockerd 20.10.24, DOMAIN.md). So each
+container is first given the restart policy `no` (`docker update --restart=no`),
+then stopped, with its own stop timeout. It is kept, not removed: going back is
+`docker update --restart=always NAME` and `docker start NAME` once the stack's own
+containers are gone (README "Moving from docker compose").
+
+The script runs after the host check and before anything that needs the cards or
+ports (device-share, every container of the host). A second run changes nothing: a
+container already disabled and stopped, or already removed, is left as it is. It
+fails with one paragraph when Docker refuses either step. Pure: builds text, runs
+nothing. `root` exists for tests only (a stand-in docker CLI under it).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Sequence
+
+from allocation.config import Host
+
+DISABLE = "docker update --restart=no NAME && docker stop NAME"
+"""How an operator takes a container out of service so that no reboot brings it back."""
+
+
+def takeover_script(host: Host, names: Sequence[str], *, root: str = "") -> str:
+    """A POSIX sh script: every container in `names` ends with restart policy `no` and stopped."""
+    q = shlex.quote
+    header = f"ascend-fleet: host {host.name} cannot take over from {', '.join(names)}:"
+    advice = (
+        "pulumi up changed no container on this host. Disable them by hand "
+        f"({DISABLE}), or remove them (docker rm -f NAME), then run pulumi up again."
+    )
+    return "\n".join([
+        f"# ascend-fleet takeover for {host.name}: generated from the plan, do not edit.",
+        f"docker={q(root + '/bin/docker') if root else 'docker'}",
+        "problems=''",
+        f"for name in {' '.join(q(n) for n in names)}; do",
+        '  if ! before=$("$docker" inspect --format \'{{.State.Status}}, restart {{.HostConfig.RestartPolicy.Name}}\' '
+        '-- "$name" 2>/dev/null </dev/null); then',
+        f'    echo "ascend-fleet: host {host.name}: $name is not here (removed already): nothing to take over"',
+        "    continue",
+        "  fi",
+        '  if ! out=$("$docker" update --restart=no -- "$name" 2>&1 </dev/null); then',
+        '    problems="$problems\n  - $name ($before): docker update --restart=no failed: $out"; continue',
+        "  fi",
+        '  if ! out=$("$docker" stop -- "$name" 2>&1 </dev/null); then',
+        '    problems="$problems\n  - $name ($before): restart policy now no, but docker stop failed: $out"; continue',
+        "  fi",
+        f'  echo "ascend-fleet: host {host.name}: took over from $name (was $before): restart policy no, stopped, kept"',
+        "done",
+        'if [ -n "$problems" ]; then',
+        f"  printf '%s%s\\n%s\\n' {q(header)} \"$problems\" {q(advice)} >&2",
+        "  exit 1",
+        "fi",
+    ]) + "\n"  # fmt: skip

@@ -1,0 +1,190 @@
+"""Taking over a running deployment: the host's `replaces`, from the stack file to the host.
+
+Prod's host runs the original docker compose deployment (`model-emb-vl`, `model-text`: restart
+`always`, every card, ports 7007, 9009, 6006). `pulumi up` must disable them for good (restart policy
+`no`, then stopped: a bare `docker stop` is undone by the next reboot) before anything needs their
+cards or ports, keep them for the way back, and refuse every other container outside the plan that
+holds, or after a reboot would hold, what the plan needs. The scripts run here for real against a
+stand-in `docker` that answers as Docker's CLI does and logs what it is asked.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from allocation.config import parse_fleet
+from allocation.errors import AllocationError, ConfigError
+from allocation.planner import plan_fleet
+from ops.render import render
+from records.deployment import deploy
+from records.host_check import host_check_script
+from records.takeover import takeover_script
+from views.diff import diff_plans, render_diff
+from views.report import plan_json
+from tests.fleets import host, service
+from tests.pulumi_harness import CONTAINER, REMOTE_COMMAND, run_program
+from tests.test_program import values_of
+
+
+def fleet_values(**host_settings) -> dict:
+    return {
+        "hosts": [host("npu-a", **host_settings)],
+        "services": [service("bge-m3", 1, 0.1, devices=[0], apiPort=7007), service("qwen-long", 4, 0.9, devices=[4, 5, 6, 7], apiPort=6006)],
+    }  # fmt: skip
+
+
+def deployment(**host_settings):
+    return deploy(plan_fleet(parse_fleet("prod", fleet_values(**host_settings))))
+
+
+# `docker ps -aq` / `inspect --format` as Docker prints them for the takeover's and the host check's
+# formats; every call is logged. Containers: name|status|restart|privileged|devices|ports|stack label.
+FAKE_DOCKER = r"""#!/bin/sh
+echo "docker $*" >> "$ROOT/calls"
+find() { grep "^$1|" "$ROOT/containers"; }
+case "$1" in
+  ps) cut -d'|' -f1 "$ROOT/containers" ;;
+  inspect)
+    if [ "$4" = -- ]; then line=$(find "$5") || exit 1; echo "$line" | awk -F'|' '{ print $2 ", restart " $3 }'
+    else sed 's/^/\//' "$ROOT/containers"; fi ;;
+  update) find "$4" >/dev/null || exit 1; sed -i "s/^$4|\([^|]*\)|[^|]*|/$4|\1|no|/" "$ROOT/containers" ;;
+  stop) find "$3" >/dev/null || exit 1; sed -i "s/^$3|running|/$3|exited|/" "$ROOT/containers" ;;
+esac
+"""
+
+COMPOSE = (
+    "model-emb-vl|running|always|true|/dev/davinci0 /dev/davinci1 |7007 9009 |\n"
+    "model-text|running|always|true|/dev/davinci4 |6006 |\n"
+)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/docker").write_text(FAKE_DOCKER)
+    (tmp_path / "bin/docker").chmod(0o755)
+    (tmp_path / "containers").write_text(COMPOSE)
+    (tmp_path / "calls").write_text("")
+    return tmp_path
+
+
+def run(root: Path, script: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ROOT": str(root)}
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_the_takeover_sets_restart_no_before_it_stops_each_container_and_keeps_them(root):
+    result = run(root, takeover_script(deployment(replaces=["model-emb-vl", "model-text"]).hosts[0].host,
+                                       ["model-emb-vl", "model-text"], root=str(root)))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "took over from model-emb-vl (was running, restart always): restart policy no, stopped, kept" in result.stdout
+    calls = [c for c in (root / "calls").read_text().splitlines() if c.split()[1] in ("update", "stop")]
+    # Restart policy first: a reboot between the two steps must not bring the container back.
+    assert calls == [
+        "docker update --restart=no -- model-emb-vl", "docker stop -- model-emb-vl",
+        "docker update --restart=no -- model-text", "docker stop -- model-text",
+    ]  # fmt: skip
+    assert (root / "containers").read_text().splitlines()[0].startswith("model-emb-vl|exited|no|")
+    again = run(root, takeover_script(deployment().hosts[0].host, ["model-emb-vl", "model-text"], root=str(root)))
+    assert again.returncode == 0, "a second run changes nothing and still succeeds"
+
+
+def test_a_replaced_container_already_removed_is_nothing_to_take_over(root):
+    (root / "containers").write_text("")
+    result = run(root, takeover_script(deployment().hosts[0].host, ["model-emb-vl"], root=str(root)))
+    assert result.returncode == 0 and "model-emb-vl is not here (removed already)" in result.stdout
+
+
+def test_a_takeover_docker_refuses_fails_with_one_paragraph_naming_the_container(root):
+    (root / "bin/docker").write_text(FAKE_DOCKER.replace("  update)", "  update) echo 'Error: permission denied' >&2; exit 1 ;;\n  never)"))
+    result = run(root, takeover_script(deployment().hosts[0].host, ["model-emb-vl"], root=str(root)))
+    assert result.returncode == 1
+    assert result.stderr.startswith("ascend-fleet: host npu-a cannot take over from model-emb-vl:")
+    assert "model-emb-vl (running, restart always): docker update --restart=no failed: Error: permission denied" in result.stderr
+    assert "docker stop -- model-emb-vl" not in (root / "calls").read_text(), "never stopped while it would come back"
+
+
+def check(root: Path, **host_settings) -> subprocess.CompletedProcess:
+    hd = deployment(**host_settings).hosts[0]
+    containers = [(s.plan, s.spec) for s in hd.services]
+    script = host_check_script(hd.host, containers, stack="prod", ports=[7007, 6006], root=str(root))
+    return run(root, script)
+
+
+def test_the_host_check_refuses_containers_outside_the_plan_on_planned_cards_or_ports_with_a_way_out_that_survives_a_reboot(root):
+    result = check(root)
+    assert result.returncode == 1
+    emb = "container model-emb-vl outside the plan (running, restart always) holds every card (privileged) port 7007"
+    assert emb in result.stderr
+    assert "take it out of service for good (docker update --restart=no model-emb-vl && docker stop model-emb-vl" in result.stderr
+    assert "or list it under host npu-a's replaces" in result.stderr
+    assert "container model-text outside the plan" in result.stderr
+
+
+def test_the_host_check_lets_the_containers_the_host_replaces_and_the_stacks_own_pass(root):
+    (root / "containers").write_text(COMPOSE + "bge-m3|running|unless-stopped|false|/dev/davinci0 |7007 |prod\n")
+    result = check(root, replaces=["model-emb-vl", "model-text"])
+    assert "outside the plan" not in result.stderr, result.stderr
+
+
+def test_a_stopped_container_comes_back_after_a_reboot_only_with_restart_always(root):
+    (root / "containers").write_text(
+        "old-always|exited|always|false|/dev/davinci4 ||\n"
+        "old-unless|exited|unless-stopped|false|/dev/davinci4 ||\n"
+        "old-no|exited|no|false|/dev/davinci0 |7007 |\n"
+        "elsewhere|running|always|false|/dev/davinci2 |8080 |\n"
+    )
+    result = check(root)
+    assert "container old-always outside the plan (exited, restart always: a reboot starts it again) holds /dev/davinci4" in result.stderr
+    for name in ("old-unless", "old-no", "elsewhere"):  # stays down, or holds nothing the plan uses
+        assert f"container {name} " not in result.stderr
+
+
+def test_replaces_is_checked_where_it_is_written():
+    with pytest.raises(ConfigError, match=r"replaces names model-text more than once"):
+        parse_fleet("prod", fleet_values(replaces=["model-text", "model-text"]))
+    with pytest.raises(ConfigError, match=r"replaces"):
+        parse_fleet("prod", fleet_values(replaces=["-rm"]))
+    with pytest.raises(AllocationError, match=r"host npu-a replaces bge-m3, a name the plan gives one of its own containers"):
+        plan_fleet(parse_fleet("prod", fleet_values(replaces=["bge-m3"])))
+
+
+def test_the_plan_lists_what_each_host_takes_over_and_the_diff_shows_it_first():
+    old = plan_json(deployment())
+    new = plan_json(deployment(replaces=["model-emb-vl", "model-text"]))
+    assert new["hosts"][0]["replaces"] == ["model-emb-vl", "model-text"]
+    table = render_diff(diff_plans(old, new, against="main"), "table").splitlines()
+    assert table[1] == (
+        "Takes over first: host npu-a stops and disables model-emb-vl, model-text (outside the plan: "
+        "restart policy no, then stopped; kept for the way back)."
+    )
+    assert table[2].startswith("Will restart")
+    markdown = render_diff(diff_plans(old, new, against="main"), "markdown")
+    assert markdown.index("**Takes over first:**") < markdown.index("Will restart")
+    assert not diff_plans(new, new).has_changes, "taken over already: nothing to say"
+    fresh = render_diff(diff_plans(None, new), "table")
+    assert "Takes over first: host npu-a stops and disables model-emb-vl" in fresh
+
+
+def test_pulumi_up_takes_over_after_the_check_and_before_every_container_and_the_device_share():
+    run_ = run_program("prod", values_of("prod"))
+    commands, containers = run_.by_name(REMOTE_COMMAND), run_.by_name(CONTAINER)
+    takeover = commands["npu-a-takeover"]
+    assert commands["npu-a-check"].urn in takeover.dependencies
+    assert "\"$docker\" update --restart=no -- \"$name\"" in takeover.inputs["create"]
+    assert "for name in model-emb-vl model-text; do" in takeover.inputs["create"]
+    assert takeover.urn in commands["npu-a-device-share"].dependencies
+    for name, container in containers.items():
+        assert takeover.urn in container.dependencies, name
+    assert "delete" not in takeover.inputs, "destroying the stack re-enables nothing by itself"
+
+
+def test_the_docker_run_export_takes_over_before_the_device_share_and_the_containers():
+    script = render(deployment(replaces=["model-emb-vl"]), "docker-run")
+    assert script.index("for name in model-emb-vl; do") < script.index("docker run")
+    compose = render(deployment(replaces=["model-emb-vl"]), "compose")
+    assert "# first take model-emb-vl out of service for good: docker update --restart=no NAME && docker stop NAME" in compose
