@@ -88,6 +88,8 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         ]
         planned = []
         for (i, _), a in zip(placed_here, assignments):
+            if host.board != "a2":  # the image's default is the board's build
+                i = replace(i, resolved=resolve(i.service, fleet.defaults, host.board))
             sized = size_service(fleet, host, i)
             # An instance `auto` found no fraction for is sized at the least one: its problem says so already.
             planned.append(ServicePlan(i, a, kept(replace(sized, problems=()) if i.name in unsized else sized)))
