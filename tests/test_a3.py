@@ -21,6 +21,8 @@ from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
 from records.containers import NPU_SMI
 from records.deployment import deploy
+from records.host_requirements import requirements
+from ops.doctor.gather import gather_script
 from records.device_share import A3_ADDRESSING, device_share_script
 from records.host_check import HBM_AWK, MAP_AWK, host_check_script
 from tests.fleets import fleet, host, service
@@ -63,10 +65,14 @@ def docker(root: Path, inspect: str, holder: subprocess.Popen | None = None) -> 
         'case "$1" in\n'
         f"  ps) {'echo c0ffee' if inspect else ':'} ;;\n"
         f'  inspect) echo "{inspect}" ;;\n'
-        + (f"  stop) kill -KILL -{holder.pid} ;;\n" if holder else "")
+        # As `docker stop` returns once the container is gone: the holder's FIFO is closed then.
+        + (f"  stop) kill -KILL -{holder.pid}; {GONE.format(pid=holder.pid)} ;;\n" if holder else "")
         + "esac\n"
     )
     (root / "bin/docker").chmod(0o755)
+
+
+GONE = "while [ -e /proc/{pid} ] && ! grep -q '^State:.*Z' /proc/{pid}/status 2>/dev/null; do sleep 0.05; done"
 
 
 def sh(root: Path, script: str) -> subprocess.CompletedProcess:
@@ -276,6 +282,15 @@ def test_the_hbm_reading_parses_the_real_screens_processes_and_all(screen, cards
 
 def test_the_chip_mapping_reading_takes_the_phy_id_on_a3_and_the_logic_id_on_a2():
     a3 = "NPU ID  Chip ID  Chip Logic ID  Chip Phy-ID Chip Name\n0 0 0 0 Ascend\n0 1 1 1 Ascend\n0 2 - - Mcu\n"
+    # Where only some chips are visible the logic IDs start from 0, the Phy-ID stays the card.
+    a3_part = "NPU ID  Chip ID  Chip Logic ID  Chip Phy-ID  Chip Name\n3       0        0              6            Ascend\n"
     a2 = "NPU ID  Chip ID  Chip Logic ID  Chip Name\n4       0        1              Ascend 910B3\n4       1        -              Mcu\n"
-    read = [subprocess.run(["awk", MAP_AWK], input=t, capture_output=True, text=True, check=True).stdout for t in (a3, a2)]
-    assert read == ["0 0 0\n1 0 1\n", "1 4 0\n"]
+    texts = (a3, a3_part, a2)
+    read = [subprocess.run(["awk", MAP_AWK], input=t, capture_output=True, text=True, check=True).stdout for t in texts]
+    assert read == ["0 0 0\n1 0 1\n", "6 3 0\n", "1 4 0\n"]
+
+
+def test_doctor_reads_the_device_share_mode_of_an_a3_card_by_npu_and_chip():
+    script = gather_script(requirements([2, 3]), (2, 3), (), "a3")
+    assert "npu-smi info -t device-share -i 1 -c 1 2>&1 | f device-share 3" in script
+    assert "npu-smi info -t device-share -i 3 -c 0 2>&1 | f device-share 3" in gather_script(requirements([3]), (3,))

@@ -216,3 +216,22 @@ def test_an_invalid_card_and_a_board_without_device_share_are_refused(sim_host: 
     setting = npu_smi_set(sim_host, 5, 1, "Y")
     assert (setting.returncode, setting.stdout) == (217, "This device does not support setting device-share.\n")
     assert not (CLAIMS_DIR / "device-share" / "card5").exists()
+
+
+def test_an_a3_layout_shows_sixteen_chips_by_npu_and_chip_and_shares_per_npu(sim_host: SimHost) -> None:
+    from ops.npusmi import parse_npu_smi
+
+    sim_host.set_layout("a3", hbm_mb=32768)
+    info = parse_npu_smi(sim_host.npu_smi("info"))
+    assert [(n.index, n.npu_id, n.chip, n.hbm_total_mb) for n in info.npus][2:4] == [(2, 1, 0, 32768), (3, 1, 1, 32768)]
+    assert len(info.npus) == 16 and Path("/dev/davinci15").exists()
+    assert sim_host.npu_smi("info", "-m").splitlines()[:2] == [
+        "NPU ID  Chip ID  Chip Logic ID  Chip Phy-ID  Chip Name",
+        "0       0        0              0            Ascend910",
+    ]
+    single = sim_host.run("printf 'Y\\n' | npu-smi set -t device-share -i 1 -c 0 -d 1", check=False)
+    assert single.returncode == 217 and "single chip is not allowed" in single.stdout
+    sim_host.run("printf 'Y\\n' | npu-smi set -t device-share -i 1 -d 1")
+    assert sim_host.device_shared_cards() == [2, 3]
+    sim_host.reset()
+    assert len(parse_npu_smi(sim_host.npu_smi("info")).npus) == 8, "reset goes back to the A2 board"
