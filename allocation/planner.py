@@ -90,6 +90,7 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         for (i, _), a in zip(placed_here, assignments):
             if host.board != "a2":  # the image's default is the board's build
                 i = replace(i, resolved=resolve(i.service, fleet.defaults, host.board))
+            kept(_image_for_board(host, i))
             sized = size_service(fleet, host, i)
             # An instance `auto` found no fraction for is sized at the least one: its problem says so already.
             planned.append(ServicePlan(i, a, kept(replace(sized, problems=()) if i.name in unsized else sized)))
@@ -100,6 +101,19 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
     kept(_crowded(fleet, placed))
     routers.sort(key=lambda r: r.service.name)
     return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=tuple(routers))
+
+
+def _image_for_board(host: Host, i: Instance) -> Outcome[None]:
+    """A warning when a vllm-ascend image is not the build of the host's board: vllm-ascend tags its
+    A3 build `<version>-a3` (`docs/source/quick_start.md`), the A2 build has no suffix."""
+    repository, _, tag = i.resolved.image.partition("@")[0].rpartition(":")
+    if not repository.endswith("/vllm-ascend") or (tag.endswith("-a3") == (host.board == "a3")):
+        return Outcome(None)
+    build = "an A3 build (-a3)" if host.board == "a2" else "not the A3 build (no -a3 tag)"
+    return Outcome(None, warnings=(
+        f"service {i.name}: image {i.resolved.image} is {build} but host {host.name} has board: {host.board}; "
+        "vllm-ascend publishes one build per board",
+    ))  # fmt: skip
 
 
 def _crowded(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]]) -> Outcome[None]:

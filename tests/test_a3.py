@@ -26,7 +26,8 @@ from ops.doctor.gather import gather_script
 from records.device_share import A3_ADDRESSING, device_share_script
 from records.host_check import HBM_AWK, MAP_AWK, host_check_script
 from tests.fleets import fleet, host, service
-from views.report import render_plan
+from views.diff import diff_plans
+from views.report import plan_json, render_plan
 
 REPO = Path(__file__).resolve().parents[1]
 A3 = Host(name="npu-c", address="192.0.2.30", board="a3", npus=16)
@@ -145,12 +146,30 @@ def test_a_service_on_an_a3_host_without_an_image_gets_the_a3_build_and_a2_keeps
             service("own", host="npu-c", image="registry.example/vllm:1"),
         ],
     )
-    images = {s.name: s.spec.image for s in deploy(plan_fleet(stack)).services()}
+    plan = plan_fleet(stack)
+    images = {s.name: s.spec.image for s in deploy(plan).services()}
     assert images == {
         "on-a2": "quay.io/ascend/vllm-ascend:v0.20.2rc1",
         "on-a3": "quay.io/ascend/vllm-ascend:v0.20.2rc1-a3",
         "own": "registry.example/vllm:1",
     }
+    assert plan.warnings == ()
+
+
+def test_a_vllm_ascend_image_of_the_other_board_is_a_warning_in_the_plan():
+    stack = fleet(
+        [host("npu-a"), host("npu-c", board="a3", npus=16)],
+        [
+            service("a3-on-a2", host="npu-a", image="quay.io/ascend/vllm-ascend:v0.20.2rc1-a3"),
+            service("a2-on-a3", host="npu-c", image="quay.io/ascend/vllm-ascend:v0.20.2rc1"),
+        ],
+    )
+    assert plan_fleet(stack).warnings == (
+        "service a3-on-a2: image quay.io/ascend/vllm-ascend:v0.20.2rc1-a3 is an A3 build (-a3) but host npu-a has "
+        "board: a2; vllm-ascend publishes one build per board",
+        "service a2-on-a3: image quay.io/ascend/vllm-ascend:v0.20.2rc1 is not the A3 build (no -a3 tag) but host "
+        "npu-c has board: a3; vllm-ascend publishes one build per board",
+    )
 
 
 # ---- device-share against the simulated A3 npu-smi -------------------------------------------
@@ -294,3 +313,21 @@ def test_doctor_reads_the_device_share_mode_of_an_a3_card_by_npu_and_chip():
     script = gather_script(requirements([2, 3]), (2, 3), (), "a3")
     assert "npu-smi info -t device-share -i 1 -c 1 2>&1 | f device-share 3" in script
     assert "npu-smi info -t device-share -i 3 -c 0 2>&1 | f device-share 3" in gather_script(requirements([3]), (3,))
+
+
+def test_plan_against_names_the_container_on_the_other_chip_that_must_stop_for_the_npu_switch():
+    before = a3_fleet(service("alone", 1, 0.5, host="npu-c", devices=[3]), service("a", 1, 0.4, host="npu-c", devices=[2]))
+    after = a3_fleet(
+        service("alone", 1, 0.5, host="npu-c", devices=[3]),
+        service("a", 1, 0.4, host="npu-c", devices=[2]),
+        service("b", 1, 0.4, host="npu-c", devices=[2]),
+    )
+    old, new = (plan_json(deploy(plan_fleet(f))) for f in (before, after))
+    (host_diff,) = diff_plans(old, new).hosts
+    assert host_diff.stops == (
+        "card 2 becomes shared: a holds it and must stop while the card switches to device-share mode; "
+        "heldCards refuse: pulumi up stops at the host check until they are stopped by hand (or the host's heldCards is stopHolders)",
+        "card 3 shares its NPU with a shared card: alone holds it and must stop while the card switches to device-share "
+        "mode; heldCards refuse: pulumi up stops at the host check until they are stopped by hand (or the host's "
+        "heldCards is stopHolders)",
+    )
