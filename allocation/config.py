@@ -35,6 +35,7 @@ from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, 
 from allocation.defaults import (
     DEFAULT_GRAPH_MEMORY_GIB,
     DEFAULT_IMAGE,
+    DEFAULT_IMAGES,
     DEFAULT_IPC_MODE,
     DEFAULT_RESTART,
     DEFAULT_SHM_SIZE_MIB,
@@ -46,6 +47,7 @@ from allocation.defaults import (
 from allocation.windows import KINDS, MAX_PORT, ROUTER_KINDS, PortWindow, WindowKind, window_text
 
 NAMESPACE = "ascend-fleet"
+A3_CHIPS = 16  # Atlas 800T/800I A3: 8 NPUs of 2 chips
 DEFAULT_MEMORY_BUDGET = Decimal("0.95")
 DEFAULT_RUNTIME_OVERHEAD_GIB = Decimal("4")  # see allocation/capacity.py and the README
 # Memory fractions are compared in integer units of 1/10000 so that 0.1 + 0.85
@@ -93,6 +95,11 @@ def _fraction_or_auto(value: Any, fraction: Any) -> Any:
 
 FractionOrAuto = Annotated[Fraction, WrapValidator(_fraction_or_auto)]
 PortCount = Annotated[int, Field(ge=1, le=1024)]
+
+
+def npu_chip(card: int, board: str) -> tuple[int, int]:
+    """npu-smi's (NPU ID, chip ID) of card `card` on `board`: on A3 two chips per NPU ID."""
+    return (card // 2, card % 2) if board == "a3" else (card, 0)
 
 
 def units(fraction: Decimal) -> int:
@@ -270,7 +277,8 @@ LINEAR_FIELDS = (
 class ContainerSettings(Model):
     """Settings a service inherits from `ascend-fleet:defaults` unless it sets them itself."""
 
-    image: Image | None = Field(default=None, description=f"Container image. Default `{DEFAULT_IMAGE}`.")
+    image: Image | None = Field(default=None, description=f"Container image. Default `{DEFAULT_IMAGE}`, "
+        f"and `{DEFAULT_IMAGES['a3']}` on a host with `board: a3`.")
     env: dict[EnvKey, EnvValue] | None = None
     """Extra environment; merged over the tuning defaults (defaults' env, then the service's)."""
     args: list[Arg] | None = None
@@ -362,7 +370,13 @@ class Host(Model):
     ssh_port: AnyPort = 22
     """SSH port."""
     npus: PowerOfTwo = 8
-    """Number of NPUs (cards) on the host."""
+    """Number of NPUs (cards) on the host: on Atlas A3 the chips (`/dev/davinciN`), 16."""
+    board: Literal["a2", "a3"] = "a2"
+    """The server's board. `a2` (default): Atlas 800T/800I A2, one 910B chip per npu-smi NPU ID, so
+    card k is NPU k, chip 0. `a3`: Atlas 800T/800I A3, 16 chips as 8 NPUs of 2 chips: card k is NPU
+    k//2, chip k%2 (`npu-smi info -m` prints the mapping; the host check compares it), npu-smi switches
+    device-share for both chips of an NPU at once, so the two are one sharing unit, and the default
+    image is the `-a3` build. Needs `npus: 16`."""
     hbm_gi_b: int = Field(default=64, ge=1, le=4096, alias="hbmGiB")
     """Nominal HBM per NPU in GiB (64 or 32 for 910B cards)."""
     hbm_bytes: int | None = Field(default=None, ge=1 << 30, le=1 << 45)
@@ -407,6 +421,24 @@ class Host(Model):
         if twice:
             raise ValueError(f"replaces names {', '.join(twice)} more than once")
         return self
+
+    @model_validator(mode="after")
+    def _board_has_its_chips(self) -> Host:
+        if self.board == "a3" and self.npus != A3_CHIPS:
+            raise ValueError(
+                f"board a3 has {A3_CHIPS} chips (8 NPUs of 2), but npus is {self.npus}: set npus: {A3_CHIPS}, "
+                "or board: a2 for an 8-card Atlas A2 server"
+            )
+        return self
+
+    def npu_chip(self, card: int) -> tuple[int, int]:
+        """npu-smi's (NPU ID, chip ID) of card `card` (`/dev/davinci<card>`): what `-i` and `-c` take."""
+        return npu_chip(card, self.board)
+
+    def sharing_unit(self, card: int) -> tuple[int, ...]:
+        """The cards npu-smi puts into device-share mode together with `card`: on A3 both chips of its NPU."""
+        npu = self.npu_chip(card)[0]
+        return (2 * npu, 2 * npu + 1) if self.board == "a3" else (card,)
 
     @model_validator(mode="after")
     def _docker_host_is_this_host(self) -> Host:

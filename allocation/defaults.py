@@ -8,6 +8,9 @@ from decimal import Decimal
 from types import MappingProxyType
 
 DEFAULT_IMAGE = "quay.io/ascend/vllm-ascend:v0.20.2rc1"
+DEFAULT_IMAGES = MappingProxyType({"a2": DEFAULT_IMAGE, "a3": f"{DEFAULT_IMAGE}-a3"})
+"""The default image by `board`: vllm-ascend publishes an A3 build of each release under the tag
+suffix `-a3` (vllm-ascend `docs/source/quick_start.md`: "Atlas A3: quay.io/ascend/vllm-ascend:<version>-a3")."""
 DEFAULT_SHM_SIZE_MIB = 10486  # the seed's shm_size: 10.24gb
 DEFAULT_START_TIMEOUT_SECONDS = 1800
 DEFAULT_STOP_GRACE_SECONDS = 60

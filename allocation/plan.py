@@ -103,6 +103,12 @@ class HostPlan:
         """Cards used by more than one service, ascending."""
         return tuple(card for card, services in self.card_load().items() if len(services) > 1)
 
+    def device_share_cards(self) -> tuple[int, ...]:
+        """The cards device-share mode reaches when the shared cards are switched, ascending: each
+        shared card's sharing unit, on Atlas A3 both chips of its NPU (npu-smi switches them together,
+        so the other chip must be free of containers too, and stays in the mode)."""
+        return tuple(sorted({c for card in self.shared_cards() for c in self.host.sharing_unit(card)}))
+
 
 @dataclass(frozen=True)
 class RouterPlan:

@@ -89,6 +89,9 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         ]
         planned = []
         for (i, _), a in zip(placed_here, assignments):
+            if host.board != "a2":  # the image's default is the board's build
+                i = replace(i, resolved=resolve(i.service, fleet.defaults, host.board))
+            kept(_image_for_board(host, i))
             sized = size_service(fleet, host, i)
             # An instance `auto` found no fraction for is sized at the least one: its problem says so already.
             planned.append(ServicePlan(i, a, kept(replace(sized, problems=()) if i.name in unsized else sized)))
@@ -112,6 +115,19 @@ def _takeover(host: Host, planned: list[ServicePlan], routers: list[RouterPlan])
         f"host {host.name} replaces {name}, a name the plan gives one of its own containers there: "
         f"rename the old container (docker rename {name} {name}-old) and list that name under replaces"
         for name in clash
+    ))  # fmt: skip
+
+
+def _image_for_board(host: Host, i: Instance) -> Outcome[None]:
+    """A warning when a vllm-ascend image is not the build of the host's board: vllm-ascend tags its
+    A3 build `<version>-a3` (`docs/source/quick_start.md`), the A2 build has no suffix."""
+    repository, _, tag = i.resolved.image.partition("@")[0].rpartition(":")
+    if not repository.endswith("/vllm-ascend") or (tag.endswith("-a3") == (host.board == "a3")):
+        return Outcome(None)
+    build = "an A3 build (-a3)" if host.board == "a2" else "not the A3 build (no -a3 tag)"
+    return Outcome(None, warnings=(
+        f"service {i.name}: image {i.resolved.image} is {build} but host {host.name} has board: {host.board}; "
+        "vllm-ascend publishes one build per board",
     ))  # fmt: skip
 
 

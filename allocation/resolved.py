@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from allocation.defaults import (
     DEFAULT_GRAPH_MEMORY_GIB,
-    DEFAULT_IMAGE,
+    DEFAULT_IMAGES,
     DEFAULT_IPC_MODE,
     DEFAULT_RESTART,
     DEFAULT_SHM_SIZE_MIB,
@@ -62,10 +62,11 @@ class Resolved:
         return not flags or flags[-1] == "--no-enforce-eager"
 
 
-def resolve(service: ContainerSettings, defaults: ContainerSettings) -> Resolved:
-    """The settings of `service` over `defaults` over the project's defaults."""
+def resolve(service: ContainerSettings, defaults: ContainerSettings, board: str = "a2") -> Resolved:
+    """The settings of `service` over `defaults` over the project's defaults; `board`: the host's,
+    whose build of the image is the default."""
     s, d = service, defaults
-    image = s.image or d.image or DEFAULT_IMAGE
+    image = s.image or d.image or DEFAULT_IMAGES[board]
     return Resolved(
         image=image,
         vllm_ascend_version=version_of(s.vllm_ascend_version or d.vllm_ascend_version, image),

@@ -40,7 +40,8 @@ class ServiceDeployment:
     dependency of the resource, never an input of its container, so a neighbour that comes or goes
     re-creates nothing. At run time the start gate's card locks order the loads."""
     shared: bool = False
-    """One of its cards is used by another service too."""
+    """One of its cards is used by another service too, or (`deviceShare`) goes into device-share
+    mode with such a card (the other chip of an Atlas A3 NPU): it starts after the switch."""
 
     @property
     def name(self) -> str:
@@ -118,6 +119,9 @@ class HostDeployment:
     before anything that needs their cards or ports; None when it replaces none."""
     shared_cards: tuple[int, ...]
     """Cards more than one of its services use, ascending."""
+    device_share_cards: tuple[int, ...]
+    """Cards the device-share script puts into the mode, ascending: the shared cards with the rest of
+    their sharing unit (both chips of an Atlas A3 NPU); empty unless `cardSharing` is `deviceShare`."""
     device_share_script: str | None
     """Puts the shared cards into device-share mode (`records.device_share`), after the check and
     before any container on them; None unless the host shares cards with `cardSharing: deviceShare`."""
@@ -211,7 +215,7 @@ def _host_deployment(
     routers: tuple[RouterDeployment, ...],
 ) -> HostDeployment:
     host = hp.host
-    sharing = shared_cards and host.card_sharing == "deviceShare"
+    sharing = _mode_cards(hp)
     url = host.docker_url()
     return HostDeployment(
         plan=hp,
@@ -222,11 +226,12 @@ def _host_deployment(
         check_script=host_check_script(
             host, [(s.plan, s.spec) for s in services], stack=plan.stack,
             ports=sorted({p for c in (*services, *routers) for p in c.spec.ports}),
-            shared_cards=shared_cards if sharing else (),
+            shared_cards=sharing,
         ),  # fmt: skip
         takeover_script=takeover_script(host, host.replaces) if host.replaces else None,
         shared_cards=shared_cards,
-        device_share_script=device_share_script(host, shared_cards, own=[s.spec.name for s in services]) if sharing else None,
+        device_share_cards=sharing,
+        device_share_script=device_share_script(host, sharing, own=[s.spec.name for s in services]) if sharing else None,
         device_share_removal=removal_script() if sharing else None,
         images=tuple(sorted({s.spec.image for s in services} | {r.base_image for r in routers})),
         pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,
@@ -235,12 +240,19 @@ def _host_deployment(
     )
 
 
+def _mode_cards(hp: HostPlan) -> tuple[int, ...]:
+    """The cards a `deviceShare` host puts into device-share mode; none on other hosts."""
+    return hp.device_share_cards() if hp.host.card_sharing == "deviceShare" else ()
+
+
 def deploy(plan: Plan, known_hosts: str = "") -> Deployment:
     """Every host's and service's deployment record, computed once. `known_hosts` is the text of
     the known_hosts file the system ssh reads, for host keys the config does not give."""
     # Services first, host by host; routers then read their replicas' records on any host.
     shared = {hp.host.name: hp.shared_cards() for hp in plan.hosts}
-    services = {hp.host.name: _service_deployments(plan, hp, shared[hp.host.name]) for hp in plan.hosts}
+    # A service on the other chip of a shared A3 NPU waits for the switch too (the mode reaches its
+    # card); its container is the same, since only `cardSharing: privileged` changes a container.
+    services = {hp.host.name: _service_deployments(plan, hp, _mode_cards(hp) or shared[hp.host.name]) for hp in plan.hosts}
     by_name = {sd.name: sd for host_services in services.values() for sd in host_services}
     routers = [_router_deployment(plan, r, by_name) for r in plan.routers]
     hosts = tuple(

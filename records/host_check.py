@@ -22,10 +22,10 @@ import shlex
 
 from typing import Sequence
 
-from allocation.config import Host
+from allocation.config import A3_CHIPS, Host
 from records.containers import DRIVER_MOUNTS, LOCK_DIR_HOST, NPU_SMI, ContainerSpec, created_on_host
 from records.host_requirements import DEVICE, cards_of, requirements
-from records.device_share import CHIP, HOLDERS, STATUS_KEY, UNSUPPORTED
+from records.device_share import HOLDERS, STATUS_KEY, UNSUPPORTED, for_board
 from records.takeover import DISABLE
 from allocation.plan import ServicePlan
 from allocation.windows import KINDS
@@ -145,14 +145,14 @@ def _sharing_checks(host: Host, shared_cards: Sequence[int], root: str) -> list[
     container of the host changes, never leaves the host half deployed."""
     npu_smi = _q(root + NPU_SMI)
     refuse = shared_cards and host.held_cards == "refuse"
-    lines = [HOLDERS.rstrip("\n"), _not_replaced(host)] if refuse else []
+    lines = [for_board(HOLDERS, host.board).rstrip("\n"), _not_replaced(host)] if refuse else []
     for card in shared_cards:
         text = (
             f"card {card} is shared but does not support container sharing (device-share): "
             f"set host {host.name}'s cardSharing to privileged, or give its services cards of their own"
         )
         lines += [
-            f"state=$({npu_smi} info -t device-share -i {int(card)} -c {CHIP} 2>&1 </dev/null)",
+            f"state=$({npu_smi} info -t device-share -i {host.npu_chip(int(card))[0]} -c {host.npu_chip(int(card))[1]} 2>&1 </dev/null)",
             f'case $state in *{_q(UNSUPPORTED)}*) missing {_q(text)} ;; esac',
             f'sharing="$sharing card {int(card)} $(printf \'%s\' "$state" | '
             f"sed -n 's/.*{STATUS_KEY}[[:space:]]*:[[:space:]]*//p')\"",
@@ -235,6 +235,97 @@ def _foreign_checks(host: Host, stack: str, containers: Containers, ports: Seque
     ]
 
 
+# How far npu-smi's HBM total (MB, which are MiB: 65536 for a 64 GB card) may stray from `hbmGiB`
+# x 1024: 10%. Cards come in 32 and 64 GB, so a wrong declaration is off by half or double, and
+# a driver that shows a few percent less still passes. `hbmBytes`, the runtime's total, sits below
+# npu-smi's: 65452113920 bytes is 95.2% of 65536 MiB, 31662800896 is 92.2% of 32768 MiB (DOMAIN.md,
+# vllm-ascend issues 3843, 6250); it must lie within 85-100% of the card's.
+HBM_TOLERANCE = 0.10
+HBM_BYTES_FLOOR = 0.85
+# `npu-smi info`: a chip row's cells are chip (A2) or chip and Phy-ID (A3), Bus-Id, then AICore,
+# Memory-Usage and HBM-Usage `used / total` in MB; the NPU row above it starts with the NPU ID and
+# name (tests/data/npu-smi/*.txt; A3 screens in vllm-ascend issues 6245, 2035). Prints
+# "card total_mb" for every chip row before the process table.
+HBM_AWK = r"""/Process id/ { exit }
+{ if (split($0, cell, "|") < 5) next; split(cell[2], id, " ") }
+cell[3] ~ /[0-9A-Fa-f]+:[0-9A-Fa-f]+:/ { m = split(cell[4], hbm, "/"); print (id[2] != "" ? id[2] : npu), hbm[m] + 0; next }
+id[1] ~ /^[0-9]+$/ && id[2] != "" { npu = id[1] }"""
+# `npu-smi info -m`: a header `NPU ID  Chip ID  Chip Logic ID  [Chip Phy-ID]  Chip Name`, then one
+# row per chip; management chips (Mcu) have `-` for their ids (vllm-ascend
+# tests/ut/test_cpu_binding.py: A2 `0 0 0 Ascend` / `0 1 - Mcu`, A3 `0 0 0 0 Ascend` / `0 1 1 1
+# Ascend` / `0 2 - - Mcu`). The card (`/dev/davinciN`) is the Phy-ID, else the logic ID. Prints
+# "card npu chip" for every compute chip.
+MAP_AWK = r"""/NPU ID/ && /Chip ID/ { phy = ($0 ~ /Phy-ID/); next }
+$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && $3 ~ /^[0-9]+$/ { print (phy && $4 ~ /^[0-9]+$/ ? $4 : $3), $1, $2 }"""
+
+
+# Shared by the two awk judges below: `want` (the planned cards) from -v want="0 1", and `say`,
+# which joins the problems into the host check's list ("\n  - " between them).
+_JUDGE_HEAD = r"""BEGIN { split(want, w, " "); for (i in w) wanted[w[i]] = 1 }
+function say(text) { printf "%s%s", (n++ ? "\n  - " : ""), text }
+"""
+# Input: "card total_mb" (HBM_AWK). -v mib (hbmGiB x 1024), tol, bytes (hbmBytes, 0 when unset), floor.
+HBM_JUDGE = _JUDGE_HEAD + r"""$1 in wanted && ($2 < mib * (1 - tol) || $2 > mib * (1 + tol)) {
+  say("card " $1 " has " $2 " MB of HBM (npu-smi info), but host " host " declares hbmGiB: " mib / 1024 " (" mib " MB): set its hbmGiB to " int($2 / 1024 + 0.5) " (and hbmBytes to what the runtime reports for such a card), or the plan sizes KV caches this card does not have"); next
+}
+$1 in wanted && bytes > 0 && (bytes > $2 * 1048576 || bytes < $2 * 1048576 * floor) {
+  say("card " $1 " has " $2 " MB of HBM (npu-smi info), but host " host " declares hbmBytes: " bytes ", not " floor * 100 "-100% of it: set its hbmBytes to the total the runtime reports (vLLM logs it), or remove it")
+}"""
+# Input: "card npu chip" (MAP_AWK). -v board, other, npus (the other board's chip count), host.
+BOARD_JUDGE = _JUDGE_HEAD + r"""{ card[NR] = $1; npu[NR] = $2; chip[NR] = $3; if (++chips[$2] > most) most = chips[$2] }
+END {
+  if (!NR) exit
+  if ((most > 1) != (board == "a3")) {
+    say("npu-smi info -m shows " most " compute chip(s) per NPU ID, an Atlas " toupper(other) " board, but host " host " declares board: " board ": set its board to " other " (npus: " npus "); the card addressing, the sharing unit and the default image follow it")
+    exit
+  }
+  for (r = 1; r <= NR; r++) {
+    if (!(card[r] in wanted)) continue
+    want_npu = board == "a3" ? int(card[r] / 2) : card[r]
+    want_chip = board == "a3" ? card[r] % 2 : 0
+    if (npu[r] != want_npu || chip[r] != want_chip)
+      say("card " card[r] " is NPU " npu[r] " chip " chip[r] " on host " host " (npu-smi info -m), but board " board " addresses it as NPU " want_npu " chip " want_chip ", so npu-smi would set and read another card: check the board and the /dev/davinci numbering")
+  }
+}"""
+
+
+def _judged(name: str, npu_smi: str, parse: str, judge: str, variables: dict[str, object]) -> list[str]:
+    """sh running `npu-smi info ... | awk parse | awk judge`, whose problems join the host check's list."""
+    assigned = " ".join(f"-v {k}={_q(str(v))}" for k, v in variables.items())
+    return [
+        f'{name}=$({npu_smi} 2>/dev/null </dev/null | awk {_q(parse)} | awk {assigned} {_q(judge)})',
+        f'[ -z "${name}" ] || missing "${name}"',
+    ]
+
+
+def _hbm_checks(host: Host, cards: Sequence[int], root: str) -> list[str]:
+    """Each planned card's HBM as npu-smi shows it against `hbmGiB` (and `hbmBytes` when set): the
+    capacity check sizes every KV cache from them, so a 32 GB card declared as 64 would be planned
+    a cache it does not have."""
+    if not cards:
+        return []
+    npu_smi = _q(root + NPU_SMI)
+    variables = {
+        "want": " ".join(map(str, cards)), "host": host.name, "mib": host.hbm_gi_b * 1024,
+        "tol": HBM_TOLERANCE, "bytes": host.hbm_bytes or 0, "floor": HBM_BYTES_FLOOR,
+    }  # fmt: skip
+    return _judged("hbm", f"{npu_smi} info", HBM_AWK, HBM_JUDGE, variables)
+
+
+def _board_checks(host: Host, cards: Sequence[int], root: str) -> list[str]:
+    """The board npu-smi shows against `board`: two compute chips under one NPU ID is Atlas A3, one is
+    A2 (`npu-smi info -m`). Then each planned card's NPU ID and chip ID as the host maps them against
+    the plan's, which the device-share script and `doctor` pass to npu-smi. An npu-smi that prints
+    no mapping is taken at the plan's word (on A2: card k is NPU k, chip 0)."""
+    other = "a2" if host.board == "a3" else "a3"
+    npu_smi = _q(root + NPU_SMI)
+    variables = {
+        "want": " ".join(map(str, cards)), "host": host.name, "board": host.board, "other": other,
+        "npus": A3_CHIPS if other == "a3" else 8,
+    }  # fmt: skip
+    return _judged("board", f"{npu_smi} info -m", MAP_AWK, BOARD_JUDGE, variables)
+
+
 def host_check_script(
     host: Host,
     containers: Containers,
@@ -270,6 +361,8 @@ def host_check_script(
         *_path_checks(needs, root),
         *_daemon_log_check(containers, root),
         *_board_warning(root),
+        *_hbm_checks(host, sorted(cards_of(devices)), root),
+        *_board_checks(host, sorted(cards_of(devices)), root),
         *_sharing_checks(host, shared_cards, root),
         *(_foreign_checks(host, stack, containers, ports) if containers else ()),
         'if [ -n "$problems" ]; then',

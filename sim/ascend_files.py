@@ -32,6 +32,9 @@ CLAIMS_DIR = Path("/var/lib/npu-sim")
 DEVICE_SHARE_DIR = CLAIMS_DIR / "device-share"
 UNHEALTHY_FILE = DRIVER_DIR / "sim" / "unhealthy"
 NO_DEVICE_SHARE_FILE = DRIVER_DIR / "sim" / "no-device-share"
+BOARD_FILE = DRIVER_DIR / "sim" / "board"  # "a3": sim/npu-smi shows an Atlas A3 board
+HBM_FILE = DRIVER_DIR / "sim" / "hbm-mb"  # HBM per chip sim/npu-smi shows, in MB
+A3_CARD_DEVICES = tuple(f"/dev/davinci{i}" for i in range(CARDS, 2 * CARDS))  # an A3's chips 8-15
 MODELS_DIR = Path("/srv/models")
 GATE_LOCK_DIR = Path("/var/lib/ascend-fleet/locks")  # records.containers.LOCK_DIR_HOST; the host check makes it
 

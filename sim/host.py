@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from sim import docker_cli, npu_image, npu_state
-from sim.ascend_files import CLAIMS_DIR, DCMI_DIR, DEVICE_SHARE_DIR, MODELS_DIR, HostFiles, lay_out
+from sim.ascend_files import A3_CARD_DEVICES, CLAIMS_DIR, DCMI_DIR, DEVICE_SHARE_DIR, MODELS_DIR, HostFiles, lay_out
 from sim.containers import Containers, SimService, http_get
 from sim.daemons import Dockerd, free_port, unavailable_reason
 from sim.docker_cli import DOCKER_SOCKET
@@ -210,6 +210,14 @@ class SimHost:
     def mark_no_device_share(self, card: int) -> None:
         """Make the card a board without device-share support (npu-smi says so when asked)."""
         npu_state.mark_no_device_share(card)
+
+    def set_layout(self, board: str = "a2", hbm_mb: int | None = None) -> None:
+        """Make npu-smi show an Atlas A3 board (`a3`: 16 chips, /dev/davinci8-15 laid out too) or the
+        A2 one, with `hbm_mb` MB of HBM per chip (32768: a 32 GB card). `reset` goes back to A2, 64 GB."""
+        if board == "a3":
+            for device in A3_CARD_DEVICES:
+                self.files.ensure_device(Path(device))
+        npu_state.set_layout(board, hbm_mb)
 
     def npu_smi(self, *args: str) -> str:
         """Output of ``npu-smi ARGS`` run on the host over SSH."""

@@ -16,7 +16,7 @@ import contextlib
 import shutil
 from pathlib import Path
 
-from sim.ascend_files import CLAIMS_DIR, DEVICE_SHARE_DIR, NO_DEVICE_SHARE_FILE, UNHEALTHY_FILE
+from sim.ascend_files import BOARD_FILE, CLAIMS_DIR, DEVICE_SHARE_DIR, HBM_FILE, NO_DEVICE_SHARE_FILE, UNHEALTHY_FILE
 
 
 def live_claims() -> dict[Path, int]:
@@ -90,8 +90,19 @@ def mark_no_device_share(card: int) -> None:
         f.write(f"{card}\n")
 
 
+def set_layout(board: str = "a2", hbm_mb: int | None = None) -> None:
+    """Make sim/npu-smi show an Atlas A3 board (`a3`: 16 chips as 8 NPUs of 2) or the A2 one, with
+    `hbm_mb` MB of HBM per chip (npu-smi's figure: 65536 for 64 GB, 32768 for 32 GB; None: 65536)."""
+    BOARD_FILE.parent.mkdir(parents=True, exist_ok=True)
+    BOARD_FILE.write_text(f"{board}\n")
+    if hbm_mb is None:
+        HBM_FILE.unlink(missing_ok=True)
+    else:
+        HBM_FILE.write_text(f"{int(hbm_mb)}\n")
+
+
 def clear_fault_marks() -> None:
-    """No card unhealthy, every board with device-share support."""
-    for path in (UNHEALTHY_FILE, NO_DEVICE_SHARE_FILE):
+    """No card unhealthy, every board with device-share support, the A2 board with 64 GB chips."""
+    for path in (UNHEALTHY_FILE, NO_DEVICE_SHARE_FILE, BOARD_FILE, HBM_FILE):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()

@@ -159,6 +159,7 @@ def test_with_stop_holders_the_script_stops_the_holder_switches_the_card_and_sta
     try:
         result = run_on(Host(name="npu-a", address="192.0.2.10", heldCards="stopHolders"), root, [4], own=("qwen-long",))
     finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # stopped by the stand-in docker, unless the script refused
         holder.wait()
     assert result.returncode == 0, result.stderr
     assert "card 4: device-share on; qwen-long started again" in result.stdout

@@ -23,17 +23,23 @@ FLEETS = fleets()
 def documented_changes(plan_text: str, fleet) -> str:
     """The golden plan JSON with the values changed since the refactor, each in the README ("The JSON
     format"): `replicaOf` names the service a container serves, so a service of its own names itself
-    where the plan before wrote `null`, as Prometheus's `replica_of` label always did; and each host
-    carries its `heldCards`."""
+    where the plan before wrote `null`, as Prometheus's `replica_of` label always did; each host
+    carries its `heldCards`, its `board` (`a2` for all of these) and its `deviceShareCards` (on an
+    A2 board the shared cards of a `deviceShare` host, else none)."""
     plan = json.loads(plan_text)
-    held = {h.name: h.held_cards for h in fleet.hosts}
+    hosts = {h.name: h for h in fleet.hosts}
     for host in plan["hosts"]:
         for service in host["services"]:
             service["replicaOf"] = service["replicaOf"] or service["name"]
-        items = list(host.items())
-        at = list(host).index("cardSharing") + 1  # the key's place in the text
+        configured = hosts[host["name"]]
+        mode = host["sharedCards"] if configured.card_sharing == "deviceShare" else []
+        added = {"board": configured.board, "deviceShareCards": mode, "heldCards": configured.held_cards}
+        after = {"npus": "board", "sharedCards": "deviceShareCards", "cardSharing": "heldCards"}
+        items = []
+        for key, value in host.items():  # each added key in its place in the text
+            items += [(key, value)] + ([(after[key], added[after[key]])] if key in after else [])
         host.clear()
-        host.update(items[:at] + [("heldCards", held[dict(items)["name"]])] + items[at:])
+        host.update(items)
     return json.dumps(plan, indent=2)
 
 

@@ -30,10 +30,12 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
                 "name": hd.host.name,
                 "address": hd.host.address,
                 "npus": hd.host.npus,
+                "board": hd.host.board,
                 "hbmGiB": hd.host.hbm_gi_b,
                 "hbmBytes": runtime_total(hd.host),
                 "memoryBudget": float(hd.plan.budget),
                 "sharedCards": list(hd.shared_cards),
+                "deviceShareCards": list(hd.device_share_cards),
                 "cardSharing": hd.host.card_sharing,
                 "heldCards": hd.host.held_cards,
                 "replaces": list(hd.host.replaces),
@@ -107,8 +109,12 @@ def _host_title(hp: HostPlan) -> str:
     shared = hp.shared_cards()
     sharing = f", shared cards {','.join(map(str, shared))} ({hp.host.card_sharing})" if shared else ""
     takeover = f", takes over from {', '.join(hp.host.replaces)}" if hp.host.replaces else ""
+    unit = hp.device_share_cards()
+    if hp.host.card_sharing == "deviceShare" and unit != shared:
+        sharing += f", device-share mode on cards {','.join(map(str, unit))} (both chips of each NPU)"
+    board = " (Atlas A3: card k is NPU k//2, chip k%2)" if hp.host.board == "a3" else ""
     return (
-        f"{hp.host.name} ({hp.host.address}): {hp.host.npus} NPUs x {hp.host.hbm_gi_b} GiB, "
+        f"{hp.host.name} ({hp.host.address}){board}: {hp.host.npus} NPUs x {hp.host.hbm_gi_b} GiB, "
         f"{count} service{'s' if count != 1 else ''}{sharing}{takeover}"
     )
 

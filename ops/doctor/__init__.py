@@ -36,7 +36,7 @@ def audit_host(hd: HostDeployment, *, timeout: float | None = None) -> HostRepor
     """Gather one host's facts in one round trip and judge them."""
     host = hd.host
     routers = [(rd.name, rd.plan.port) for rd in hd.routers]
-    result = run_script(hd, gather_script(required(hd), hd.shared_cards, routers), timeout=timeout)
+    result = run_script(hd, gather_script(required(hd), hd.shared_cards, routers, hd.host.board), timeout=timeout)
     if not result.reachable:
         text = f"host {host.name} ({hd.docker_url}) is unreachable: {result.error}"
         return HostReport(host.name, False, (Finding("unreachable", text),))

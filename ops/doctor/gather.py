@@ -13,7 +13,7 @@ import shlex
 
 from typing import Sequence
 
-from records.device_share import CHIP
+from allocation.config import npu_chip
 from records.host_requirements import Requirement
 from ops.framing import shell_preamble
 
@@ -36,16 +36,21 @@ def missing_paths(required: Sequence[Requirement]) -> str:
 
 
 def gather_script(
-    required: Sequence[Requirement], shared_cards: Sequence[int] = (), routers: Sequence[tuple[str, int]] = ()
+    required: Sequence[Requirement],
+    shared_cards: Sequence[int] = (),
+    routers: Sequence[tuple[str, int]] = (),
+    board: str = "a2",
 ) -> str:
     """POSIX sh, run with `sh -s`. The whole script is one { } group, so the shell has
     read all of it before the first command runs; stdin then goes to /dev/null and no
     command can swallow the rest of the script. Every section is one frame (`ops.framing`):
     `cmd | f KIND ARG`. `required`: the paths of the host requirements table to look for;
-    `shared_cards`: cards whose device-share mode is read too; `routers`: (container, port) of the
-    routers whose `/workers` is read."""
+    `shared_cards`: cards whose device-share mode is read too, addressed as npu-smi numbers them on
+    `board` (A3: NPU card//2, chip card%2); `routers`: (container, port) of the routers whose
+    `/workers` is read."""
     sharing = "".join(
-        f"npu-smi info -t device-share -i {int(c)} -c {CHIP} 2>&1 | f device-share {int(c)}\n" for c in shared_cards
+        "npu-smi info -t device-share -i {} -c {} 2>&1 | f device-share {}\n".format(*npu_chip(int(c), board), int(c))
+        for c in shared_cards
     )
     sharing += "".join(
         f"{{ {_fetch(f'http://127.0.0.1:{int(port)}/workers')}; }} | f router-workers {shlex.quote(name)}\n"

@@ -69,5 +69,6 @@ def test_by_default_the_host_check_refuses_the_held_card_and_nothing_changes(sim
     check = sim_host.run(hd.check_script, check=False, timeout=120)
     assert check.returncode == 1
     assert "card 4 must go into device-share mode, but running container(s) qwen-long hold it" in check.stderr
+    assert "MB of HBM" not in check.stderr and "npu-smi info -m" not in check.stderr, "the A2 sim is what prod declares"
     assert sim_host.device_shared_cards() == [0]
     assert {n: started_at(sim_host, n) for n in before} == before

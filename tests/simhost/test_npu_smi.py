@@ -216,3 +216,36 @@ def test_an_invalid_card_and_a_board_without_device_share_are_refused(sim_host: 
     setting = npu_smi_set(sim_host, 5, 1, "Y")
     assert (setting.returncode, setting.stdout) == (217, "This device does not support setting device-share.\n")
     assert not (CLAIMS_DIR / "device-share" / "card5").exists()
+
+
+def test_an_a3_layout_shows_sixteen_chips_by_npu_and_chip_and_shares_per_npu(sim_host: SimHost) -> None:
+    from ops.npusmi import parse_npu_smi
+
+    sim_host.set_layout("a3", hbm_mb=32768)
+    info = parse_npu_smi(sim_host.npu_smi("info"))
+    assert [(n.index, n.npu_id, n.chip, n.hbm_total_mb) for n in info.npus][2:4] == [(2, 1, 0, 32768), (3, 1, 1, 32768)]
+    assert len(info.npus) == 16 and Path("/dev/davinci15").exists()
+    assert sim_host.npu_smi("info", "-m").splitlines()[:2] == [
+        "NPU ID  Chip ID  Chip Logic ID  Chip Phy-ID  Chip Name",
+        "0       0        0              0            Ascend910",
+    ]
+    single = sim_host.run("printf 'Y\\n' | npu-smi set -t device-share -i 1 -c 0 -d 1", check=False)
+    assert single.returncode == 217 and "single chip is not allowed" in single.stdout
+    sim_host.run("printf 'Y\\n' | npu-smi set -t device-share -i 1 -d 1")
+    assert sim_host.device_shared_cards() == [2, 3]
+    sim_host.reset()
+    assert len(parse_npu_smi(sim_host.npu_smi("info")).npus) == 8, "reset goes back to the A2 board"
+
+
+def test_the_host_check_over_ssh_refuses_a_32_gb_a3_board_declared_64_and_accepts_its_board(sim_host: SimHost) -> None:
+    from allocation.planner import plan_fleet
+    from records.deployment import deploy
+    from tests.fleets import fleet, host, service
+
+    sim_host.set_layout("a3", hbm_mb=32768)
+    stack = fleet([host("npu-c", board="a3", npus=16)], [service("a", 2, 0.5, host="npu-c", devices=[10, 11])])
+    check = sim_host.run(deploy(plan_fleet(stack)).hosts[0].check_script, check=False, timeout=120)
+    assert check.returncode == 1
+    assert "card 10 has 32768 MB of HBM (npu-smi info), but host npu-c declares hbmGiB: 64" in check.stderr
+    assert "card 11 has 32768 MB" in check.stderr and "card 9 has" not in check.stderr
+    assert "compute chip" not in check.stderr and "addresses it as" not in check.stderr, check.stderr

@@ -330,16 +330,20 @@ def _takeovers(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str
 
 def _device_share_stops(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, ...]:
     """A card that turns shared goes into device-share mode, which npu-smi refuses while a container
-    uses the card: the containers the old plan put on it must stop for the switch."""
+    uses the card: the containers the old plan put on it must stop for the switch. On an A3 board the
+    other chip of its NPU goes into the mode with it (`deviceShareCards`; a plan written before the
+    key existed has its `sharedCards` there), so that chip's containers must stop too."""
     if after.get("cardSharing", "deviceShare") != "deviceShare" or "sharedCards" not in before:
         return ()
     out = []
-    for card in sorted(set(after.get("sharedCards") or ()) - set(before.get("sharedCards") or ())):
+    mode_before, mode_after = (set(p.get("deviceShareCards", p.get("sharedCards")) or ()) for p in (before, after))
+    for card in sorted(mode_after - mode_before):
         holders = sorted(s["name"] for s in before.get("services", ()) if card in (s.get("devices") or ()))
         if holders:
             verb = "holds" if len(holders) == 1 else "hold"
+            why = "becomes shared" if card in (after.get("sharedCards") or ()) else "shares its NPU with a shared card"
             out.append(
-                f"card {card} becomes shared: {', '.join(holders)} {verb} it and must stop while the card "
+                f"card {card} {why}: {', '.join(holders)} {verb} it and must stop while the card "
                 f"switches to device-share mode; {HELD_CARDS[after.get('heldCards', 'refuse')]}"
             )
     return tuple(out)
