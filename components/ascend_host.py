@@ -29,6 +29,8 @@ class AscendHost(pulumi.ComponentResource):
     """How scripts reach the host over SSH; None for a local daemon."""
     check: pulumi.CustomResource
     device_share: pulumi.CustomResource | None
+    start_order: pulumi.CustomResource | None
+    """Writes the shared cards' deploy-time order on the host (records.card_order); None without shared cards."""
     images: dict[str, docker.RemoteImage]
 
     def __init__(
@@ -63,14 +65,7 @@ class AscendHost(pulumi.ComponentResource):
             )
         self.connection = connection
         self.check = script(f"{name}-check", hd.check_script, connection, child)
-        # Shared cards go into device-share mode after the check and before any container on them.
-        self.device_share = None
-        if hd.device_share_script is not None:
-            after_check = pulumi.ResourceOptions(parent=self, depends_on=[self.check])
-            self.device_share = script(
-                f"{name}-device-share", hd.device_share_script, connection, after_check,
-                delete=hd.device_share_removal,
-            )
+        self.device_share, self.start_order = self._sharing_steps(name, hd, connection)
 
         # Pulled once per host and image, after the check: a 20 GB pull onto a host
         # without its cards or weights is time lost. keep_locally: destroying the
@@ -88,6 +83,24 @@ class AscendHost(pulumi.ComponentResource):
         }
         self._hd = hd
         self.register_outputs({"dockerHost": hd.docker_url, "images": list(hd.images)})
+
+    def _sharing_steps(
+        self, name: str, hd: HostDeployment, connection: command.remote.ConnectionArgs | None
+    ) -> tuple[pulumi.CustomResource | None, pulumi.CustomResource | None]:
+        """The shared cards' steps, after the check and before any container on them: device-share
+        mode, and their deploy-time order (records.card_order). Both are dependencies of the
+        containers, so a new card list or order runs them again and replaces nothing."""
+        after_check = pulumi.ResourceOptions(parent=self, depends_on=[self.check])
+        share = order = None
+        if hd.device_share_script is not None:
+            share = script(
+                f"{name}-device-share", hd.device_share_script, connection, after_check, delete=hd.device_share_removal
+            )
+        if hd.start_order_script is not None:
+            order = script(
+                f"{name}-start-order", hd.start_order_script, connection, after_check, delete=hd.start_order_removal
+            )
+        return share, order
 
     def last_log_lines(self, container: str, lines: int = LOG_LINES) -> str:
         """A container's last log lines on this host (`docker logs --tail`, over SSH like `doctor`),

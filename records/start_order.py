@@ -11,14 +11,24 @@ hosts, never wait for each other, so independent deployments run in parallel. Pu
 
 from __future__ import annotations
 
-from allocation.plan import HostPlan
+from allocation.plan import HostPlan, ServicePlan
+
+
+def card_ranks(host_plan: HostPlan) -> dict[int, tuple[ServicePlan, ...]]:
+    """Each shared card's services in their deploy-time rank: name order. One order for every card,
+    so no service comes before another on one card and after it on a second (the start gate's
+    waits for predecessors, records.card_order, cannot go round in a circle)."""
+    return {
+        card: tuple(sorted(services, key=lambda ps: ps.name))
+        for card, services in host_plan.card_load().items()
+        if len(services) > 1
+    }
 
 
 def start_after(host_plan: HostPlan) -> dict[str, tuple[str, ...]]:
     """Service name -> names of the services it starts after (its predecessor on each card)."""
     after: dict[str, set[str]] = {ps.name: set() for ps in host_plan.services}
-    for services in host_plan.card_load().values():
-        names = sorted(ps.name for ps in services)
-        for before, current in zip(names, names[1:]):
-            after[current].add(before)
+    for ranked in card_ranks(host_plan).values():
+        for before, current in zip(ranked, ranked[1:]):
+            after[current.name].add(before.name)
     return {name: tuple(sorted(deps)) for name, deps in after.items()}
