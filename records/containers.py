@@ -58,9 +58,9 @@ RESERVED_PORTS_SYSCTL = "net.ipv4.ip_local_reserved_ports"
 # predecessor is waited for until it has served this boot, or is not alive once the host has marked
 # this boot `settled` (every container Docker restarts has started), or for the start timeout at most.
 # A stopped or missing neighbour holds no lock and is not alive, so it never blocks anyone. Tools:
-# POSIX sh, util-linux `flock` and awk (vllm-ascend's images are built FROM
-# quay.io/ascend/cann:*-ubuntu22.04, where util-linux and mawk are Essential packages), and wget or
-# python3 for the probe, as in the health check.
+# POSIX sh, util-linux `flock`, grep and awk (vllm-ascend's images are built FROM
+# quay.io/ascend/cann:*-ubuntu22.04, where util-linux and grep are Essential packages and mawk is of
+# required priority), and wget or python3 for the probe, as in the health check.
 LOCK_DIR_HOST = "/var/lib/ascend-fleet/locks"
 """On the host: persistent, so the folder exists when Docker restarts the containers after a reboot."""
 LOCK_DIR = "/run/ascend-fleet/locks"
