@@ -146,6 +146,7 @@ def test_without_previous_names_a_rename_creates_a_new_container():
     _, problems = compare("prod", run_program("prod", values), run_program("prod", without))
     assert problems == [
         "npu-a-check changes its inputs against npu-a-check",  # it names the containers on its cards
+        "npu-a-start-order changes its inputs against npu-a-start-order",  # card 0's order names them too
         "qwen-vision would be created",
         "qwen-vision-container would be created",
         "qwen-vl would be deleted",
