@@ -91,7 +91,8 @@ START_GATE = "; ".join((
     'stamped() { [ -n "$boot" ] && [ "$(cat "$dir/$1" 2>/dev/null)" = "$boot" ]; }',
     f'alive() {{ [ -e "$dir/{ALIVE_PREFIX}$1" ] && ! flock -n -s "$dir/{ALIVE_PREFIX}$1" true; }}',
     # The lifetime lock (held by fd 9 until the container's last process exits) and this start's stamp.
-    f'if [ -n "$me" ]; then exec 9>"$dir/{ALIVE_PREFIX}$me"; flock -w 10 9 || say "could not lock $dir/{ALIVE_PREFIX}$me"; '
+    # (A failed `exec 9>` would end the shell: only into a folder it can write.)
+    f'if [ -n "$me" ] && [ -w "$dir" ]; then exec 9>"$dir/{ALIVE_PREFIX}$me"; flock -w 10 9 || say "could not lock $dir/{ALIVE_PREFIX}$me"; '
     f'rm -f "$dir/{SERVED_PREFIX}$me"; printf "%s\\n" "$boot" > "$dir/{STARTED_PREFIX}$me"; fi',
     # Its predecessors, `name:card`: the names before its own in each of its cards' order files.
     f'preds=; if [ -n "$me" ]; then for card in $(echo "${CARDS_ENV}" | tr , " "); do f="$dir/{ORDER_PREFIX}$card"; '

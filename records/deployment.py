@@ -38,7 +38,8 @@ class ServiceDeployment:
     after: tuple[str, ...]
     """Services on the same host it is created after during `pulumi up` (they share a card): a
     dependency of the resource, never an input of its container, so a neighbour that comes or goes
-    re-creates nothing. At run time the start gate's card locks order the loads."""
+    re-creates nothing. At run time the start gate orders the loads: its card locks, and the order
+    on the host (`HostDeployment.start_order_script`)."""
     shared: bool = False
     """One of its cards is used by another service too."""
 

@@ -2,7 +2,8 @@
 
 Services sharing a card must not load at the same time (vllm issue 55827: a loading
 neighbour's memory counts as the profiling instance's own). At run time the start gate's
-card locks see to that (records.containers); during `pulumi up` each service on a card
+card locks see to that (records.containers), in this order after a reboot too (records.card_order
+writes `card_ranks` on the host); during `pulumi up` each service on a card
 is also created after the one before it in name order, so its start timeout is not spent
 waiting for a neighbour's load. A dependency replaces nothing, so a newcomer, whatever its
 name, re-creates no neighbour. Services without a shared card, and services on other
