@@ -31,6 +31,8 @@ class AscendHost(pulumi.ComponentResource):
     takeover: pulumi.CustomResource | None
     """Disables the containers the host `replaces`, after the check; None when it replaces none."""
     device_share: pulumi.CustomResource | None
+    start_order: pulumi.CustomResource | None
+    """Writes the shared cards' deploy-time order on the host (records.card_order); None without shared cards."""
     images: dict[str, docker.RemoteImage]
 
     def __init__(
@@ -56,14 +58,7 @@ class AscendHost(pulumi.ComponentResource):
         if hd.takeover_script is not None:
             after_check = pulumi.ResourceOptions(parent=self, depends_on=[self.check])
             self.takeover = script(f"{name}-takeover", hd.takeover_script, connection, after_check)
-        # Shared cards go into device-share mode after those and before any container on them.
-        self.device_share = None
-        if hd.device_share_script is not None:
-            after_check = pulumi.ResourceOptions(parent=self, depends_on=self.ready)
-            self.device_share = script(
-                f"{name}-device-share", hd.device_share_script, connection, after_check,
-                delete=hd.device_share_removal,
-            )
+        self.device_share, self.start_order = self._sharing_steps(name, hd, connection)
 
         # Pulled once per host and image, after the check: a 20 GB pull onto a host
         # without its cards or weights is time lost. keep_locally: destroying the
@@ -87,6 +82,24 @@ class AscendHost(pulumi.ComponentResource):
         """What every container of the host waits for: the check, and the takeover of the old
         containers, which hold the cards and ports the new ones need."""
         return [self.check, *([self.takeover] if self.takeover is not None else [])]
+
+    def _sharing_steps(
+        self, name: str, hd: HostDeployment, connection: command.remote.ConnectionArgs | None
+    ) -> tuple[pulumi.CustomResource | None, pulumi.CustomResource | None]:
+        """The shared cards' steps, after the check (and the takeover) and before any container on them: device-share
+        mode, and their deploy-time order (records.card_order). Both are dependencies of the
+        containers, so a new card list or order runs them again and replaces nothing."""
+        after_check = pulumi.ResourceOptions(parent=self, depends_on=self.ready)
+        share = order = None
+        if hd.device_share_script is not None:
+            share = script(
+                f"{name}-device-share", hd.device_share_script, connection, after_check, delete=hd.device_share_removal
+            )
+        if hd.start_order_script is not None:
+            order = script(
+                f"{name}-start-order", hd.start_order_script, connection, after_check, delete=hd.start_order_removal
+            )
+        return share, order
 
     def last_log_lines(self, container: str, lines: int = LOG_LINES) -> str:
         """A container's last log lines on this host (`docker logs --tail`, over SSH like `doctor`),

@@ -163,5 +163,6 @@ class ModelService(pulumi.ComponentResource):
 
 
 def _sharing(sd: ServiceDeployment, host: AscendHost) -> list[pulumi.Resource]:
-    """The host's device-share command, for a service on a shared card."""
-    return [host.device_share] if sd.shared and host.device_share is not None else []
+    """The host's device-share and start-order commands, for a service on a shared card."""
+    steps = (host.device_share, host.start_order) if sd.shared else ()
+    return [step for step in steps if step is not None]

@@ -24,7 +24,7 @@ from records.deployment import Deployment, HostDeployment
 from records.takeover import DISABLE
 from ops.ssh import script_argv
 
-# Ends the here-documents that feed a host its device-share and router-image scripts; they never contain it.
+# Ends the here-documents that feed a host its device-share, start-order and router-image scripts; they never contain it.
 _END = "ASCEND_FLEET_DEVICE_SHARE_END"
 
 
@@ -121,6 +121,9 @@ def _docker_run_script(deployment: Deployment) -> str:
         if hd.device_share_script is not None:
             lines += [_comment(f"shared cards {list(hd.shared_cards)}: device-share mode first, as root on the host")]
             lines += _on_host(hd, hd.device_share_script)
+        if hd.start_order_script is not None:
+            lines += [_comment(f"shared cards {list(hd.shared_cards)}: their deploy-time order, for the start gates after a reboot")]
+            lines += _on_host(hd, hd.start_order_script)
         for sd in hd.services:
             lines += _replace(sd.spec)
         for rd in hd.routers:
@@ -175,6 +178,10 @@ def _compose_files(deployment: Deployment) -> str:
         if hd.device_share_script is not None:
             header += "\n" + _comment(
                 f"first put shared cards {list(hd.shared_cards)} into device-share mode: the docker-run export does it"
+            )
+        if hd.start_order_script is not None:
+            header += "\n" + _comment(
+                f"first write the order of shared cards {list(hd.shared_cards)} on the host: the docker-run export does it"
             )
         for rd in hd.routers:
             header += "\n" + _comment(

@@ -45,16 +45,33 @@ RESERVED_PORTS_SYSCTL = "net.ipv4.ip_local_reserved_ports"
 # subtracted from a later instance's KV cache (issue 7308). So the gate takes one lock per card it
 # uses, in ascending card order (no two gates can deadlock), from a host folder every container
 # mounts; starts vLLM; and a background holder keeps the locks until the instance's own /health
-# answers, or its start timeout passes. flock(1) locks belong to the open file description, so the
-# holder keeps them after the shell closes its copies and `exec`s vLLM, which stays PID 1 (signals,
-# exit codes). A stopped or missing neighbour holds no lock, so it never blocks anyone; a container
-# that dies releases its locks with it; after a reboot the instances on a card load one at a time in
-# whatever order Docker starts them. Tools: POSIX sh and util-linux `flock` (vllm-ascend's images
-# are built FROM quay.io/ascend/cann:*-ubuntu22.04, where util-linux is an Essential package), and
-# wget or python3 for the probe, as in the health check.
+# answers or vLLM's process is gone: never on a timer, since a neighbour let in while the model still
+# loads fails as above. flock(1) locks belong to the open file description, so the holder keeps them
+# after the shell closes its copies and `exec`s vLLM (PID 1, or docker-init's child: signals, exit
+# codes). A container that dies releases its locks with it.
+#
+# The order on a shared card (issue 28): before the card locks, the gate waits for the instances that
+# `pulumi up` started before it on each of its cards, as written on the host by the start-order step
+# (records.card_order, which says why and how; the container only ever learns its own name). Each gate
+# first takes a lifetime lock `alive-NAME` (fd 9, inherited by vLLM through `exec`) and stamps
+# `started-NAME` with the host's boot id; the holder stamps `served-NAME` when /health answers. A
+# predecessor is waited for until it has served this boot, or is not alive once the host has marked
+# this boot `settled` (every container Docker restarts has started), or for the start timeout at most.
+# A stopped or missing neighbour holds no lock and is not alive, so it never blocks anyone. Tools:
+# POSIX sh, util-linux `flock`, grep and awk (vllm-ascend's images are built FROM
+# quay.io/ascend/cann:*-ubuntu22.04, where util-linux and grep are Essential packages and mawk is of
+# required priority), and wget or python3 for the probe, as in the health check.
 LOCK_DIR_HOST = "/var/lib/ascend-fleet/locks"
 """On the host: persistent, so the folder exists when Docker restarts the containers after a reboot."""
 LOCK_DIR = "/run/ascend-fleet/locks"
+"""In every container: one file per card, `card-N`, and the start order's files (below)."""
+ORDER_PREFIX = "order-card-"
+"""`order-card-N`: the containers on shared card N in deploy-time rank, one name a line (records.card_order)."""
+SETTLED = "settled"
+"""The boot id of the last boot whose restarted containers have all started (records.card_order)."""
+ALIVE_PREFIX, STARTED_PREFIX, SERVED_PREFIX = "alive-", "started-", "served-"
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+"""The host kernel's boot id, the same inside every container (not namespaced)."""
 """In every container: one file per card, `card-N`."""
 # A compile cache per service, kept on the host so that a re-created container reuses what the one
 # before it compiled: vllm-ascend's own `docker run` mounts `/root/.cache` for this (DOMAIN.md). vLLM
@@ -70,31 +87,59 @@ CACHE_ENV = {"TRITON_CACHE_DIR": f"{CACHE_DIR}/triton"}
 CARDS_ENV = "ASCEND_FLEET_CARDS"
 HEALTH_URL_ENV = "ASCEND_FLEET_HEALTH_URL"
 START_WAIT_ENV = "ASCEND_FLEET_START_WAIT_SECONDS"
+CONTAINER_ENV = "ASCEND_FLEET_CONTAINER"
+"""The container's own Docker name: what its gate's files are called. Never a neighbour's."""
 # How often the gate's holder asks the container's own /health before it releases the card locks.
-# Part of every container's command: changing it restarts every model.
+# Part of every container's command: changing it restarts every model. Kept at 5 s (the health
+# check's own interval is another change's); the simulated-host tests ask every second (probes.py).
 GATE_POLL_SECONDS = 5
-START_GATE = (
-    "trap 'exit 143' TERM INT; "
-    f"wait_s=${START_WAIT_ENV}; held=/tmp/.ascend-fleet-cards-held; rm -f \"$held\" \"$held.failed\"; "
+START_GATE = "; ".join((
+    "trap 'exit 143' TERM INT",
+    f"wait_s=${START_WAIT_ENV}; dir={LOCK_DIR}; held=/tmp/.ascend-fleet-cards-held; rm -f \"$held\" \"$held.failed\"",
+    f"boot=$(cat {BOOT_ID_FILE} 2>/dev/null); me=${CONTAINER_ENV}",
+    # A name reaches a file name only if it is a Docker name.
+    "case $me in '' | *[!A-Za-z0-9_.-]*) me= ;; esac",
+    'say() { echo "ascend-fleet: start gate: $*"; }',
+    'stamped() { [ -n "$boot" ] && [ "$(cat "$dir/$1" 2>/dev/null)" = "$boot" ]; }',
+    f'alive() {{ [ -e "$dir/{ALIVE_PREFIX}$1" ] && ! flock -n -s "$dir/{ALIVE_PREFIX}$1" true; }}',
+    # The lifetime lock (held by fd 9 until the container's last process exits) and this start's stamp.
+    # (A failed `exec 9>` would end the shell: only into a folder it can write.)
+    f'if [ -n "$me" ] && [ -w "$dir" ]; then exec 9>"$dir/{ALIVE_PREFIX}$me"; flock -w 10 9 || say "could not lock $dir/{ALIVE_PREFIX}$me"; '
+    f'rm -f "$dir/{SERVED_PREFIX}$me"; printf "%s\\n" "$boot" > "$dir/{STARTED_PREFIX}$me"; fi',
+    # Its predecessors, `name:card`: the names before its own in each of its cards' order files.
+    f'preds=; if [ -n "$me" ]; then for card in $(echo "${CARDS_ENV}" | tr , " "); do f="$dir/{ORDER_PREFIX}$card"; '
+    'if [ -r "$f" ] && grep -qxF -- "$me" "$f"; then preds="$preds $(awk -v me="$me" -v card="$card" '
+    "'$0 == me { exit } /^[A-Za-z0-9][A-Za-z0-9_.-]*$/ { print $0 \":\" card }' \"$f\")\"; fi; done; fi",
+    "waited=0; for pc in $preds; do p=${pc%:*}; said=; "
+    f'until stamped "{SERVED_PREFIX}$p" || {{ stamped {SETTLED} && ! alive "$p"; }} || [ "$waited" -ge "$wait_s" ]; do '
+    '[ -n "$said" ] || say "waiting for $p, which loads before $me on card ${pc##*:} (the order pulumi up used): until it '
+    'serves, or is not running once every container of this boot has started"; said=1; '
+    "sleep 1 & wait $!; waited=$((waited + 1)); done; done",
+    '[ "$waited" -lt "$wait_s" ] || say "waited ${waited}s for the instances before $me on its cards, which neither served '
+    'nor stopped; on to the card locks" >&2',
     # One `flock -w` per card, nested, in ascending order; the words are digits and a fixed path.
-    f"chain=; IFS=,; for card in ${CARDS_ENV}; do chain=\"$chain flock -w $wait_s {LOCK_DIR}/card-$card\"; done; "
-    "unset IFS; "
-    # The holder: marks the locks as held, then keeps them until /health answers or the timeout passes.
-    "( $chain sh -c 'touch \"$0\"; waited=0; until wget -q -O /dev/null \"$1\" 2>/dev/null || python3 -c "
+    f"chain=; IFS=,; for card in ${CARDS_ENV}; do chain=\"$chain flock -w $wait_s {LOCK_DIR}/card-$card\"; done; unset IFS",
+    # The holder: marks the locks as held, keeps them until /health answers (then stamps `served`) or
+    # vLLM's process ($3, this shell's after `exec`) is gone; says so once per start timeout past it.
+    "( $chain sh -c 'touch \"$0\"; waited=0; next=$2; until wget -q -O /dev/null \"$1\" 2>/dev/null || python3 -c "
     '"import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)" "$1" 2>/dev/null; do '
-    f'[ "$waited" -lt "$2" ] || break; sleep {GATE_POLL_SECONDS}; waited=$((waited + {GATE_POLL_SECONDS})); done; '
-    "echo \"ascend-fleet: start gate: card locks released after ${waited}s\"' "
-    f"\"$held\" \"${HEALTH_URL_ENV}\" \"$wait_s\" || : > \"$held.failed\" ) & "
+    'kill -0 "$3" 2>/dev/null || { echo "ascend-fleet: start gate: vllm exited before it served; card locks released"; exit 0; }; '
+    'if [ "$waited" -ge "$next" ]; then echo "ascend-fleet: start gate: still loading after ${waited}s (start timeout $2s): '
+    'the card locks stay until /health answers or vllm exits"; next=$((waited + $2)); fi; '
+    f"sleep {GATE_POLL_SECONDS}; waited=$((waited + {GATE_POLL_SECONDS})); done; "
+    '[ -z "$4" ] || printf "%s\\n" "$5" > "$4"; '
+    "echo \"ascend-fleet: start gate: card locks released after ${waited}s: /health answered\"' "
+    f"\"$held\" \"${HEALTH_URL_ENV}\" \"$wait_s\" \"$$\" \"${{me:+$dir/{SERVED_PREFIX}$me}}\" \"$boot\" || : > \"$held.failed\" ) & "
     "waited=0; until [ -e \"$held\" ]; do "
     "if [ -e \"$held.failed\" ]; then "
     f"echo \"ascend-fleet: start gate: cards ${CARDS_ENV} still locked after ${{wait_s}}s by an instance that neither "
     "served nor stopped; check the other containers on these cards (npu-smi info, docker logs)\" >&2; exit 1; fi; "
     f"[ \"$waited\" -ne 1 ] || echo \"ascend-fleet: start gate: waiting for cards ${CARDS_ENV}: another instance "
     "is loading on one of them\"; "
-    "sleep 1 & wait $!; waited=$((waited + 1)); done; "
-    f"echo \"ascend-fleet: start gate: cards ${CARDS_ENV} locked; vllm serve starts\"; "
-    'exec "$@"'
-)
+    "sleep 1 & wait $!; waited=$((waited + 1)); done",
+    f"echo \"ascend-fleet: start gate: cards ${CARDS_ENV} locked; vllm serve starts\"",
+    'exec "$@"',
+))
 
 
 @dataclass(frozen=True)
@@ -201,9 +246,12 @@ def _command(planned: ServicePlan) -> tuple[str, ...]:
     return (*command, *planned.resolved.args)
 
 
-def _gated(command: tuple[str, ...], env: dict[str, str], cards: Sequence[int], port: int, wait: int) -> tuple[str, ...]:
-    """The command behind the start gate, and the gate's settings (the container's own cards, health
-    URL and start timeout: never a neighbour's) in `env`."""
+def _gated(
+    command: tuple[str, ...], env: dict[str, str], name: str, cards: Sequence[int], port: int, wait: int
+) -> tuple[str, ...]:
+    """The command behind the start gate, and the gate's settings (the container's own name, cards,
+    health URL and start timeout: never a neighbour's) in `env`."""
+    env[CONTAINER_ENV] = name
     env[CARDS_ENV] = ",".join(map(str, sorted(cards)))
     env[HEALTH_URL_ENV] = f"http://127.0.0.1:{port}/health"
     env[START_WAIT_ENV] = str(wait)
@@ -289,7 +337,7 @@ def container_spec(fleet: FleetConfig, planned: ServicePlan, *, shared: bool = F
     own_cache = any(m.target == CACHE_DIR for m in r.mounts)
     cache = () if own_cache else (Mount(source=cache_dir(planned), target=CACHE_DIR, read_only=False),)
     mounts = (*HOST_MOUNTS, Mount(source=s.model, target=s.model), *cache, *r.mounts)
-    command = _gated(_command(planned), env, a.cards, a.api_port, r.start_timeout_seconds)
+    command = _gated(_command(planned), env, planned.instance.original_name, a.cards, a.api_port, r.start_timeout_seconds)
     reserved = ",".join(window_text(a.windows[k.key]) for k in KINDS if k.netns and k.key in a.windows)
     return ContainerSpec(
         # What reaches Docker carries the name the container was created with: a renamed service

@@ -15,6 +15,7 @@ from typing import Iterator, Mapping
 
 from allocation.config import Host, Ssh
 from records.containers import ContainerSpec, container_spec
+from records.card_order import card_orders, order_script, removal_script as order_removal
 from records.device_share import device_share_script, removal_script
 from records.host_check import host_check_script
 from records.takeover import takeover_script
@@ -38,7 +39,8 @@ class ServiceDeployment:
     after: tuple[str, ...]
     """Services on the same host it is created after during `pulumi up` (they share a card): a
     dependency of the resource, never an input of its container, so a neighbour that comes or goes
-    re-creates nothing. At run time the start gate's card locks order the loads."""
+    re-creates nothing. At run time the start gate orders the loads: its card locks, and the order
+    on the host (`HostDeployment.start_order_script`)."""
     shared: bool = False
     """One of its cards is used by another service too, or (`deviceShare`) goes into device-share
     mode with such a card (the other chip of an Atlas A3 NPU): it starts after the switch."""
@@ -127,6 +129,12 @@ class HostDeployment:
     before any container on them; None unless the host shares cards with `cardSharing: deviceShare`."""
     device_share_removal: str | None
     """Undoes `device_share_script` when the host stops sharing cards; None with no such script."""
+    start_order_script: str | None
+    """Writes each shared card's deploy-time order of containers on the host and installs its boot step
+    (`records.card_order`), after the check and before any container on those cards; None unless the
+    host shares cards. A dependency of the containers, never an input: a new order re-creates nothing."""
+    start_order_removal: str | None
+    """Undoes `start_order_script` when the host stops sharing cards; None with no such script."""
     images: tuple[str, ...]
     pull_timeout_seconds: int
     services: tuple[ServiceDeployment, ...]
@@ -233,6 +241,8 @@ def _host_deployment(
         device_share_cards=sharing,
         device_share_script=device_share_script(host, sharing, own=[s.spec.name for s in services]) if sharing else None,
         device_share_removal=removal_script() if sharing else None,
+        start_order_script=order_script(host, card_orders(hp)) if shared_cards else None,
+        start_order_removal=order_removal() if shared_cards else None,
         images=tuple(sorted({s.spec.image for s in services} | {r.base_image for r in routers})),
         pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,
         services=services,

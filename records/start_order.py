@@ -2,7 +2,8 @@
 
 Services sharing a card must not load at the same time (vllm issue 55827: a loading
 neighbour's memory counts as the profiling instance's own). At run time the start gate's
-card locks see to that (records.containers); during `pulumi up` each service on a card
+card locks see to that (records.containers), in this order after a reboot too (records.card_order
+writes `card_ranks` on the host); during `pulumi up` each service on a card
 is also created after the one before it in name order, so its start timeout is not spent
 waiting for a neighbour's load. A dependency replaces nothing, so a newcomer, whatever its
 name, re-creates no neighbour. Services without a shared card, and services on other
@@ -11,14 +12,24 @@ hosts, never wait for each other, so independent deployments run in parallel. Pu
 
 from __future__ import annotations
 
-from allocation.plan import HostPlan
+from allocation.plan import HostPlan, ServicePlan
+
+
+def card_ranks(host_plan: HostPlan) -> dict[int, tuple[ServicePlan, ...]]:
+    """Each shared card's services in their deploy-time rank: name order. One order for every card,
+    so no service comes before another on one card and after it on a second (the start gate's
+    waits for predecessors, records.card_order, cannot go round in a circle)."""
+    return {
+        card: tuple(sorted(services, key=lambda ps: ps.name))
+        for card, services in host_plan.card_load().items()
+        if len(services) > 1
+    }
 
 
 def start_after(host_plan: HostPlan) -> dict[str, tuple[str, ...]]:
     """Service name -> names of the services it starts after (its predecessor on each card)."""
     after: dict[str, set[str]] = {ps.name: set() for ps in host_plan.services}
-    for services in host_plan.card_load().values():
-        names = sorted(ps.name for ps in services)
-        for before, current in zip(names, names[1:]):
-            after[current].add(before)
+    for ranked in card_ranks(host_plan).values():
+        for before, current in zip(ranked, ranked[1:]):
+            after[current.name].add(before.name)
     return {name: tuple(sorted(deps)) for name, deps in after.items()}

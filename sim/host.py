@@ -18,7 +18,8 @@ facade over the parts, one module each:
 - sim/containers.py: the test containers, started, watched, killed and removed;
 - sim/docker_cli.py: the docker CLI over SSH and on the local socket; sim/errors.py.
 
-`reboot` does to the NPU state what a host reboot does (device-share off, no claims);
+`reboot` does to the NPU state what a host reboot does (device-share off, no claims, the start
+gate's boot stamps stale), `docker_started` what the boot units after Docker do;
 `kill_containers`, `start_containers` and `restart_containers` do the containers' part.
 
 It creates only what is missing and removes at `stop` only what it created. One
@@ -45,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from records.card_order import BOOT_SCRIPT as ORDER_BOOT_SCRIPT, BOOT_WAIT_SECONDS
 from sim import docker_cli, npu_image, npu_state
 from sim.ascend_files import A3_CARD_DEVICES, CLAIMS_DIR, DCMI_DIR, DEVICE_SHARE_DIR, MODELS_DIR, HostFiles, lay_out
 from sim.containers import Containers, SimService, http_get
@@ -242,6 +244,14 @@ class SimHost:
         """
         npu_state.reboot()
 
+    def docker_started(self) -> subprocess.CompletedProcess[str] | None:
+        """What the boot units ordered After=docker.service do once Docker has started the
+        containers it restarts: the start-order boot step (records.card_order `BOOT_SCRIPT`), when
+        `render`'s start-order step installed it. None when it is not installed."""
+        if not Path(ORDER_BOOT_SCRIPT).exists():
+            return None
+        return self.run(ORDER_BOOT_SCRIPT, check=False, timeout=BOOT_WAIT_SECONDS + 60)
+
     def sweep_claims(self) -> None:
         """Delete NPU port claims whose container is gone (killed without a chance to release)."""
         npu_state.sweep_claims()
@@ -304,7 +314,10 @@ class SimHost:
         """Kill the running containers with this `label` and/or name `prefix` at once and start
         them again in `order`, with ``reboot=True`` rebooting the NPU state in between and
         `wait_healthy` as `start_containers`; the options are `Containers.restart`'s."""
-        return self.containers.restart(order, **options)
+        names = self.containers.restart(order, **options)
+        if options.get("reboot"):
+            self.docker_started()
+        return names
 
     def cleanup_containers(self) -> None:
         """Remove every test container, then stale NPU claims."""

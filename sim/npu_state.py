@@ -16,7 +16,13 @@ import contextlib
 import shutil
 from pathlib import Path
 
-from sim.ascend_files import BOARD_FILE, CLAIMS_DIR, DEVICE_SHARE_DIR, HBM_FILE, NO_DEVICE_SHARE_FILE, UNHEALTHY_FILE
+from records.containers import ALIVE_PREFIX, ORDER_PREFIX, SERVED_PREFIX, SETTLED, STARTED_PREFIX
+from sim.ascend_files import (
+    BOARD_FILE, CLAIMS_DIR, DEVICE_SHARE_DIR, GATE_LOCK_DIR, HBM_FILE, NO_DEVICE_SHARE_FILE, UNHEALTHY_FILE,
+)
+
+BOOT_STAMPS = (SETTLED, f"{STARTED_PREFIX}*", f"{SERVED_PREFIX}*")
+"""The start gate's files stamped with a boot id (records.containers, records.card_order)."""
 
 
 def live_claims() -> dict[Path, int]:
@@ -64,14 +70,26 @@ def device_shared_cards() -> list[int]:
 def reboot() -> None:
     """Do to the NPU state what a host reboot does: every card back out of device-share mode
     (the mode is off after a reboot unless set again) and no claims left (of live ranks, the
-    claims stay)."""
+    claims stay); and to the start gate's boot stamps what a new boot id does."""
     device_share_off()
     sweep_claims()
+    _remove_gate_files(BOOT_STAMPS)
+
+
+def _remove_gate_files(patterns: tuple[str, ...]) -> None:
+    """Files of the start gate's lock folder on the host. A real reboot leaves its stamps in place
+    with the old boot id, which the gates and the boot step count as no stamp; this machine's boot
+    id (/proc/sys/kernel/random/boot_id) cannot change, so a simulated reboot removes them."""
+    for pattern in patterns:
+        for path in GATE_LOCK_DIR.glob(pattern):
+            path.unlink(missing_ok=True)
 
 
 def clear_cards() -> None:
-    """With no sim container left: no card in device-share mode and no card lock."""
+    """With no sim container left: no card in device-share mode, no card lock, and no start order,
+    boot stamp or lifetime lock file of the start gate."""
     device_share_off()
+    _remove_gate_files((*BOOT_STAMPS, f"{ORDER_PREFIX}*", f"{ALIVE_PREFIX}*"))
     for path in CLAIMS_DIR.glob("card*/.lock"):
         shutil.rmtree(path, ignore_errors=True)
 

@@ -160,7 +160,7 @@ def test_the_diff_shows_a_new_start_gate_as_such_not_as_a_script():
 def test_prod_registers_one_device_share_command_for_card_0_and_only_its_services_wait_for_it():
     run = run_program("prod", values_of("prod"))
     commands = run.by_name(REMOTE_COMMAND)
-    assert sorted(commands) == ["npu-a-check", "npu-a-device-share", "npu-a-takeover"]
+    assert sorted(commands) == ["npu-a-check", "npu-a-device-share", "npu-a-start-order", "npu-a-takeover"]
     share = commands["npu-a-device-share"]
     assert commands["npu-a-check"].urn in share.dependencies
     script = share.inputs["create"]
@@ -182,11 +182,27 @@ def test_a_fleet_without_device_share_registers_no_device_share_command(mode):
         if mode == "refuse-free":
             values["hosts"][0]["cardSharing"] = "refuse"
     run = run_program("prod", values)
-    names = list(run.by_name(REMOTE_COMMAND)) + list(run.by_name(LOCAL_COMMAND))
-    assert names == ["npu-a-check", "npu-a-takeover"]  # prod takes over from the compose deployment
+    names = sorted([*run.by_name(REMOTE_COMMAND), *run.by_name(LOCAL_COMMAND)])  # registered in no fixed order
+    # Privileged containers share card 0 too: its start order is written all the same. Prod takes
+    # over from the compose deployment.
+    assert names == ["npu-a-check", *(["npu-a-start-order"] if mode == "privileged" else []), "npu-a-takeover"]
     privileged = {r.inputs["name"]: r.inputs["privileged"] for r in run.of_type(CONTAINER)}
     if mode == "privileged":
         assert privileged == {"bge-m3": True, "qwen-vl": True, "qwen-long": False}
+
+
+def test_prod_writes_card_0s_order_before_the_services_on_it_and_removes_it_when_the_command_goes():
+    run = run_program("prod", values_of("prod"))
+    commands = run.by_name(REMOTE_COMMAND)
+    order = commands["npu-a-start-order"]
+    assert commands["npu-a-check"].urn in order.dependencies
+    assert "printf '%s\\n' bge-m3 qwen-vl > /var/lib/ascend-fleet/locks/order-card-0.tmp" in order.inputs["create"]
+    assert order.inputs["update"] == order.inputs["create"], "a new order is an update, not a replacement"
+    assert "/var/lib/ascend-fleet/locks/order-card-*" in order.inputs["delete"]
+    containers = run.by_name(CONTAINER)
+    for name in ("bge-m3", "qwen-vl"):
+        assert order.urn in containers[f"{name}-container"].dependencies
+    assert order.urn not in containers["qwen-long-container"].dependencies
 
 
 def test_the_device_share_command_updates_in_place_and_removes_the_boot_unit_when_it_goes():

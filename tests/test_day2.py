@@ -19,7 +19,7 @@ from views.diff import diff_plans
 from allocation.planner import plan_fleet
 from views.report import plan_json
 from tests.provider_readback import recreates
-from tests.pulumi_harness import CONTAINER, run_program
+from tests.pulumi_harness import CONTAINER, REMOTE_COMMAND, run_program
 from tests.test_program import _pinned, values_of
 
 
@@ -182,3 +182,21 @@ def test_a_restart_policy_change_is_reported_in_place_and_not_as_a_restart():
     assert diff.recreated() == []
     for s in diff.changes():
         assert s.kinds() == ["updated in place"] and s.in_place == ("restart unless-stopped -> always",)
+
+
+def test_a_newcomer_on_a_shared_card_runs_the_start_order_step_again_and_recreates_no_neighbour():
+    """The card's order lives on the host (records.card_order), written by a command the containers
+    depend on: a newcomer ranked first changes that command's script, which runs again as an update,
+    and no container's inputs."""
+    before = _pinned(three_on_one_card(), "three")
+    after = copy.deepcopy(before)
+    after["services"].append(
+        {"name": "aaa", "model": "/models/aaa", "memoryFraction": 0.05, "devices": [0], "host": "npu-a", "apiPort": 8004}
+    )
+    old, new = (run_program("three", v).by_name(REMOTE_COMMAND)["npu-a-start-order"] for v in (before, after))
+    assert "printf '%s\\n' alpha beta gamma >" in old.inputs["create"]
+    assert "printf '%s\\n' aaa alpha beta gamma >" in new.inputs["create"]
+    # pulumi-command replaces a command only when its `triggers` change; a new `create` runs `update`.
+    assert new.inputs["update"] == new.inputs["create"] and old.inputs.get("triggers") == new.inputs.get("triggers")
+    assert engine_recreated("three", before, after) == set()
+    assert diff_recreated("three", before, after) == set()

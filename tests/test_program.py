@@ -337,7 +337,8 @@ def test_a_unix_docker_host_gets_a_local_check_and_no_ssh_options():
     run = run_program("dev", values)
     assert run.by_name(PROVIDER)["npu-a-docker"].inputs["host"] == "unix:///var/run/docker.sock"
     assert "sshOpts" not in run.by_name(PROVIDER)["npu-a-docker"].inputs
-    assert list(run.by_name(LOCAL_COMMAND)) == ["npu-a-check", "npu-a-device-share"]
+    # Sorted: the mocks register resources from several threads, in no fixed order.
+    assert sorted(run.by_name(LOCAL_COMMAND)) == ["npu-a-check", "npu-a-device-share", "npu-a-start-order"]
     assert list(run.by_name(REMOTE_COMMAND)) == ["npu-b-check"]
     assert run.by_name(PROVIDER)["npu-b-docker"].inputs["host"] == "ssh://deploy@192.0.2.11:2222"
 

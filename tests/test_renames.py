@@ -149,6 +149,7 @@ def test_without_previous_names_a_rename_creates_a_new_container():
         # It names the plan's own containers, the only ones heldCards: stopHolders may stop: it runs
         # again (an update of a script that sets nothing new), restarting nothing.
         "npu-a-device-share changes its inputs against npu-a-device-share",
+        "npu-a-start-order changes its inputs against npu-a-start-order",  # card 0's order names them too
         "qwen-vision would be created",
         "qwen-vision-container would be created",
         "qwen-vl would be deleted",

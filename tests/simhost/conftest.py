@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from records import card_order  # noqa: E402
 from records.device_share import BOOT_SCRIPT, UNIT_PATH  # noqa: E402
 from sim.host import SimHost, SimHostUnavailable, unavailable_reason  # noqa: E402
 
@@ -60,9 +61,10 @@ def sim_host(sim_host_session: SimHost) -> Iterator[SimHost]:
 
 @pytest.fixture
 def boot_files():
-    """`render`'s device-share step installs a boot unit on this machine (the simulated host):
-    remove what it created."""
-    made = [Path(p) for p in (BOOT_SCRIPT, UNIT_PATH) if not Path(p).exists()]
+    """`render`'s device-share and start-order steps install boot units on this machine (the
+    simulated host): remove what they created."""
+    paths = (BOOT_SCRIPT, UNIT_PATH, card_order.BOOT_SCRIPT, card_order.UNIT_PATH)
+    made = [Path(p) for p in paths if not Path(p).exists()]
     yield
     for path in made:
         path.unlink(missing_ok=True)
