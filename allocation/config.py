@@ -61,6 +61,9 @@ ALLOCATED_ENV = {
 }
 # Config keys the Pulumi program reads but the planner has no use for.
 PROGRAM_ONLY_KEYS = frozenset({"sshPrivateKey"})
+VERBATIM_KEYS = frozenset({"dockerEngine"})
+"""Top-level keys whose value the program takes as the engine passes it, a string: JSON would read
+the version `20.10` as the number 20.1."""
 
 
 def _multiple_of_scale(value: Decimal) -> Decimal:

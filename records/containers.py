@@ -62,9 +62,11 @@ LOCK_DIR = "/run/ascend-fleet/locks"
 CARDS_ENV = "ASCEND_FLEET_CARDS"
 HEALTH_URL_ENV = "ASCEND_FLEET_HEALTH_URL"
 START_WAIT_ENV = "ASCEND_FLEET_START_WAIT_SECONDS"
-# How often the gate's holder asks the container's own /health before it releases the card locks.
-# Part of every container's command: changing it restarts every model.
-GATE_POLL_SECONDS = 5
+# How often the gate's holder asks the container's own /health before it releases the card locks:
+# the same 2 s as the health probes' default (records.health), so the next instance on a card starts
+# within seconds of its predecessor serving. Part of every container's command: changing it restarts
+# every model (it changed from 5 together with the health checks, which re-create them anyway).
+GATE_POLL_SECONDS = 2
 START_GATE = (
     "trap 'exit 143' TERM INT; "
     f"wait_s=${START_WAIT_ENV}; held=/tmp/.ascend-fleet-cards-held; rm -f \"$held\" \"$held.failed\"; "

@@ -216,7 +216,10 @@ def _host_deployment(
         ssh_options=None if host.is_local() else tuple(ssh_options(plan.fleet.ssh, host.host_key)),
         connect_timeout_seconds=plan.fleet.ssh.connect_timeout_seconds,
         check_script=host_check_script(
-            host, [(s.plan, s.spec) for s in services], shared_cards=shared_cards if sharing else ()
+            host,
+            [(s.plan, s.spec) for s in services],
+            shared_cards=shared_cards if sharing else (),
+            engine=plan.fleet.docker_engine_of(host),
         ),
         shared_cards=shared_cards,
         device_share_script=device_share_script(host, shared_cards) if sharing else None,

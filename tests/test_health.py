@@ -4,15 +4,18 @@ seconds of readiness, on every engine, with a hung server still marked unhealthy
 from __future__ import annotations
 
 import copy
+import shlex
+import subprocess
 
 import pytest
 from ruamel.yaml import YAML
 
-from allocation.config import parse_fleet
+from allocation.config import Host, parse_fleet
 from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
 from ops.render import docker_run_args, render
 from records.deployment import deploy
+from records.host_check import host_check_script
 from records.health import probe_timing, unhealthy_after_seconds
 from tests.provider_readback import differences, stored
 from tests.pulumi_harness import CONTAINER, run_program
@@ -147,3 +150,66 @@ def test_committed_stacks_declare_no_engine_and_get_the_short_interval_of_an_old
     fleet = parse_fleet("prod", values_of("prod"))
     assert fleet.docker_engine == OLD
     assert {sd.spec.healthcheck.interval_seconds for sd in deploy(plan_fleet(fleet)).services()} == {2}
+
+
+def stand_in_docker(root, version: str | None) -> None:
+    """`docker version --format '{{.Server.Version}}'` printing `version`, or failing (no daemon)."""
+    bin_dir = root / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    body = f"echo {shlex.quote(version)}" if version is not None else "echo 'Cannot connect to the Docker daemon' >&2; exit 1"
+    (bin_dir / "docker").write_text(
+        '#!/bin/sh\n[ "$1 $2 $3" = "version --format {{.Server.Version}}" ] || { echo "unexpected: $*" >&2; exit 2; }\n'
+        + body + "\n"
+    )
+    (bin_dir / "docker").chmod(0o755)
+
+
+def engine_check(tmp_path, host: Host, declared: str, found: str | None) -> subprocess.CompletedProcess:
+    stand_in_docker(tmp_path, found)
+    script = host_check_script(host, [], root=str(tmp_path), engine=declared)
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60)
+
+
+HOST = Host(name="npu-a", address="192.0.2.10")
+
+
+@pytest.mark.parametrize(
+    ("declared", "found", "stops"),
+    [
+        (NEW, "20.10.24", True),
+        ("25.0", "24.0.7", True),
+        (OLD, "28.5.2", True),
+        ("24.0", "25.0.0", True),
+        (OLD, "20.10.24", False),
+        (OLD, "24.0.7", False),
+        (NEW, "25.0.3", False),
+        ("25", "28.5.2", False),
+    ],
+)
+def test_the_host_check_stops_pulumi_up_when_the_engine_found_is_on_the_other_side_of_25(tmp_path, declared, found, stops):
+    result = engine_check(tmp_path, HOST, declared, found)
+    line = f"host npu-a is declared to run Docker Engine {declared}, but runs {found}: "
+    assert (line in result.stderr) is stops, result.stderr
+    if stops:
+        assert result.returncode == 1
+        paragraph = result.stderr[result.stderr.index(line):].split("\n  - ")[0]
+        assert "Set ascend-fleet:dockerEngine, or dockerEngine on host npu-a in ascend-fleet:hosts" in paragraph
+
+
+def test_a_host_with_its_own_engine_is_told_to_change_that_key(tmp_path):
+    host = Host(name="npu-b", address="192.0.2.11", dockerEngine=NEW)
+    result = engine_check(tmp_path, host, NEW, "20.10.24")
+    assert "Set dockerEngine on host npu-b in ascend-fleet:hosts to the version it runs" in result.stderr, result.stderr
+
+
+def test_an_unreadable_engine_version_only_warns(tmp_path):
+    result = engine_check(tmp_path, HOST, NEW, None)
+    assert "could not read the Docker Engine version of host npu-a" in result.stderr
+    assert "is declared to run Docker Engine" not in result.stderr
+
+
+def test_every_host_check_of_a_deployment_compares_the_engine_declared_for_its_host():
+    deployment = deploy(plan_fleet(parse_fleet("health", fleet_values())))
+    checks = {hd.name: hd.check_script for hd in deployment.hosts}
+    assert "declared to run Docker Engine 20.10, but runs" in checks["npu-a"]
+    assert "declared to run Docker Engine 28.5, but runs" in checks["npu-b"]
