@@ -16,6 +16,7 @@ from allocation.planner import plan_fleet
 from ops.render import docker_run_args, render
 from records.deployment import deploy
 from records.host_check import host_check_script
+from records.restarts import restart_table
 from records.health import probe_timing, unhealthy_after_seconds
 from tests.provider_readback import differences, stored
 from tests.pulumi_harness import CONTAINER, run_program
@@ -213,3 +214,9 @@ def test_every_host_check_of_a_deployment_compares_the_engine_declared_for_its_h
     checks = {hd.name: hd.check_script for hd in deployment.hosts}
     assert "declared to run Docker Engine 20.10, but runs" in checks["npu-a"]
     assert "declared to run Docker Engine 28.5, but runs" in checks["npu-b"]
+
+
+def test_the_readmes_restart_table_says_the_probe_settings_re_create_containers():
+    rows = [line for line in restart_table().splitlines() if "healthStartIntervalSeconds" in line]
+    assert len(rows) == 1 and "dockerEngine" in rows[0] and "`healthcheck`" in rows[0], rows
+    assert "re-creates it" in rows[0]
