@@ -1,7 +1,7 @@
 """Time to serving: from a container's start to its `healthy`, with today's and the new health probes.
 
 Run as root where the simulated host can start (sim/, dockerd and sshd): `.venv/bin/python
-benchmarks/time_to_serving.py [RUNS]` (default 3). Stand-in models (sim/npu-sim) load in a fixed
+benchmarks/time_to_serving.py [RUNS [CASE WORD...]]` (default 3 runs of every case). Stand-in models (sim/npu-sim) load in a fixed
 NPU_SIM_LOAD_SECONDS (LOAD_SECONDS below) and then serve /health. Each step is the program's own:
 containers exactly as `ops.render.docker_run_args` creates them from the deployment records (no
 shortened probes, unlike tests/simhost/probes.py), each waited `healthy` before the next (the
@@ -68,9 +68,13 @@ def measure(sim: SimHost, name: str) -> dict[str, float]:
     return {"wasted": healthy - serves, "start to healthy": healthy - started}
 
 
-def create(sim: SimHost, spec: ContainerSpec) -> None:
+def create(sim: SimHost, spec: ContainerSpec) -> dict[str, float] | None:
+    """Runs the container, waits for `healthy` (the provider's `wait`) and measures a model's at once:
+    dockerd keeps only its last 256 events, and every probe makes three (an exec's). A router serves
+    no model: not measured."""
     sim.docker("run", *docker_run_args(spec))
     sim.wait_healthy(spec.name, timeout=spec.start_timeout_seconds)
+    return None if spec.name.endswith("-router") else measure(sim, spec.name)
 
 
 def prod_values(sim: SimHost, fast: int, services: tuple[str, ...]) -> dict:
@@ -91,19 +95,19 @@ def in_order(sim: SimHost, fast: int, services: tuple[str, ...]) -> list[dict[st
         sim.set_device_share(card)
     order = sorted(hd.services, key=lambda sd: len(sd.after))  # a card's chain: each after the ones before it
     try:
-        for sd in order:
-            create(sim, sd.spec)
-        return [measure(sim, sd.spec.name) for sd in order]
+        return [create(sim, sd.spec) for sd in order]
     finally:
         sim.reset()
 
 
 class Unshortened(Chain):
-    """The rolling upgrade's steps with the planned probes, not the tests' one-second ones."""
+    """The rolling upgrade's steps with the planned probes, not the tests' one-second ones; `created`
+    holds each replica's measurement, in the order they were created."""
 
     def create(self, spec: ContainerSpec, image: str) -> None:
-        create(self.sim, dataclasses.replace(spec, image=image))
-        self.created.append(spec.name)
+        measured = create(self.sim, dataclasses.replace(spec, image=image))
+        if measured is not None:
+            self.created.append(measured)
 
 
 def revision(sim: SimHost, image: str, fast: int) -> Stack:
@@ -124,7 +128,7 @@ def rolling(sim: SimHost, fast: int) -> list[dict[str, float]]:
         chain.up(revision(sim, IMAGE, 2))  # the first deploy only sets the stage: with the fast probes
         chain.created = []
         chain.up(revision(sim, derived_image("ascend-fleet/npu-sim:v2"), fast))
-        return [measure(sim, name) for name in chain.created if not name.endswith("-router")]
+        return chain.created
     finally:
         sim.reset()
 
@@ -136,10 +140,12 @@ CASES = {
 }
 
 
-def main(runs: int) -> None:
+def main(runs: int, only: list[str]) -> None:
     rows = []
     with SimHost() as sim:
         for case, run in CASES.items():
+            if only and not any(word in case for word in only):
+                continue
             for label, fast in SETTINGS.items():
                 results = [run(sim, fast) for _ in range(runs)]
                 wasted = [statistics.median(r[i]["wasted"] for r in results) for i in range(len(results[0]))]
@@ -153,4 +159,4 @@ def main(runs: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3, sys.argv[2:])
