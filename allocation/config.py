@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import (
     AfterValidator,
+    BeforeValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -63,6 +64,9 @@ ALLOCATED_ENV = {
 }
 # Config keys the Pulumi program reads but the planner has no use for.
 PROGRAM_ONLY_KEYS = frozenset({"sshPrivateKey"})
+VERBATIM_KEYS = frozenset({"dockerEngine"})
+"""Top-level keys whose value the program takes as the engine passes it, a string: JSON would read
+the version `20.10` as the number 20.1."""
 
 
 def _multiple_of_scale(value: Decimal) -> Decimal:
@@ -105,6 +109,18 @@ def npu_chip(card: int, board: str) -> tuple[int, int]:
 def units(fraction: Decimal) -> int:
     """A memory fraction in exact integer units of 1/FRACTION_SCALE."""
     return int(fraction * FRACTION_SCALE)
+
+
+def _engine_version(value: Any) -> Any:
+    """YAML reads `20.10` as the number 20.1: a Docker Engine version must be written as a string."""
+    if not isinstance(value, str):
+        raise ValueError(f'a Docker Engine version is written as a quoted string, e.g. "20.10" or "28.5", not {value!r}')
+    return value
+
+
+DockerEngine = Annotated[str, BeforeValidator(_engine_version), Field(pattern=r"^[0-9]{1,3}(\.[0-9]{1,3}){0,2}$")]
+"""A Docker Engine version as `docker version --format '{{.Server.Version}}'` prints it, at least the major."""
+DEFAULT_DOCKER_ENGINE = "20.10"
 
 
 class Model(BaseModel):
@@ -410,6 +426,10 @@ class Host(Model):
     """The host's SSH public key (`ssh-ed25519 AAAA...`, as `ssh-keyscan` prints it). The docker provider,
     `doctor` and the host check then trust this key and no other. Without it, the key is looked up in
     `ssh.knownHostsFile` (default `~/.ssh/known_hosts`)."""
+    docker_engine: DockerEngine | None = None
+    """The Docker Engine version this host runs (`"28.5"`); default `ascend-fleet:dockerEngine`. It
+    decides the host's health probes (`ascend-fleet:healthStartIntervalSeconds`), and the host check
+    stops `pulumi up` when the engine found on the host is on the other side of version 25."""
     docker_host: Text | None = None
     """Docker daemon URL; default `ssh://user@address:sshPort`. Set `unix:///var/run/docker.sock`
     for a daemon on the machine running Pulumi (the dev stack). An `ssh://` or `tcp://` URL must
@@ -712,6 +732,24 @@ class FleetConfig(Model):
     """How long `pulumi up` may take to pull one image onto a host."""
     runtime_overhead_gi_b: Decimal = Field(default=DEFAULT_RUNTIME_OVERHEAD_GIB, ge=0, le=1024, alias="runtimeOverheadGiB")
     """Per-card allowance, in the capacity check, for vLLM's activation peak and non-torch memory."""
+    docker_engine: DockerEngine = DEFAULT_DOCKER_ENGINE
+    """The Docker Engine version the hosts run unless a host sets its own `dockerEngine`; a quoted
+    string, e.g. `"20.10"` or `"28.5"`. Declared, not asked of a live host, so the plan never depends
+    on one; the host check compares it with `docker version` on each host. Default `"20.10"`: Debian
+    12's docker.io (the engine the simulated host runs) and the oldest engine the program supports;
+    declaring an old engine is safe on a new one (the short probe interval works everywhere), while a
+    new engine declared on an old one would be dropped silently."""
+    health_start_interval_seconds: int = Field(default=2, ge=0, le=30)
+    """How soon after a model is ready its container turns healthy. Docker Engine 25 and later probe
+    every this many seconds while the container starts (`start_interval`), then every 30 s as before;
+    older engines have no `start_interval`, so their containers probe every this many seconds for
+    their whole life (one HTTP GET on loopback each), with more retries so that a hung server is still
+    marked unhealthy after about 120 s (README, "Time to serving"). `0` turns it off: every container
+    probes every 30 s from its start, as before (up to 30 s between ready and healthy)."""
+
+    def docker_engine_of(self, host: Host) -> str:
+        """The engine version declared for `host`: its own, else the fleet's."""
+        return host.docker_engine or self.docker_engine
 
     @model_validator(mode="after")
     def _references(self) -> FleetConfig:

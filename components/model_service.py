@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_docker as docker
 
-from records.containers import ContainerSpec
+from records.containers import ContainerSpec, HealthCheck
 from records.deployment import ServiceDeployment
 from records.durations import go_duration
 from components.ascend_host import LOG_LINES, AscendHost
@@ -20,7 +20,6 @@ from components.ascend_host import LOG_LINES, AscendHost
 
 def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.ContainerArgs:
     """The docker Container a spec becomes."""
-    hc = spec.healthcheck
     return docker.ContainerArgs(
         name=spec.name,
         image=image,
@@ -48,19 +47,29 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
         log_driver=spec.log_driver,
         log_opts=dict(spec.log_opts),
         labels=[docker.ContainerLabelArgs(label=k, value=v) for k, v in spec.labels.items()],
-        healthcheck=docker.ContainerHealthcheckArgs(
-            tests=list(hc.test),
-            interval=go_duration(hc.interval_seconds),
-            timeout=go_duration(hc.timeout_seconds),
-            start_period=go_duration(hc.start_period_seconds),
-            retries=hc.retries,
-        ),
+        healthcheck=healthcheck_args(spec.healthcheck),
         # `pulumi up` returns once the model answers /health, or fails after the
         # start timeout; the provider requires the healthcheck above for this.
         wait=True,
         wait_timeout=spec.start_timeout_seconds,
         must_run=True,
         init=spec.init,
+    )
+
+
+def healthcheck_args(hc: HealthCheck) -> docker.ContainerHealthcheckArgs:
+    """The health check, durations as Go prints them. `start_interval` only where the host's engine
+    keeps it (records.health): an engine before 25 drops it, the provider would read back `0s`
+    (terraform-provider-docker v4.5.0 resource_docker_container_funcs.go:967) and every preview would
+    show a change; left out, the schema's default `0s` (resource_docker_container.go:1080) matches."""
+    start_interval = None if hc.start_interval_seconds is None else go_duration(hc.start_interval_seconds)
+    return docker.ContainerHealthcheckArgs(
+        tests=list(hc.test),
+        interval=go_duration(hc.interval_seconds),
+        timeout=go_duration(hc.timeout_seconds),
+        start_period=go_duration(hc.start_period_seconds),
+        retries=hc.retries,
+        start_interval=start_interval,
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
 
-from allocation.config import NAMESPACE, PROGRAM_ONLY_KEYS, Ssh, parse_fleet
+from allocation.config import NAMESPACE, PROGRAM_ONLY_KEYS, VERBATIM_KEYS, Ssh, parse_fleet
 from records.deployment import Deployment, deploy, untrusted_hosts
 from allocation.errors import FleetError
 from allocation.planner import plan_fleet
@@ -53,7 +53,7 @@ def fleet_values(namespace: str = NAMESPACE) -> dict[str, Any]:
     """The namespace's values for `parse_fleet`, without the program-only (secret) keys."""
     config = pulumi.Config(namespace)
     return {
-        key: _decode(config.get(key))
+        key: config.get(key) if key in VERBATIM_KEYS else _decode(config.get(key))
         for key in namespace_keys(namespace)
         if key not in PROGRAM_ONLY_KEYS
     }

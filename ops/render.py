@@ -45,6 +45,9 @@ def docker_run_args(spec: ContainerSpec) -> list[str]:
     args += [f"--env={k}={v}" for k, v in spec.env.items()]
     args += [f"--label={k}={v}" for k, v in spec.labels.items()]
     args += ["--health-cmd", hc.test[1], f"--health-interval={hc.interval_seconds}s"]
+    # Only for a host declared to run Docker Engine 25 or later (records.health): older CLIs refuse the flag.
+    if hc.start_interval_seconds is not None:
+        args.append(f"--health-start-interval={hc.start_interval_seconds}s")
     args += [f"--health-timeout={hc.timeout_seconds}s", f"--health-start-period={hc.start_period_seconds}s"]
     # `--`: the image is never read as an option, whatever it is.
     args += [f"--health-retries={hc.retries}", "--", spec.image, *spec.command]
@@ -107,7 +110,9 @@ def compose_service(spec: ContainerSpec) -> dict:
             "timeout": f"{hc.timeout_seconds}s",
             "start_period": f"{hc.start_period_seconds}s",
             "retries": hc.retries,
-        },
+        }
+        # Only for a host declared to run Docker Engine 25 or later (records.health).
+        | ({"start_interval": f"{hc.start_interval_seconds}s"} if hc.start_interval_seconds is not None else {}),
     }
 
 

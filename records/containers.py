@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from allocation.config import VISIBLE_DEVICES_ENV, FleetConfig, Mount
+from allocation.config import VISIBLE_DEVICES_ENV, FleetConfig, Host, Mount
 from allocation.plan import ServicePlan
 from allocation.windows import KINDS, window_text
 from records.command import behind_gate
+from records.health import probe_timing
 
 LABEL_PREFIX = "ascend-fleet"
 # The seed's tuning; defaults' and services' env override it.
@@ -34,6 +35,8 @@ DRIVER_MOUNTS = (
     NPU_SMI,
     "/etc/ascend_install.info",
 )
+HEALTH_STEADY = (30, 10, 3)
+"""A model's probes once it serves: every 30 s, 10 s to answer, unhealthy after 3 failures in a row."""
 # Beyond the health wait: creating and starting the container, and the provider's own calls.
 CREATE_MARGIN_SECONDS = 300
 RESERVED_PORTS_SYSCTL = "net.ipv4.ip_local_reserved_ports"
@@ -89,10 +92,11 @@ HEALTH_URL_ENV = "ASCEND_FLEET_HEALTH_URL"
 START_WAIT_ENV = "ASCEND_FLEET_START_WAIT_SECONDS"
 CONTAINER_ENV = "ASCEND_FLEET_CONTAINER"
 """The container's own Docker name: what its gate's files are called. Never a neighbour's."""
-# How often the gate's holder asks the container's own /health before it releases the card locks.
-# Part of every container's command: changing it restarts every model. Kept at 5 s (the health
-# check's own interval is another change's); the simulated-host tests ask every second (probes.py).
-GATE_POLL_SECONDS = 5
+# How often the gate's holder asks the container's own /health before it releases the card locks:
+# the same 2 s as the health probes' default (records.health), so the next instance on a card starts
+# within seconds of its predecessor serving. Part of every container's command: changing it restarts
+# every model (it changed from 5 together with the health checks, which re-create them anyway).
+GATE_POLL_SECONDS = 2
 START_GATE = "; ".join((
     "trap 'exit 143' TERM INT",
     f"wait_s=${START_WAIT_ENV}; dir={LOCK_DIR}; held=/tmp/.ascend-fleet-cards-held; rm -f \"$held\" \"$held.failed\"",
@@ -149,6 +153,37 @@ class HealthCheck:
     timeout_seconds: int
     start_period_seconds: int
     retries: int
+    start_interval_seconds: int | None = None
+    """Docker Engine 25+ only (records.health): the probe interval while the container starts."""
+
+    def to_json(self) -> dict[str, object]:
+        """`startIntervalSeconds` only when set: a container without it prints as before, so turning the
+        setting off, or an old engine, leaves `plan --against` with nothing to report."""
+        out: dict[str, object] = {
+            "test": list(self.test),
+            "intervalSeconds": self.interval_seconds,
+            "timeoutSeconds": self.timeout_seconds,
+            "startPeriodSeconds": self.start_period_seconds,
+            "retries": self.retries,
+        }
+        if self.start_interval_seconds is not None:
+            out["startIntervalSeconds"] = self.start_interval_seconds
+        return out
+
+
+def health_check(fleet: FleetConfig, host: Host, test: tuple[str, ...], steady: tuple[int, int, int], start_period: int) -> HealthCheck:
+    """A container's health check on `host`: `steady` is (interval, timeout, retries) after the start;
+    how soon the container turns healthy comes from the fleet's setting and the host's declared engine."""
+    interval, timeout, retries = steady
+    timing = probe_timing(fleet.docker_engine_of(host), fleet.health_start_interval_seconds, interval, timeout, retries)
+    return HealthCheck(
+        test=test,
+        interval_seconds=timing.interval_seconds,
+        timeout_seconds=timeout,
+        start_period_seconds=start_period,
+        retries=timing.retries,
+        start_interval_seconds=timing.start_interval_seconds,
+    )
 
 
 @dataclass(frozen=True)
@@ -192,7 +227,6 @@ class ContainerSpec:
     def to_json(self) -> dict[str, object]:
         """Everything that reaches the container: the plan JSON's `container`, which `plan --against`
         compares key by key (`records.restarts` says which keys re-create it)."""
-        hc = self.healthcheck
         return {
             "name": self.name,
             "image": self.image,
@@ -213,13 +247,7 @@ class ContainerSpec:
             "stopGraceSeconds": self.stop_grace_seconds,
             "init": self.init,
             "startTimeoutSeconds": self.start_timeout_seconds,
-            "healthcheck": {
-                "test": list(hc.test),
-                "intervalSeconds": hc.interval_seconds,
-                "timeoutSeconds": hc.timeout_seconds,
-                "startPeriodSeconds": hc.start_period_seconds,
-                "retries": hc.retries,
-            },
+            "healthcheck": self.healthcheck.to_json(),
         }
 
     @property
@@ -350,12 +378,8 @@ def container_spec(fleet: FleetConfig, planned: ServicePlan, *, shared: bool = F
         mounts=mounts,
         api_port=a.api_port,
         labels=MappingProxyType(labels),
-        healthcheck=HealthCheck(
-            test=("CMD-SHELL", http_probe(a.api_port, "/health")),
-            interval_seconds=30,
-            timeout_seconds=10,
-            start_period_seconds=r.start_timeout_seconds,
-            retries=3,
+        healthcheck=health_check(
+            fleet, host, ("CMD-SHELL", http_probe(a.api_port, "/health")), HEALTH_STEADY, r.start_timeout_seconds
         ),
         privileged=all_devices,
         ipc_mode=r.ipc_mode,

@@ -234,7 +234,7 @@ def _host_deployment(
         check_script=host_check_script(
             host, [(s.plan, s.spec) for s in services], stack=plan.stack,
             ports=sorted({p for c in (*services, *routers) for p in c.spec.ports}),
-            shared_cards=sharing,
+            shared_cards=sharing, engine=plan.fleet.docker_engine_of(host),
         ),  # fmt: skip
         takeover_script=takeover_script(host, host.replaces) if host.replaces else None,
         shared_cards=shared_cards,

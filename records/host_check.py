@@ -27,6 +27,7 @@ from records.containers import DRIVER_MOUNTS, LOCK_DIR_HOST, NPU_SMI, ContainerS
 from records.host_requirements import DEVICE, cards_of, requirements
 from records.device_share import HOLDERS, STATUS_KEY, UNSUPPORTED, for_board
 from records.takeover import DISABLE
+from records.health import START_INTERVAL_ENGINE, has_start_interval
 from allocation.plan import ServicePlan
 from allocation.windows import KINDS
 
@@ -326,6 +327,40 @@ def _board_checks(host: Host, cards: Sequence[int], root: str) -> list[str]:
     return _judged("board", f"{npu_smi} info -m", MAP_AWK, BOARD_JUDGE, variables)
 
 
+def _engine_check(host: Host, declared: str, root: str) -> list[str]:
+    """The Docker Engine the host runs against the one the stack declares for it (records.health):
+    only a disagreement about version 25 matters. Declared 25+ but older found: the engine drops
+    `start_interval`, the containers turn healthy up to 30 s late and every preview shows a change.
+    Declared older but 25+ found: the containers probe every few seconds for their whole life where
+    they need not. Either stops `pulumi up`; a version that cannot be read only warns (the docker
+    provider reports an unreachable daemon itself)."""
+    docker = _q(root + "/bin/docker") if root else "docker"
+    new = has_start_interval(declared)
+    key = (
+        f"Set dockerEngine on host {host.name} in ascend-fleet:hosts"
+        if host.docker_engine is not None
+        else f"Set ascend-fleet:dockerEngine, or dockerEngine on host {host.name} in ascend-fleet:hosts,"
+    )
+    why = (
+        "engines before 25 drop the health check's start_interval: its containers would turn healthy up to "
+        "30 s after they serve, and every pulumi preview would show a change"
+        if new
+        else f"the plan probes its containers every few seconds for their whole life, where engines from "
+        f"{START_INTERVAL_ENGINE} on would probe that often only while they start"
+    )
+    before = f"host {host.name} is declared to run Docker Engine {declared}, but runs "
+    after = f": {why}. {key} to the version it runs (a quoted string), or change the engine; then run pulumi up again"
+    wrong = f'[ "$engine_major" -lt {START_INTERVAL_ENGINE} ]' if new else f'[ "$engine_major" -ge {START_INTERVAL_ENGINE} ]'
+    return [
+        f"engine=$({docker} version --format '{{{{.Server.Version}}}}' 2>/dev/null </dev/null)",
+        'engine_major=${engine%%.*}',
+        'case $engine_major in',
+        f"  ''|*[!0-9]*) echo {_q(f'ascend-fleet: warning: could not read the Docker Engine version of host {host.name}; its health probes assume the declared {declared}')} >&2 ;;",
+        f'  *) if {wrong}; then missing {_q(before)}"$engine"{_q(after)}; fi ;;',
+        "esac",
+    ]
+
+
 def host_check_script(
     host: Host,
     containers: Containers,
@@ -334,12 +369,14 @@ def host_check_script(
     ports: Sequence[int] = (),
     shared_cards: Sequence[int] = (),
     root: str = "",
+    engine: str | None = None,
 ) -> str:
     """A POSIX sh script: exit 0 when the host has everything its containers use and no container
     outside the plan holds what they need, else exit 1 with one readable paragraph on stderr listing
     every problem. `stack`: whose containers are the plan's own (their label); `ports`: every port the
     plan publishes on the host, its routers' too; `shared_cards`: cards to be put into device-share
-    mode, whose support is checked."""
+    mode, whose support is checked; `engine`: the Docker Engine version the stack declares for the
+    host, compared with the one it runs."""
     needs = _needs(containers)
     devices, models, mounts, _ = needs
     count = len(containers)
@@ -365,6 +402,7 @@ def host_check_script(
         *_board_checks(host, sorted(cards_of(devices)), root),
         *_sharing_checks(host, shared_cards, root),
         *(_foreign_checks(host, stack, containers, ports) if containers else ()),
+        *(_engine_check(host, engine, root) if engine is not None else []),
         'if [ -n "$problems" ]; then',
         f'  printf \'%s%s\\n%s\\n\' {_q(header)} "$problems" {_q(advice)} >&2',
         "  exit 1",

@@ -88,6 +88,7 @@ CONFIG_KEYS = (
     ("stopGraceSeconds", ("stopGraceSeconds",)),
     ("startTimeoutSeconds", ("startTimeoutSeconds", "healthcheck", "env")),
     ("restart", ("restart",)),
+    ("healthStartIntervalSeconds, dockerEngine (across version 25)", ("healthcheck",)),
 )
 
 

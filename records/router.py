@@ -13,7 +13,7 @@ import shlex
 from types import MappingProxyType
 
 from allocation.config import FleetConfig, Mount, Router, Service
-from records.containers import LABEL_PREFIX, ContainerSpec, HealthCheck, http_probe
+from records.containers import LABEL_PREFIX, ContainerSpec, health_check, http_probe
 from allocation.plan import RouterPlan
 from allocation.defaults import DEFAULT_IPC_MODE, DEFAULT_RESTART, REQUEST_TIMEOUT_SECONDS
 from records.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
@@ -140,9 +140,7 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
         metrics_port=router.metrics_port,
         labels=MappingProxyType(labels),
         # After a reboot the router waits for a replica to load before it binds its port.
-        healthcheck=HealthCheck(
-            test=("CMD-SHELL", probe), interval_seconds=10, timeout_seconds=5, start_period_seconds=wait, retries=3
-        ),
+        healthcheck=health_check(fleet, fleet.host(router.host_name), ("CMD-SHELL", probe), (10, 5, 3), wait),
         privileged=False,
         restart=DEFAULT_RESTART,
         shm_size_mib=64,

@@ -60,6 +60,7 @@ def live_container(spec: ContainerSpec, status: str = "running") -> LiveContaine
         stop_timeout_seconds=spec.stop_grace_seconds, healthcheck=LiveHealth(
             spec.healthcheck.test, spec.healthcheck.interval_seconds * 10**9, spec.healthcheck.timeout_seconds * 10**9,
             spec.healthcheck.start_period_seconds * 10**9, spec.healthcheck.retries,
+            (spec.healthcheck.start_interval_seconds or 0) * 10**9,
         ),
     )  # fmt: skip
 

@@ -34,13 +34,24 @@ def go_string(seconds: int) -> str:
     return f"{h}h{m}m{s}s" if h else f"{m}m{s}s" if m else f"{s}s"
 
 
-def _healthcheck(hc: Mapping[str, Any]) -> dict[str, Any]:
+# The first Docker Engine major with HealthConfig.StartInterval (API 1.44); transcribed here
+# independently of records/health.py. dockerd 20.10.24 stores a container created with it without
+# it (checked here, /work/shared/DOMAIN.md), so Config.Healthcheck.StartInterval reads back as 0.
+START_INTERVAL_ENGINE = 25
+# resource_docker_container.go:1080-1086 (v4.5.0): `start_interval` has `Default: "0s"`, so an input
+# that leaves it out is "0s" to the provider, and the read below always sets it.
+HEALTHCHECK_DEFAULTS = {"startInterval": "0s"}
+
+
+def _healthcheck(hc: Mapping[str, Any], engine: str) -> dict[str, Any]:
     # funcs.go:960-968: "interval": container.Config.Healthcheck.Interval.String(), and the same
-    # for timeout and start_period: Docker keeps nanoseconds, Go prints them back.
-    out = dict(hc)
-    for key in ("interval", "timeout", "startPeriod"):
-        if key in hc:
-            out[key] = go_string(go_seconds(hc[key]))
+    # for timeout, start_period and start_interval: Docker keeps nanoseconds, Go prints them back.
+    out = {**HEALTHCHECK_DEFAULTS, **hc}
+    if int(engine.split(".")[0]) < START_INTERVAL_ENGINE:
+        out["startInterval"] = "0s"
+    for key in ("interval", "timeout", "startPeriod", "startInterval"):
+        if key in out:
+            out[key] = go_string(go_seconds(out[key]))
     return out
 
 
@@ -67,11 +78,12 @@ def _log_opts(opts: Mapping[str, str], daemon: Mapping[str, Any]) -> dict[str, s
     return merged
 
 
-def stored(inputs: Mapping[str, Any], daemon: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The provider's state for a container created from `inputs` on a daemon with `daemon` as daemon.json."""
+def stored(inputs: Mapping[str, Any], daemon: Mapping[str, Any] | None = None, engine: str = "20.10") -> dict[str, Any]:
+    """The provider's state for a container created from `inputs` on a daemon with `daemon` as daemon.json,
+    running Docker Engine `engine`."""
     state = dict(inputs)
     if "healthcheck" in inputs:
-        state["healthcheck"] = _healthcheck(inputs["healthcheck"])
+        state["healthcheck"] = _healthcheck(inputs["healthcheck"], engine)
     if "ports" in inputs:
         state["ports"] = _ports(inputs["ports"])
     if "logOpts" in inputs:
@@ -108,6 +120,8 @@ def stored_after_stop(inputs: Mapping[str, Any], daemon: Mapping[str, Any] | Non
 def differences(inputs: Mapping[str, Any], state: Mapping[str, Any]) -> list[str]:
     """Keys where the next run's input (the same as this one) differs from the stored value."""
     planned = dict(inputs)
+    if "healthcheck" in planned:
+        planned["healthcheck"] = {**HEALTHCHECK_DEFAULTS, **planned["healthcheck"]}
     for key in ("shmSize", "stopTimeout"):
         if key in planned:
             planned[key] = int(planned[key])

@@ -98,6 +98,19 @@ def pin_router_base_then(name: str, image: str | None):
     return change
 
 
+def set_fleet(key: str, value):
+    def change(values: dict) -> dict:
+        values[key] = value
+        return values
+
+    return change
+
+
+def fast_probes_were_off(values: dict) -> dict:
+    """The stack as it was before the faster probes: every container probing every 30 s."""
+    return {**values, "healthStartIntervalSeconds": 0}
+
+
 PROD = ["bge-m3", "qwen-long", "qwen-vl"]
 SCENARIOS = {
     # name: (stack, change, the containers re-created)
@@ -109,6 +122,9 @@ SCENARIOS = {
     "prod: defaults.stopGraceSeconds": ("prod", set_default("stopGraceSeconds", 90), set(PROD)),
     "prod: defaults.logOpts": ("prod", set_default("logOpts", {"max-size": "50m", "max-file": "3"}), set(PROD)),
     "prod: defaults.restart, updated in place": ("prod", set_default("restart", "always"), set()),
+    "prod: the faster health probes turned off": ("prod", set_fleet("healthStartIntervalSeconds", 0), set(PROD)),
+    "prod: the fleet's dockerEngine declared 28.5": ("prod", set_fleet("dockerEngine", "28.5"), set(PROD)),
+    "prod: dockerEngine 24.0, the same probes as 20.10": ("prod", set_fleet("dockerEngine", "24.0"), set()),
     "staging: a newcomer named before every service": ("staging", add_first, set()),
     "staging: the first service removed": ("staging", remove("bge-m3"), set()),
     "staging: one replica more": ("staging", set_on("bge-m3", "replicas", 4), set()),
@@ -143,6 +159,19 @@ def test_a_change_to_a_pinned_fleet_recreates_exactly_the_expected_containers_an
     after = change(copy.deepcopy(before))
     assert engine_recreated(stack, before, after) == expected
     assert diff_recreated(stack, before, after) == expected
+
+
+@pytest.mark.parametrize("stack", ["prod", "staging"])
+def test_turning_the_faster_probes_on_recreates_every_container_and_the_diff_names_each(stack):
+    """The rollout of this very change: from the stack with today's 30 s probes to the default."""
+    after = _pinned(values_of(stack), stack)
+    before = fast_probes_were_off(copy.deepcopy(after))
+    every = {c.name.removesuffix("-container") for c in run_program(stack, after).of_type(CONTAINER)}
+    assert engine_recreated(stack, before, after) == every
+    assert diff_recreated(stack, before, after) == every
+    old, new = (plan_json(deploy(plan_fleet(parse_fleet(stack, v)))) for v in (before, after))
+    for s in diff_plans(old, new).recreated():
+        assert "healthcheck" in s.recreate_keys, s
 
 
 def three_on_one_card() -> dict:

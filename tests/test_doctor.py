@@ -83,6 +83,7 @@ def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str
                 "Timeout": spec.healthcheck.timeout_seconds * 10**9,
                 "StartPeriod": spec.healthcheck.start_period_seconds * 10**9,
                 "Retries": spec.healthcheck.retries,
+                **({"StartInterval": spec.healthcheck.start_interval_seconds * 10**9} if spec.healthcheck.start_interval_seconds else {}),
             },
         },
         "State": {
@@ -381,7 +382,7 @@ def test_docker_units_are_read_as_docker_keeps_them_and_shown_in_the_plans_terms
     assert found["restart policy"].endswith(f"{spec.restart} (plan) != always (live)")
     assert found["shm size"].endswith(f"{spec.shm_size_mib * 1024 * 1024} bytes (plan) != 67108864 bytes (live)")
     assert found["stop timeout"].endswith(f"{spec.stop_grace_seconds}s (plan) != (unset: Docker's default 10s) (live)")
-    assert found["healthcheck interval"].endswith("30s (plan) != 5s (live)")
+    assert found["healthcheck interval"].endswith(f"{spec.healthcheck.interval_seconds}s (plan) != 5s (live)")
 
 
 def test_a_container_without_a_health_check_or_with_another_log_driver_is_drift(plan):

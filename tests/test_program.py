@@ -556,12 +556,17 @@ def _complete_host(root: Path, fleet, hp, npu_smi_body: str = "echo '| 910B3 | O
     dmi = root / DMI_PRODUCT.lstrip("/")
     dmi.parent.mkdir(parents=True, exist_ok=True)
     dmi.write_text("Atlas 800T A2\n")
+    # The Docker CLI: the engine the stack declares (records.health), and no running container.
+    docker = root / "bin/docker"
+    docker.parent.mkdir(parents=True, exist_ok=True)
+    docker.write_text(f"#!/bin/sh\ncase $1 in version) echo {fleet.docker_engine_of(hp.host)}.24 ;; esac\n")
+    docker.chmod(0o755)
 
 
 def check_script(fleet, hp, root: str = "") -> str:
     shared = hp.shared_cards() if hp.host.card_sharing == "deviceShare" else ()
     containers = [(ps, container_spec(fleet, ps)) for ps in hp.services]
-    return host_check_script(hp.host, containers, shared_cards=shared, root=root)
+    return host_check_script(hp.host, containers, shared_cards=shared, root=root, engine=fleet.docker_engine_of(hp.host))
 
 
 def _run_script(shell: str, script: str) -> subprocess.CompletedProcess:

@@ -144,6 +144,10 @@ HEALTHCHECK: dict[str, Callable[[HealthCheck, LiveHealth], list[Difference]]] = 
         "healthcheck start period", hc.start_period_seconds * NANOS, live.start_period_ns, _seconds
     ),
     "retries": lambda hc, live: _one("healthcheck retries", hc.retries, live.retries),
+    # Not sent to engines before 25 (None), which keep none: 0 either way.
+    "start_interval_seconds": lambda hc, live: _one(
+        "healthcheck start interval", (hc.start_interval_seconds or 0) * NANOS, live.start_interval_ns, _seconds
+    ),
 }
 """Every field of `HealthCheck`, read from `Config.Healthcheck`."""
 

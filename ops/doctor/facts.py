@@ -44,6 +44,8 @@ class LiveHealth:
     timeout_ns: int
     start_period_ns: int
     retries: int
+    start_interval_ns: int = 0
+    """`StartInterval`: absent (0) on engines before 25, which drop it (records.health)."""
 
     @classmethod
     def from_inspect(cls, data: Mapping[str, Any] | None) -> LiveHealth | None:
@@ -55,6 +57,7 @@ class LiveHealth:
             timeout_ns=_whole(data.get("Timeout") or 0),
             start_period_ns=_whole(data.get("StartPeriod") or 0),
             retries=_whole(data.get("Retries") or 0),
+            start_interval_ns=_whole(data.get("StartInterval") or 0),
         )
 
 

@@ -1,16 +1,16 @@
-"""Planned containers on the simulated host, their /health asked every second instead of every 30 s
-(Docker's probe) and every 5 s (the start gate's holder).
+"""Planned containers on the simulated host, their /health asked every second instead of the
+plan's interval (Docker's probe) and every GATE_POLL_SECONDS (the start gate's holder).
 
-The plan probes a container's /health every 30 s (records/containers.py), and Docker runs the
-first probe one interval after the start (moby daemon/health.go, `defaultProbeInterval`: "Also
-the time before the first probe"; the `--health-start-interval` that would probe sooner during the
-start period needs Docker 25, this machine's dockerd is 20.10). So a planned container turns
-`healthy` about 30 s after it serves. Likewise the start gate's holder keeps a card's locks until
-its own /health answers, asking every GATE_POLL_SECONDS, so a neighbour waiting for the card
-starts up to that long after the model serves. What the simulated-host tests check is which
-container serves, in what order, on which cards and ports: the same probes (command, timeout,
-start period, retries, the gate's locks and its timeout), asked every second, reach the same
-verdicts sooner.
+The plan probes a container's /health every 2 s on this machine's dockerd 20.10 (records/health.py;
+every 30 s with `healthStartIntervalSeconds: 0`), and Docker runs the first probe one interval
+after the start (moby daemon/health.go, `defaultProbeInterval`: "Also the time before the first
+probe"). So a planned container turns `healthy` up to one interval after it serves. Likewise the
+start gate's holder keeps a card's locks until its own /health answers, asking every
+GATE_POLL_SECONDS, so a neighbour waiting for the card starts up to that long after the model
+serves. What the simulated-host tests check is which container serves, in what order, on which
+cards and ports: the same probes (command, timeout, start period, retries, the gate's locks and its
+timeout), asked every second, reach the same verdicts sooner. benchmarks/time_to_serving.py
+measures the planned probes themselves.
 """
 
 from __future__ import annotations
