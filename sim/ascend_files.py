@@ -16,6 +16,7 @@ import contextlib
 import os
 import shutil
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 SIM_DIR = Path(__file__).resolve().parent
@@ -101,6 +102,13 @@ class HostFiles:
             os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
             path.chmod(0o666)
             self._created.append(path)
+
+    def forget(self, paths: Iterable[Path]) -> None:
+        """Remove those of `paths` that were created here (an A3 layout's extra chips, at `reset`)."""
+        for path in paths:
+            if path in self._created:
+                path.unlink(missing_ok=True)
+                self._created.remove(path)
 
     def remove(self) -> None:
         """Remove what was created, newest first."""

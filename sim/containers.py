@@ -221,6 +221,25 @@ class Containers:
         local_docker("wait", *names)
         return names
 
+    def comes_back(self, names: Sequence[str]) -> list[str]:
+        """Which of these containers dockerd starts again after a reboot, as moby decides it: at
+        restore, a container whose restart manager says so (restartmanager.ShouldRestart: `always`
+        whatever happened to it, `unless-stopped` unless it was stopped by hand, `no` never;
+        `on-failure` is not modelled). "Stopped by hand" is dockerd's own `HasBeenManuallyStopped`,
+        which `docker inspect` does not show: it is read from the container's config.v2.json in
+        dockerd's root, as dockerd reads it at start. A running container was not stopped by hand
+        (starting clears the flag)."""
+        root = local_docker("info", "--format", "{{.DockerRootDir}}").stdout.strip()
+        out = []
+        for name in names:
+            info = json.loads(local_docker("inspect", "--format", "{{json .}}", name).stdout)
+            policy, running = info["HostConfig"]["RestartPolicy"]["Name"], info["State"]["Running"]
+            stored = json.loads((Path(root) / "containers" / info["Id"] / "config.v2.json").read_text())
+            by_hand = not running and stored.get("HasBeenManuallyStopped", False)
+            if policy == "always" or (policy == "unless-stopped" and not by_hand):
+                out.append(name)
+        return out
+
     def start(self, order: Sequence[str], *, wait_healthy: bool = False, timeout: float = 60) -> None:
         """``docker start`` the containers one after another in this order; with `wait_healthy`,
         each one must be healthy before the next starts (otherwise they load at the same time,

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from records.card_order import BOOT_SCRIPT as ORDER_BOOT_SCRIPT, BOOT_WAIT_SECONDS
+from records.device_share import BOOT_SCRIPT as DEVICE_SHARE_BOOT_SCRIPT
 from sim import docker_cli, npu_image, npu_state
 from sim.ascend_files import A3_CARD_DEVICES, CLAIMS_DIR, DCMI_DIR, DEVICE_SHARE_DIR, MODELS_DIR, HostFiles, lay_out
 from sim.containers import Containers, SimService, http_get
@@ -139,6 +140,7 @@ class SimHost:
             shutil.rmtree(model, ignore_errors=True)
         self._models.clear()
         npu_state.clear_fault_marks()
+        self.files.forget(Path(d) for d in A3_CARD_DEVICES)  # back to the A2 board's eight cards
 
     def _lock(self) -> None:
         fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -251,6 +253,26 @@ class SimHost:
         if not Path(ORDER_BOOT_SCRIPT).exists():
             return None
         return self.run(ORDER_BOOT_SCRIPT, check=False, timeout=BOOT_WAIT_SECONDS + 60)
+
+    def reboot_with(self, names: Sequence[str]) -> list[str]:
+        """A reboot of the host with these containers on it, as dockerd and the boot units play it:
+        the running ones die (SIGKILL), the NPU state resets (`reboot`), the device-share boot unit
+        (ordered before docker.service) runs when installed, dockerd starts again exactly those it
+        would restore (`Containers.comes_back`: decided before the kill, which would mark them as
+        stopped by hand), all at once and in no order of ours, then the units after docker.service
+        run (`docker_started`). The names it started, sorted."""
+        back = self.containers.comes_back(names)
+        running = [n for n in names if self.containers.state(n).get("Running")]
+        if running:
+            docker_cli.local_docker("kill", *running)
+            docker_cli.local_docker("wait", *running, check=False)
+        self.reboot()
+        if Path(DEVICE_SHARE_BOOT_SCRIPT).exists():
+            self.run(DEVICE_SHARE_BOOT_SCRIPT, check=False, timeout=180)
+        if back:
+            docker_cli.local_docker("start", *back)
+        self.docker_started()
+        return sorted(back)
 
     def sweep_claims(self) -> None:
         """Delete NPU port claims whose container is gone (killed without a chance to release)."""

@@ -274,3 +274,22 @@ def test_every_committed_stack_is_pinned_completely_so_adding_a_service_moves_no
     copy = write(tmp_path, committed.read_text(encoding="utf-8"), committed.name)
     assert pin(copy) == [], f"{committed.name} leaves planned values unpinned: run `python -m allocation pin --stack {stack}`"
     assert copy.read_bytes() == committed.read_bytes()
+
+
+def test_adding_a_small_tp1_service_to_prod_restarts_no_running_service():
+    """Prod pinned completely: a newcomer fits around the pins, and no window of a running service moves,
+    so no container is re-created. (Every card of npu-a is in use, so the newcomer shares one: the diff
+    says which holder must stop for the card's switch to device-share mode, by the host's heldCards.)"""
+    from records.deployment import deploy
+    from tests.fleets import service
+    from tests.test_program import values_of
+    from views.diff import diff_plans
+    from views.report import plan_json
+    from allocation.config import parse_fleet
+
+    before = values_of("prod")
+    after = {**before, "services": [*before["services"], service("e5-small", 1, 0.05)]}
+    old, new = (plan_json(deploy(plan_fleet(parse_fleet("prod", v)))) for v in (before, after))
+    diff = diff_plans(old, new)
+    assert [s.name for s in diff.changes()] == ["e5-small"] and diff.changes()[0].added
+    assert diff.recreated() == []
