@@ -33,6 +33,7 @@ from typing import Sequence
 
 from allocation.config import Host, npu_chip
 from records.containers import NPU_SMI
+from records.takeover import DISABLE
 
 CHIP = 0  # one chip per 910B card
 UNIT = "ascend-fleet-device-share.service"
@@ -159,8 +160,9 @@ def device_share_script(host: Host, cards: Sequence[int], *, own: Sequence[str] 
     script, unit = root + BOOT_SCRIPT, root + UNIT_PATH
     advice = (
         "The mode can only change while no container uses the card, and only root may change it: "
-        "stop the containers named (docker stop NAME), or give the services cards of their own, "
-        "or set the host's cardSharing to privileged; then run pulumi up again."
+        f"take the containers named out of service for good ({DISABLE}; a bare docker stop lasts until the "
+        "next reboot), or set the host's heldCards to stopHolders for the plan's own, or give the services "
+        "cards of their own, or set the host's cardSharing to privileged; then run pulumi up again."
     )
     return "\n".join([
         f"# ascend-fleet device-share for {host.name}: generated from the plan, do not edit.",

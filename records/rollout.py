@@ -37,7 +37,7 @@ SERVE_MARGIN_SECONDS = 120
 
 # The router container's command: `sh -c LAUNCH ascend-fleet-router vllm-router <flags>`. The worker
 # URLs, one per line, come from the file; `set -f` keeps them from globbing, and `exec` leaves
-# vllm-router as PID 1, so `docker stop` signals it directly.
+# vllm-router as the init's child (`init: true`), which passes `docker stop`'s signal on.
 LAUNCH = (
     "set -f; "
     f'urls=$(cat "${WORKERS_ENV}") || exit 1; '
