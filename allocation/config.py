@@ -856,7 +856,7 @@ def parse_fleet(stack: str, values: Mapping[str, Any]) -> FleetConfig:
 
     Raises ConfigError listing every problem at once, each with its location.
     """
-    if not StackName.match(stack):
+    if not StackName.fullmatch(stack):
         raise ConfigError(f"stack name {stack!r} is not a stack name: letters, digits, '_', '.', '-', at most 100")
     known = set(field_aliases(FleetConfig)) - {"stack"}
     problems = unknown_keys(values, known, PROGRAM_ONLY_KEYS, NAMESPACE)
