@@ -78,7 +78,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.against is None:
         print(render_plan(deployment, args.format))
         return 0
-    config = Path(args.config).resolve() if args.config else None
+    config = Path(args.config).absolute() if args.config else None  # a link keeps its name: the stack's
     old = plan_at_revision(PROJECT_ROOT, args.against, stack_file.stack if config is None else None, config)
     print(render_diff(diff_plans(old, plan_json(deployment), against=args.against), args.format))
     return 0
