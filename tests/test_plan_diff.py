@@ -721,3 +721,21 @@ def test_a_stack_file_given_by_a_symlink_is_planned_at_the_revision_under_the_li
     assert code == 0, err
     doc = json.loads(out)
     assert (doc["stack"], doc["stackIsNew"], doc["hasChanges"]) == ("prod", False, False), doc
+
+
+HOSTILE_VALUE = "ok\x1b[2K\r\x1b[1Aforged | row\nnpu-a  bge-m3  restart  nothing\u202e\x07"
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_escape_sequences_and_newlines_in_a_value_are_shown_escaped_and_forge_no_line(fmt):
+    """A value with ESC, CR, a newline, a bidi override and BEL in `plan --against` output: it stays on
+    its own line, visibly escaped (as allocation.errors.printable escapes), and drives no terminal."""
+    plain, hostile = fleet(), fleet()
+    plain["hosts"][0]["services"][0]["container"]["env"]["LOG_FILTER"] = "ok"
+    hostile["hosts"][0]["services"][0]["container"]["env"]["LOG_FILTER"] = HOSTILE_VALUE
+    text = render_diff(diff_plans(fleet(), hostile), fmt)
+    assert len(text.splitlines()) == len(render_diff(diff_plans(fleet(), plain), fmt).splitlines()), text
+    assert not any(c in text for c in "\x1b\r\x07\u202e"), repr(text)
+    [row] = [line for line in text.splitlines() if "LOG_FILTER" in line]
+    # the table shows the carriage return escaped; markdown, which joins line breaks with a space, a space
+    assert "ok\\x1b[2K" in row and "\\x1b[1Aforged" in row and "\\u202e\\x07" in row, row
