@@ -810,15 +810,26 @@ class FleetConfig(Model):
 
 
 def _previous_name_problems(services: list[Service]) -> list[str]:
-    """`previousNames` that would alias two resources to one old one: a name listed twice, or one
-    (or an old replica or router name it implies) that a service, replica or router has now."""
+    """`previousNames` that would alias two resources to one old one: a name listed twice, one (or an
+    old replica or router name it implies) that a service, replica or router has now, or one that
+    another service's previous name implies (`old` with replicas implies `old-1` and `old-router`)."""
     current = {n for s in services for n in s.names()}
     problems, seen = [], {}
+    claimed: dict[str, tuple[str, str]] = {}  # an old name -> (the service, the previous name giving it)
     for s in services:
         for old in s.previous_names or ():
             if old in seen:
                 problems.append(f"service {s.name}: previousNames lists {old}, which service {seen[old]} lists too")
             seen.setdefault(old, s.name)
+            for n in s.names(old):
+                owner, given = claimed.setdefault(n, (s.name, old))
+                if owner != s.name and given != old:  # the same previous name twice is reported above
+                    implier, lister = ((owner, given), s.name) if given != n else ((s.name, old), owner)
+                    problems.append(
+                        f"service {s.name}: previousNames {implier[1]} of service {implier[0]} implies {n} "
+                        f"(an old replica or router), which service {lister} lists under previousNames; "
+                        "two resources would alias one old container"
+                    )
         taken = sorted({n for n in s.old_names() if n in current})
         problems += [
             f"service {s.name}: previousNames gives {n}, the name of a current service, replica or router; "
@@ -845,7 +856,7 @@ def parse_fleet(stack: str, values: Mapping[str, Any]) -> FleetConfig:
 
     Raises ConfigError listing every problem at once, each with its location.
     """
-    if not StackName.match(stack):
+    if not StackName.fullmatch(stack):
         raise ConfigError(f"stack name {stack!r} is not a stack name: letters, digits, '_', '.', '-', at most 100")
     known = set(field_aliases(FleetConfig)) - {"stack"}
     problems = unknown_keys(values, known, PROGRAM_ONLY_KEYS, NAMESPACE)

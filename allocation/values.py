@@ -30,13 +30,13 @@ OWNED_FLAGS = {
     "--max-num-seqs": "maxNumSeqs",
 }
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-# Docker's reference grammar (distribution/reference/regexp.go), anchored.
+# Docker's reference grammar (distribution/reference/regexp.go), anchored at both ends (`\Z`).
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"
 _DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
 _IMAGE = re.compile(
-    rf"^(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{{32,}})?$"
+    rf"^(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{{32,}})?\Z"
 )
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
+_HOSTNAME = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?\Z")
 
 
 def _plain(value: str) -> str:
@@ -62,7 +62,7 @@ def _path(value: str) -> str:
 
 
 def _image(value: str) -> str:
-    if not _IMAGE.match(value) or len(value) > 512:
+    if not _IMAGE.fullmatch(value) or len(value) > 512:
         raise ValueError(f"{value!r} is not a Docker image reference such as quay.io/ascend/vllm-ascend:v0.20.2rc1")
     return value
 
@@ -73,7 +73,7 @@ def _address(value: str) -> str:
     try:
         ipaddress.ip_address(value)
     except ValueError:
-        if not _HOSTNAME.match(value):
+        if not _HOSTNAME.fullmatch(value):
             raise ValueError(f"{value!r} is neither an IP address nor a host name") from None
     return value
 
@@ -102,4 +102,7 @@ UserName = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")]
 EnvKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=255)]
 EnvValue = Annotated[str, Field(max_length=65536, pattern=r"^[^\x00]*$")]
 Arg = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_arg)]
-StackName = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+StackName = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\Z")
+"""Python's `$` matches before a final newline too, so every `re` validator here ends in `\Z` and is
+called with `fullmatch`. pydantic's `pattern=` runs the Rust regex crate, whose `$` is the end of the
+text (tests/test_hostile_config.py proves both)."""

@@ -20,7 +20,7 @@ from allocation.errors import ConfigError, FleetError, printable
 from allocation.planner import plan_fleet
 from views.report import FORMATS, plan_json, render_plan
 from cli.pin import pin_stack_file
-from cli.stack_editor import set_service_keys
+from cli.stack_editor import read_bytes, set_service_keys
 from cli.revision import plan_at_revision
 from cli.safe_write import write_set
 from cli.stackfile import PROJECT_ROOT, StackFile, load_fleet, locate, stack_values
@@ -78,15 +78,17 @@ def _plan(args: argparse.Namespace) -> int:
     if args.against is None:
         print(render_plan(deployment, args.format))
         return 0
-    config = Path(args.config).resolve() if args.config else None
+    config = Path(args.config).absolute() if args.config else None  # a link keeps its name: the stack's
     old = plan_at_revision(PROJECT_ROOT, args.against, stack_file.stack if config is None else None, config)
     print(render_diff(diff_plans(old, plan_json(deployment), against=args.against), args.format))
     return 0
 
 
 def _pin(args: argparse.Namespace) -> int:
-    deployment, stack_file = _deployment(args)
-    changed = pin_stack_file(stack_file.path, deployment.plan)
+    stack_file = locate(args.stack, args.config)
+    read = read_bytes(stack_file.path)  # the pins are written only if the file still holds these bytes
+    deployment = deploy(plan_fleet(parse_fleet(stack_file.stack, stack_values(stack_file, data=read))))
+    changed = pin_stack_file(stack_file.path, deployment.plan, read)
     what = ", ".join(changed) if changed else "nothing new: every service was already pinned"
     print(f"pinned {stack_file.path}: {what}")
     return 0
@@ -129,9 +131,10 @@ def _profile(args: argparse.Namespace) -> int:
     from ops.models import profiles, unsized_values
 
     stack_file = locate(args.stack, args.config)
-    fleet = parse_fleet(stack_file.stack, unsized_values(stack_values(stack_file)))
+    read = read_bytes(stack_file.path)  # the profiles are written only if the file still holds these bytes
+    fleet = parse_fleet(stack_file.stack, unsized_values(stack_values(stack_file, data=read)))
     deployment = deploy(plan_fleet(fleet))
-    changed = set_service_keys(stack_file.path, profiles(deployment, args.models_root))
+    changed = set_service_keys(stack_file.path, profiles(deployment, args.models_root), read=read, command="profile")
     print(f"profiled {stack_file.path}: {', '.join(changed) if changed else 'nothing new'}")
     return 0
 

@@ -69,6 +69,7 @@ def stack_pins(plan: Plan) -> dict[str, dict[str, Any]]:
     return keys
 
 
-def pin_stack_file(path: Path, plan: Plan) -> list[str]:
-    """Write the plan's pins into the stack file; return the names of services that changed."""
-    return set_service_keys(path, stack_pins(plan), every=True)
+def pin_stack_file(path: Path, plan: Plan, read: bytes | None = None) -> list[str]:
+    """Write the plan's pins into the stack file; return the names of services that changed.
+    `read`: the file's bytes the plan was made from; a file that no longer holds them is not written."""
+    return set_service_keys(path, stack_pins(plan), every=True, read=read)

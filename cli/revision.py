@@ -15,6 +15,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import re
 import subprocess
 import sys
 import tarfile
@@ -38,7 +40,7 @@ def plan_at_revision(
 
     Give either `stack` (the file `Pulumi.<stack>.yaml` at the top of the repository) or
     `config_path` (a stack file inside the repository, absolute or relative to the current
-    directory). Raises FleetError when `ref` is unknown or the old plan fails.
+    directory; a link is followed to its target, whose old version is planned under the link's name). Raises FleetError when `ref` is unknown or the old plan fails.
     """
     if (stack is None) == (config_path is None):
         raise ValueError("give exactly one of stack and config_path")
@@ -54,8 +56,20 @@ def plan_at_revision(
     with tempfile.TemporaryDirectory(prefix="ascend-fleet-plan-") as tmp:
         _extract(top, commit, Path(tmp))
         project = Path(tmp, prefix)
-        selector = ["--stack", stack] if stack is not None else ["--config", relative]
-        return _run_plan(project, selector, ref)
+        if stack is not None:
+            return _run_plan(project, ["--stack", stack], ref)
+        return _run_plan(project, ["--config", _named_as_given(project, relative, Path(config_path).name)], ref)
+
+
+def _named_as_given(project: Path, relative: str, name: str) -> str:
+    """The old stack file under the name the current side was given (a link `Pulumi.prod.yaml` to
+    `stacks/fleet.yaml`): the stack name comes from the file name, and both sides must plan one stack."""
+    if Path(relative).name == name:
+        return relative
+    alias = Path(relative).with_name(name)
+    (project / alias).unlink(missing_ok=True)  # a file or link of that name in the old tree
+    shutil.copyfile(project / relative, project / alias)
+    return alias.as_posix()
 
 
 def _toplevel(repo_root: Path) -> Path:
@@ -68,19 +82,43 @@ def _toplevel(repo_root: Path) -> Path:
     return Path(result.stdout.decode().strip()).resolve()
 
 
-def resolve_revision(repo_root: Path, ref: str) -> str:
-    """The commit id `ref` names in the repository at `repo_root`."""
+_RANGE = re.compile(r"\.\.|\^[!@]\Z|\^-[0-9]*\Z")
+"""git's spellings of a set of commits (gitrevisions(7), "Specifying ranges"): `A..B`, `A...B`,
+`A^!`, `A^@`, `A^-`. `rev-parse --verify` refuses most of them, but with a message about an
+unknown revision; `^A` (everything but A) it accepts, printing `^<id>`."""
+_COMMIT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?\Z")
+
+
+def _not_one_commit(ref: str) -> str | None:
+    """Why `ref` does not name one commit, before git is asked; None if it may."""
     if ref.startswith("-"):
-        # Never let a revision be read as an option of git.
-        raise FleetError(f"'{ref}' is not a git revision.")
+        return "it starts with '-', so git would read it as an option: it is not a git revision"
+    if ref.startswith("^"):
+        return "a leading '^' excludes a commit instead of naming one"
+    if _RANGE.search(ref):
+        return "it is a range of commits (.., ..., ^!, ^@, ^-)"
+    if not ref or any(c.isspace() or not c.isprintable() for c in ref):
+        return "it is empty or holds spaces or control characters, so it is not one commit"
+    return None
+
+
+def resolve_revision(repo_root: Path, ref: str) -> str:
+    """The id of the one commit `ref` names in the repository at `repo_root`; a range, an exclusion
+    (`^A`) or option-like text is refused, so the old side of a diff is never empty by accident."""
+    why = _not_one_commit(ref)
+    if why is not None:
+        raise FleetError(f"--against {ref!r} does not name one commit: {why}; give a branch, tag or commit id.")
     result = _git(repo_root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+    commit = result.stdout.decode(errors="replace").strip()
     if result.returncode != 0:
         raise FleetError(
             f"unknown git revision '{ref}' in {repo_root}: it names no commit there. "
             "Check the spelling, and fetch it first if it is a remote branch "
             "(in CI, check out with full history, e.g. actions/checkout with fetch-depth: 0)."
         )
-    return result.stdout.decode().strip()
+    if not _COMMIT_ID.fullmatch(commit):
+        raise FleetError(f"--against {ref!r} does not name one commit: git resolves it to {commit!r}.")
+    return commit
 
 
 def _stack_file(repo_root: Path, stack: str | None, config_path: Path | None) -> str:

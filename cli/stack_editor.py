@@ -8,7 +8,8 @@ order mark, number spellings, quotes, long flow lists. Before anything is writte
 parsed again and must equal the old document with exactly those keys set.
 
 The file is replaced by `cli.safe_write` (a temporary file beside it, never following a link,
-fsynced, renamed into place) with the old file's mode and owner; a stack file that is a symlink is
+fsynced, renamed into place) with the old file's mode and owner, under a lock and only if it still
+holds the bytes the command read (an edit made meanwhile is never lost: the command refuses); a stack file that is a symlink is
 resolved first and its target is replaced, so the link stays a link. Every problem (no services
 list, a read-only file or directory, a full disk) is a ConfigError that leaves the file untouched.
 """
@@ -36,7 +37,7 @@ from ruamel.yaml.events import (
 
 from allocation.config import NAMESPACE
 from allocation.errors import ConfigError
-from cli.safe_write import write_file
+from cli.safe_write import replace_if_unchanged
 
 BOM = "\ufeff"
 SERVICES = f"{NAMESPACE}:services"
@@ -231,12 +232,16 @@ def _name(path: Path, target: Path) -> str:
     return f"{path} (a link to {target})" if path.is_symlink() else str(path)
 
 
-def _read(path: Path, name: str) -> tuple[str, str]:
-    """The byte order mark ('' or BOM) and the text after it, line ends untouched."""
+def read_bytes(path: Path, name: str | None = None) -> bytes:
+    """The stack file's bytes as a command reads them before it works out what to write."""
     try:
-        raw = path.read_bytes()
+        return Path(os.path.realpath(path)).read_bytes()
     except OSError as exc:
-        raise ConfigError(f"{name}: cannot read: {exc.strerror or exc}") from None
+        raise ConfigError(f"{name or path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _decode(raw: bytes, name: str) -> tuple[str, str]:
+    """The byte order mark ('' or BOM) and the text after it, line ends untouched."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -325,13 +330,18 @@ def _check_writable(name: str, target: Path) -> None:
         )
 
 
-def set_service_keys(path: Path, keys: dict[str, dict[str, Any]], *, every: bool = False) -> list[str]:
-    """Set keys of the named services in the stack file, in its own text; the services that changed."""
+def set_service_keys(
+    path: Path, keys: dict[str, dict[str, Any]], *, every: bool = False, read: bytes | None = None, command: str = "pin"
+) -> list[str]:
+    """Set keys of the named services in the stack file, in its own text; the services that changed.
+    `read`: the bytes `keys` were worked out from (default: the file as this call reads it); the file
+    is replaced only if it still holds them (`cli.safe_write.replace_if_unchanged`)."""
     target = Path(os.path.realpath(path))
     name = _name(Path(path), target)
-    bom, text = _read(target, name)
+    read = read_bytes(target, name) if read is None else read
+    bom, text = _decode(read, name)
     new, changed = _set_text(text, keys, name, every=every)
     if new != text:
         _check_writable(name, target)
-        write_file(target, (bom + new).encode("utf-8"), name)
+        replace_if_unchanged(target, (bom + new).encode("utf-8"), read, name, command)
     return changed

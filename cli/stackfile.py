@@ -44,11 +44,12 @@ def locate(stack: str | None, config: str | None, root: Path = PROJECT_ROOT) -> 
     return StackFile(stack=stack, path=path)
 
 
-def _read_yaml(path: Path) -> Any:
-    """The file's YAML (read by `cli.yaml12`: libyaml's speed, YAML 1.2's meaning); every way it
-    can be unreadable is one ConfigError naming the file, and the line where the parser stopped."""
+def _read_yaml(path: Path, data: bytes | None = None) -> Any:
+    """The file's YAML (read by `cli.yaml12`: libyaml's speed, YAML 1.2's meaning), or that of `data`,
+    its bytes as already read; every way it can be unreadable is one ConfigError naming the file,
+    and the line where the parser stopped."""
     try:
-        return yaml12.load(path.read_text(encoding="utf-8-sig"))
+        return yaml12.load(path.read_text(encoding="utf-8-sig") if data is None else data.decode("utf-8-sig"))
     except yaml12.Ambiguous as exc:
         raise ConfigError(f"{path}, line {exc.line}: {exc.problem}") from None
     except yaml12.YAMLError as exc:
@@ -99,13 +100,14 @@ def project_values(path: Path) -> dict[str, Any]:
     return out
 
 
-def stack_values(stack_file: StackFile, root: Path = PROJECT_ROOT) -> dict[str, Any]:
-    """The `ascend-fleet:` values of a stack, namespace stripped, project defaults applied."""
+def stack_values(stack_file: StackFile, root: Path = PROJECT_ROOT, data: bytes | None = None) -> dict[str, Any]:
+    """The `ascend-fleet:` values of a stack, namespace stripped, project defaults applied; `data`:
+    the stack file's bytes when the caller has read them (to write the file back from them)."""
     project = stack_file.path.parent / "Pulumi.yaml"
     if not project.is_file():
         project = root / "Pulumi.yaml"
     values = project_values(project) if project.is_file() else {}
-    for key, value in _config_block(stack_file.path, _read_yaml(stack_file.path)).items():
+    for key, value in _config_block(stack_file.path, _read_yaml(stack_file.path, data)).items():
         key = str(key)
         if ":" not in key:
             raise ConfigError(

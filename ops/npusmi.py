@@ -20,7 +20,7 @@ from typing import Mapping
 HEALTHY = "OK"
 
 _CARD_ROW = re.compile(r"^(?P<npu>[0-9]+)\s+(?P<name>\S.*)$")
-_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
+_BUS_ID = re.compile(r"[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]\Z")
 _NO_PROCESS = re.compile(r"No running processes found in NPU\s+(?P<npu>[0-9]+)", re.IGNORECASE)
 _VERSION = re.compile(r"Version:\s*(?P<version>\S+)")
 _USED_TOTAL = re.compile(r"([0-9]{1,9})\s*/\s*([0-9]{1,9})\s*$")
@@ -159,7 +159,7 @@ def parse_npu_smi(text: str) -> NpuSmiInfo:
             continue  # second header row
         if section == "devices" and len(cells) >= 2:
             first = _CARD_ROW.match(cells[0])
-            if first and not _BUS_ID.match(cells[1]):
+            if first and not _BUS_ID.fullmatch(cells[1]):
                 pending = {"index": int(first.group("npu")), "name": first.group("name").strip(), "health": cells[1]}
                 continue
             chip_phy = [number(c) for c in cells[0].split()]

@@ -59,7 +59,7 @@ UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 BOOT_SCRIPT = "/usr/local/sbin/ascend-fleet-start-order"
 BOOT_WAIT_SECONDS = 120
 """How long the boot step waits, in all, for running containers to stamp `started`."""
-DOCKER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+DOCKER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*\Z")
 """The characters Docker allows in a container name (moby `daemon/names/names.go` `RestrictedNameChars`):
 such a name splits and quotes safely in the scripts and the gate."""
 _END = "ASCEND_FLEET_EOF"
@@ -71,7 +71,7 @@ def card_orders(host_plan: HostPlan) -> dict[int, tuple[str, ...]]:
     orders = {
         card: tuple(ps.instance.original_name for ps in ranked) for card, ranked in card_ranks(host_plan).items()
     }
-    bad = sorted({n for names in orders.values() for n in names if not DOCKER_NAME.match(n)})
+    bad = sorted({n for names in orders.values() for n in names if not DOCKER_NAME.fullmatch(n)})
     if bad:
         raise FleetError(
             f"host {host_plan.host.name}: container names {', '.join(map(repr, bad))} are not Docker names "

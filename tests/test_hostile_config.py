@@ -98,3 +98,63 @@ def test_a_pinned_window_that_runs_past_port_65535_is_refused(pin):
 def test_a_stack_name_that_would_break_a_comment_is_refused():
     with pytest.raises(ConfigError, match="is not a stack name"):
         fleet([host()], [service("a")], stack="prod\nrm -rf /")
+
+
+# --- validators anchor the whole string ----------------------------------------------------
+# Python's `$` also matches before a final newline, so `re.match("^x$", "x\n")` passes: a block
+# scalar (`address: |`) ends in one. The validators written with `re` use fullmatch.
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("address", "npu-a\n"),
+        ("address", "npu-a.example.com\n"),
+        ("address", "192.0.2.1\n"),
+        ("address", "2001:db8::1\n"),
+        ("image", "quay.io/ascend/vllm-ascend:v0.20.2rc1\n"),
+        ("image", "vllm-ascend\n"),
+    ],
+)
+def test_a_trailing_newline_is_refused_in_an_address_and_an_image(where, value):
+    on_host = where == "address"
+    message = refused([host(**{where: value})] if on_host else [host()], [service("a", **({} if on_host else {where: value}))])
+    assert repr(value) in message, message
+
+
+def test_a_trailing_newline_is_refused_in_a_stack_name():
+    from allocation.config import parse_fleet
+
+    with pytest.raises(ConfigError, match="is not a stack name"):
+        parse_fleet("prod\n", {"hosts": [host()], "services": [service("a")]})
+
+
+def test_a_container_name_with_a_trailing_newline_is_not_a_docker_name():
+    from records.card_order import DOCKER_NAME
+
+    assert DOCKER_NAME.fullmatch("qwen") and not DOCKER_NAME.fullmatch("qwen\n")
+    assert not DOCKER_NAME.match("qwen\n"), "DOCKER_NAME must anchor with \\Z, so that .match cannot pass it"
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("host", {"user": "root\n"}),
+        ("host", {"name": "npu-b\n"}),
+        ("host", {"dockerEngine": "20.10\n"}),
+        ("host", {"hostKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDk=\n"}),
+        ("service", {"name": "qwen\n"}),
+        ("service", {"env": {"A\n": "1"}}),
+    ],
+)
+def test_pydantic_patterns_are_rust_regexes_whose_dollar_is_the_end_of_the_text(where, value):
+    """pydantic's `pattern=` runs the Rust `regex` crate by default, where `$` without the `m` flag
+    matches only at the end of the haystack (docs.rs/regex, "Empty matches": `$` is "end of haystack
+    (or end-of-line with multi-line mode)"), not before a final newline as Python's does."""
+    hosts, services = [host()], [service("a")]
+    if where == "host":
+        hosts = [host(**value)]
+    else:
+        services = [service(**{"name": "a", **value})]
+    message = refused(hosts, services)
+    assert "should match pattern" in message and repr(next(iter(value)))[1:-1] in message, message

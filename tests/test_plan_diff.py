@@ -678,3 +678,64 @@ def test_capacity_keys_an_older_plan_did_not_print_are_not_changes_but_new_value
     bge = by_name(diff_plans(old, new))["bge-m3"]
     assert [(c.key, c.old, c.new) for c in bge.capacity] == [("kvCacheTokens", 1280, 2560)]
     assert not bge.recreated, "a capacity verdict re-creates nothing"
+
+
+@pytest.mark.parametrize(
+    ("ref", "why"),
+    [
+        ("^HEAD", "excludes"),
+        ("HEAD~1..HEAD", "range"),
+        ("HEAD~1...HEAD", "range"),
+        ("HEAD^!", "range"),
+        ("HEAD^@", "range"),
+        ("HEAD^-", "range"),
+        ("HEAD HEAD~1", "one commit"),
+        ("HEAD\n", "one commit"),
+        ("-HEAD", "option"),
+    ],
+)
+def test_a_revision_that_is_not_one_commit_is_refused_saying_why(history: Path, ref: str, why: str):
+    with pytest.raises(FleetError) as info:
+        plan_at_revision(history, ref, "test", None)
+    message = str(info.value)
+    assert repr(ref) in message and why in message and "\n" not in message, message
+
+
+def test_one_commit_spelt_with_parent_and_ancestor_suffixes_is_accepted(history: Path):
+    assert plan_at_revision(history, "HEAD^", "test", None) == plan_at_revision(history, "HEAD~1", "test", None)
+
+
+def test_a_stack_file_given_by_a_symlink_is_planned_at_the_revision_under_the_links_stack_name(
+    history: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    """`Pulumi.prod.yaml -> stacks/fleet.yaml`: both sides plan stack prod, so nothing is re-created."""
+    (history / "stacks").mkdir()
+    git(history, "mv", "Pulumi.test.yaml", "stacks/fleet.yaml")
+    (history / "Pulumi.prod.yaml").symlink_to("stacks/fleet.yaml")
+    git(history, "add", "Pulumi.prod.yaml")
+    git(history, "commit", "--quiet", "-m", "the stack file lives under stacks/")
+    monkeypatch.setattr(cli_main, "PROJECT_ROOT", history)
+    monkeypatch.chdir(history)
+    code = cli_main.main(["plan", "--config", "Pulumi.prod.yaml", "--against", "HEAD", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["stack"], doc["stackIsNew"], doc["hasChanges"]) == ("prod", False, False), doc
+
+
+HOSTILE_VALUE = "ok\x1b[2K\r\x1b[1Aforged | row\nnpu-a  bge-m3  restart  nothing\u202e\x07"
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_escape_sequences_and_newlines_in_a_value_are_shown_escaped_and_forge_no_line(fmt):
+    """A value with ESC, CR, a newline, a bidi override and BEL in `plan --against` output: it stays on
+    its own line, visibly escaped (as allocation.errors.printable escapes), and drives no terminal."""
+    plain, hostile = fleet(), fleet()
+    plain["hosts"][0]["services"][0]["container"]["env"]["LOG_FILTER"] = "ok"
+    hostile["hosts"][0]["services"][0]["container"]["env"]["LOG_FILTER"] = HOSTILE_VALUE
+    text = render_diff(diff_plans(fleet(), hostile), fmt)
+    assert len(text.splitlines()) == len(render_diff(diff_plans(fleet(), plain), fmt).splitlines()), text
+    assert not any(c in text for c in "\x1b\r\x07\u202e"), repr(text)
+    [row] = [line for line in text.splitlines() if "LOG_FILTER" in line]
+    # the table shows the carriage return escaped; markdown, which joins line breaks with a space, a space
+    assert "ok\\x1b[2K" in row and "\\x1b[1Aforged" in row and "\\u202e\\x07" in row, row

@@ -269,3 +269,25 @@ def test_a_renamed_replicated_service_renders_the_same_compose_file():
     before = pinned("staging")
     old = render(plan_deployment("staging", before), "compose")
     assert render(plan_deployment("staging", renamed(before, "bge-m3", "bge-embed")), "compose") == old
+
+
+@pytest.mark.parametrize("listed", ["old-1", "old-2", "old-router"])
+@pytest.mark.parametrize("order", ["implier first", "lister first"])
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_previous_name_that_another_services_previous_name_implies_is_refused_naming_both(listed, order, replicas):
+    """`a` was `old` with two replicas: containers `old-1`, `old-2` and router `old-router` still run.
+    A second service claiming one of them under previousNames would alias two resources to one old one."""
+    a = service("a", 1, 0.1, replicas=2, previousNames=["old"])
+    b = service("b", 1, 0.1, replicas=replicas, previousNames=[listed])
+    values = {"hosts": [host()], "services": [a, b] if order == "implier first" else [b, a]}
+    with pytest.raises(ConfigError) as caught:
+        parse_fleet("t", values)
+    message = str(caught.value)
+    assert f"previousNames old of service a implies {listed}" in message, message
+    assert "service b" in message and "\n" not in message, message
+
+
+def test_previous_names_of_two_services_that_imply_no_common_name_pass():
+    a = service("a", 1, 0.1, replicas=2, previousNames=["old"])
+    b = service("b", 1, 0.1, replicas=2, previousNames=["old-one", "older"])
+    assert parse_fleet("t", {"hosts": [host()], "services": [a, b]}).services[1].previous_names == ["old-one", "older"]

@@ -3,18 +3,24 @@
 Stack names, host addresses, env values and arguments are written by people; in
 a comment they must stay text. GitHub splits table cells on `|` even inside code
 spans, and a code span ends at the first backtick run as long as its fence
-(CommonMark 6.1), so both are escaped here, and nowhere else.
+(CommonMark 6.1), so both are escaped here, and nowhere else; so are line breaks, escape
+sequences and other control or format characters.
 """
 
 from __future__ import annotations
 
 import re
 
+from allocation.errors import printable
+
 _SPECIAL = re.compile(r"([\\`*_\[\]<>#|~])")
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.splitlines()) if text else text
+    """One line, with no control or format character left to drive a terminal or hide text (a
+    comment is also read in a terminal, `gh pr view`): line breaks become spaces, the rest is
+    escaped as `allocation.errors.printable` escapes it."""
+    return printable(" ".join(text.splitlines())) if text else text
 
 
 def text(value: str) -> str:

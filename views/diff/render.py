@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+from allocation.errors import printable
 from views import markdown
 from views.diff.compare import CAPACITY, IN_PLACE, SECURITY, Placement, PlanDiff, ServiceDiff
 
@@ -75,13 +76,13 @@ def _rows(diff: PlanDiff) -> list[tuple[str, str, str, str]]:
 
 
 def _render_table(diff: PlanDiff) -> str:
-    lines = [f"{_title(diff)}: {diff.summary()}"]
+    lines = _shown([f"{_title(diff)}: {diff.summary()}"])
     if diff.stack_is_new:
-        lines.append(_new_stack_note(diff))
+        lines += _shown([_new_stack_note(diff)])
     if not diff.has_changes:
         lines.append("No allocation changes.")
         return "\n".join(lines) + "\n"
-    lines += [f"Takes over first: host {h.name} {h.takeover()}." for h in diff.takeovers()]
+    lines += _shown([f"Takes over first: host {h.name} {h.takeover()}." for h in diff.takeovers()])
     lines.append(_restart_title(diff))
     restarts = _restart_rows(diff)
     if restarts:
@@ -91,7 +92,14 @@ def _render_table(diff: PlanDiff) -> str:
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
+def _shown(lines: list[str]) -> list[str]:
+    """Lines for a terminal: escape sequences, line breaks and other control or format characters in
+    a value (an env value, an argument) shown escaped, so that a value can neither erase nor forge a line."""
+    return [printable(line) for line in lines]
+
+
 def _columns(header: tuple[str, str, str, str], rows: list[tuple[str, str, str, str]]) -> list[str]:
+    rows = [tuple(_shown(list(row))) for row in rows]  # type: ignore[misc]  # escaped before they are measured
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
     return ["  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3] for row in [header, *rows]]
 
