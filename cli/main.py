@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="show the allocation of a stack")
     _stack_args(plan)
     plan.add_argument("--format", choices=FORMATS, default="table")
+    plan.add_argument(
+        "--wide", action="store_true", help="table and markdown: one table per host, capacity beside the port windows"
+    )
     plan.add_argument("--against", metavar="REF", help="show what changes against the plan at a git revision")
 
     pin = sub.add_parser("pin", help="write the current plan into the stack file as pins")
@@ -76,7 +79,7 @@ def _plan(args: argparse.Namespace) -> int:
     for warning in deployment.plan.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.against is None:
-        print(render_plan(deployment, args.format))
+        print(render_plan(deployment, args.format, wide=args.wide))
         return 0
     config = Path(args.config).resolve() if args.config else None
     old = plan_at_revision(PROJECT_ROOT, args.against, stack_file.stack if config is None else None, config)
