@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="show the allocation of a stack")
     _stack_args(plan)
     plan.add_argument("--format", choices=FORMATS, default="table")
+    plan.add_argument(
+        "--wide", action="store_true", help="table and markdown: one table per host, capacity beside the port windows"
+    )
     plan.add_argument("--against", metavar="REF", help="show what changes against the plan at a git revision")
 
     pin = sub.add_parser("pin", help="write the current plan into the stack file as pins")
@@ -62,7 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     _stack_args(render)
     render.add_argument("--format", choices=("compose", "docker-run", "prometheus"), required=True)
-    render.add_argument("--output", metavar="DIR", help="prometheus: the directory to write the files to")
+    render.add_argument(
+        "--output", metavar="DIR", help="compose (one file per host) or prometheus: the directory to write the files to"
+    )
     return parser
 
 
@@ -76,7 +81,7 @@ def _plan(args: argparse.Namespace) -> int:
     for warning in deployment.plan.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.against is None:
-        print(render_plan(deployment, args.format))
+        print(render_plan(deployment, args.format, wide=args.wide))
         return 0
     config = Path(args.config).absolute() if args.config else None  # a link keeps its name: the stack's
     old = plan_at_revision(PROJECT_ROOT, args.against, stack_file.stack if config is None else None, config)
@@ -100,20 +105,26 @@ def _pin(args: argparse.Namespace) -> int:
 
 def _render(args: argparse.Namespace) -> int:
     from ops import dashboard, prometheus
-    from ops.render import render
+    from ops.render import compose_files, render
 
-    if args.format != "prometheus":
+    if args.format == "docker-run":
         if args.output is not None:
             raise ConfigError(
-                f"render --format {args.format} prints to standard output; --output is for --format prometheus: "
+                "render --format docker-run prints to standard output; --output is for --format compose or prometheus: "
                 "redirect the output to a file instead"
             )
         print(render(_deployment(args)[0], args.format), end="")
         return 0
+    if args.format == "compose" and args.output is None:
+        print(render(_deployment(args)[0], args.format), end="")  # one stream, every host: as it always was
+        return 0
     if args.output is None or not str(args.output):
-        raise ConfigError("render --format prometheus writes several files: give the directory with --output DIR")
+        raise ConfigError(f"render --format {args.format} writes several files: give the directory with --output DIR")
     deployment = _deployment(args)[0]
-    files = prometheus.files(deployment) | {DASHBOARD: dashboard.render(deployment)}
+    if args.format == "compose":
+        files = compose_files(deployment)
+    else:
+        files = prometheus.files(deployment) | {DASHBOARD: dashboard.render(deployment)}
     write_set(Path(args.output), files)
     print(f"wrote {', '.join(sorted(files))} to {args.output}")
     return 0

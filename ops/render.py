@@ -19,6 +19,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.representer import SafeRepresenter
 
+from allocation.config import Mount
 from records.containers import ContainerSpec, created_on_host
 from records.deployment import Deployment, HostDeployment
 from records.takeover import DISABLE
@@ -63,6 +64,14 @@ _QuotedStrings.add_representer(
 )
 
 
+class _QuotedInPlanOrder(_QuotedStrings):
+    """Mappings in the order they were built: a host's services as the plan has them, not sorted by name."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sort_base_mapping_type_on_output = False
+
+
 def _comment(text: str) -> str:
     """A `#` comment line of printable text: a newline in a value can never end it."""
     return "# " + re.sub(r"[\x00-\x1f\x7f]", "?", text)
@@ -79,7 +88,18 @@ def _literal(value: Any) -> Any:
     return value
 
 
-def compose_service(spec: ContainerSpec) -> dict:
+def _volume(mount: Mount, short: bool) -> dict | str:
+    """A bind mount: the long syntax; a source Compose may create (the start gate's lock folder, the compile
+    caches: the host check does) with `create_host_path`, or in the short syntax when `short`."""
+    long = {"type": "bind", "source": mount.source, "target": mount.target, "read_only": mount.read_only}
+    if not created_on_host(mount.source):
+        return long
+    if short:  # no `:` in a mount's paths (config validation), so the short syntax cannot be misread
+        return f"{mount.source}:{mount.target}{':ro' if mount.read_only else ''}"
+    return long | {"bind": {"create_host_path": True}}
+
+
+def compose_service(spec: ContainerSpec, short_binds: bool = False) -> dict:
     hc = spec.healthcheck
     return {
         "container_name": spec.name,
@@ -87,13 +107,7 @@ def compose_service(spec: ContainerSpec) -> dict:
         "command": list(spec.command),
         "environment": dict(spec.env),
         "devices": [f"{d}:{d}" for d in spec.device_files],
-        "volumes": [
-            {"type": "bind", "source": m.source, "target": m.target, "read_only": m.read_only}
-            # The start gate's lock folder and the compile caches are the sources Compose may create
-            # (the host check does).
-            | ({"bind": {"create_host_path": True}} if created_on_host(m.source) else {})
-            for m in spec.mounts
-        ],
+        "volumes": [_volume(m, short_binds) for m in spec.mounts],
         "ports": [f"{port}:{port}" for port in spec.ports],
         "ipc": spec.ipc_mode,
         "shm_size": f"{spec.shm_size_mib}m",
@@ -157,44 +171,64 @@ def _replace(spec: ContainerSpec) -> list[str]:
     ]
 
 
-def _compose_files(deployment: Deployment) -> str:
+def _compose_document(deployment: Deployment, hd: HostDeployment, file: str | None = None) -> str:
+    """One host's compose document. For the stream (`file` None) as it always was; for a file of its own
+    (`file`, its name), what docker-compose v1 1.29 accepts too: no top-level `name:` (v1 refuses every
+    top-level key but `version`, `services`, `networks`, `volumes`, `configs`, `secrets` and `x-*`), the
+    project name given with `-p` instead, the services in the plan's order, and the mounts Compose may create in the short syntax, which
+    both versions create when absent (v1 refuses `bind.create_host_path`; the Compose spec's
+    `create_host_path` is "implied by short syntax for backward compatibility with docker-compose
+    legacy", compose-spec/compose-spec `spec.md`, Volumes)."""
+    short = file is not None
     yaml = YAML(typ="safe", pure=True)
-    yaml.Representer = _QuotedStrings
+    yaml.Representer = _QuotedInPlanOrder if short else _QuotedStrings
     yaml.default_flow_style = False
-    documents = []
-    for hd in deployment.hosts:
-        services = {sd.spec.name: compose_service(sd.spec) for sd in hd.services}
-        container = {sd.name: sd.spec.name for sd in hd.services}  # a renamed service keeps its container's
-        for rd in hd.routers:
-            services[rd.spec.name] = compose_service(rd.spec)
-            if rd.first in container:  # the router exits when no replica answers
-                services[rd.spec.name]["depends_on"] = {container[rd.first]: {"condition": "service_healthy"}}
-        project = {
-            "name": f"ascend-fleet-{deployment.stack}".lower(),
-            "services": {name: _literal(service) for name, service in services.items()},
-        }
-        buffer = io.StringIO()
-        yaml.dump(project, buffer)
-        header = _comment(f"stack {deployment.stack}, host {hd.name}: DOCKER_HOST={hd.docker_url} docker compose -f <this file> up -d")
-        if hd.takeover_script is not None:
-            header += "\n" + _comment(
-                f"first take {', '.join(hd.host.replaces)} out of service for good: {DISABLE} (the docker-run export does it)"
-            )
-        if hd.device_share_script is not None:
-            header += "\n" + _comment(
-                f"first put shared cards {list(hd.shared_cards)} into device-share mode: the docker-run export does it"
-            )
-        if hd.start_order_script is not None:
-            header += "\n" + _comment(
-                f"first write the order of shared cards {list(hd.shared_cards)} on the host: the docker-run export does it"
-            )
-        for rd in hd.routers:
-            header += "\n" + _comment(
-                f"first build the image {rd.spec.image} and write the worker list of {rd.spec.name} on the host: "
-                "the docker-run export does both"
-            )
-        documents.append(header + "\n" + buffer.getvalue())
-    return "---\n".join(documents)
+    services = {sd.spec.name: compose_service(sd.spec, short) for sd in hd.services}
+    container = {sd.name: sd.spec.name for sd in hd.services}  # a renamed service keeps its container's
+    for rd in hd.routers:
+        services[rd.spec.name] = compose_service(rd.spec, short)
+        if rd.first in container:  # the router exits when no replica answers
+            services[rd.spec.name]["depends_on"] = {container[rd.first]: {"condition": "service_healthy"}}
+    project = f"ascend-fleet-{deployment.stack}".lower()
+    body = {"services": {name: _literal(service) for name, service in services.items()}}
+    buffer = io.StringIO()
+    yaml.dump(body if short else {"name": project} | body, buffer)
+    how = "-f <this file>" if file is None else f"-p {project} -f {file}"
+    header = _comment(f"stack {deployment.stack}, host {hd.name}: DOCKER_HOST={hd.docker_url} docker compose {how} up -d")
+    notes = _first_steps(hd)
+    if short and any("start_interval" in service["healthcheck"] for service in services.values()):
+        # docker-compose 1.29.2's schema has no start_interval (`docker-compose config`: "services.X.healthcheck
+        # value 'start_interval' does not match any of the regexes: '^x-'"); the Compose spec has it.
+        notes.append("healthcheck start_interval (Docker Engine 25 and later): docker-compose v1 refuses it; use docker compose v2")
+    return header + "".join("\n" + _comment(line) for line in notes) + "\n" + buffer.getvalue()
+
+
+def _first_steps(hd: HostDeployment) -> list[str]:
+    """What the docker-run export does on the host before its containers, and a compose file cannot."""
+    steps = []
+    if hd.takeover_script is not None:
+        steps.append(f"first take {', '.join(hd.host.replaces)} out of service for good: {DISABLE} (the docker-run export does it)")
+    if hd.device_share_script is not None:
+        steps.append(f"first put shared cards {list(hd.shared_cards)} into device-share mode: the docker-run export does it")
+    if hd.start_order_script is not None:
+        steps.append(f"first write the order of shared cards {list(hd.shared_cards)} on the host: the docker-run export does it")
+    for rd in hd.routers:
+        steps.append(
+            f"first build the image {rd.spec.image} and write the worker list of {rd.spec.name} on the host: "
+            "the docker-run export does both"
+        )
+    return steps
+
+
+def _compose_files(deployment: Deployment) -> str:
+    return "---\n".join(_compose_document(deployment, hd) for hd in deployment.hosts)
+
+
+def compose_files(deployment: Deployment) -> dict[str, str]:
+    """One compose file per host, `<host>.compose.yaml` (host names are DNS labels: no `/`, no dot),
+    in the plan's host order."""
+    names = {hd.name: f"{hd.name}.compose.yaml" for hd in deployment.hosts}
+    return {names[hd.name]: _compose_document(deployment, hd, names[hd.name]) for hd in deployment.hosts}
 
 
 def render(deployment: Deployment, fmt: str) -> str:

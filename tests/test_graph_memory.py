@@ -151,7 +151,8 @@ def test_the_table_markdown_and_json_carry_the_plans_warnings():
     deployment = deploy(plan_fleet(load_fleet("prod")[0]))
     [graph] = [w for w in deployment.plan.warnings if "NPU graph" in w]
     assert plan_json(deployment)["warnings"] == list(deployment.plan.warnings)
-    assert f"  warning: {graph}" in render_plan(deployment, "table").splitlines()
+    assert f"  warning: {graph}" in render_plan(deployment, "table", wide=True).splitlines()
+    assert " ".join(f"warning: {graph}".split()) in " ".join(render_plan(deployment, "table").split())
     assert "### Warnings" in render_plan(deployment, "markdown")
     assert json.loads(render_plan(deployment, "json"))["warnings"] == list(deployment.plan.warnings)
 

@@ -148,7 +148,7 @@ def test_unreadable_stack_files_give_one_paragraph(tmp_path, capsys, content, ex
 def test_an_unexpected_error_is_one_paragraph_and_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):
     import cli.main
 
-    def broken(*_: Any) -> None:
+    def broken(*_: Any, **__: Any) -> None:
         raise KeyError("boom")
 
     monkeypatch.setattr(cli.main, "render_plan", broken)

@@ -21,7 +21,7 @@ PURE_IMPORTS = {
     "__future__", "allocation", "base64", "binascii", "bisect", "collections", "dataclasses", "decimal", "difflib",
     "functools",
     "hashlib", "hmac", "ipaddress", "json", "orjson",
-    "pydantic", "re", "records", "shlex", "types", "typing", "unicodedata", "views",
+    "pydantic", "re", "records", "shlex", "textwrap", "types", "typing", "unicodedata", "views",
 }  # fmt: skip
 MAX_FUNCTION_LINES = 60
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any
 
 import orjson
@@ -16,6 +17,8 @@ from allocation.plan import HostPlan
 from allocation.windows import KINDS, ROUTER_KINDS, PortWindow, WindowKind, window_text
 
 FORMATS = ("table", "markdown", "json")
+WIDTH = 120
+"""The columns the table fits (a terminal, a CI log) unless `wide`; the markdown's tables fit a GitHub comment."""
 
 
 def plan_json(deployment: Deployment) -> dict[str, Any]:
@@ -83,8 +86,9 @@ def _capacity_cells(cap: Capacity | None) -> list[str]:
     ]
 
 
-def _port_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
-    sized = any(ps.capacity for ps in hp.services)
+def _port_rows(hp: HostPlan, capacity: bool = True) -> tuple[list[str], list[list[str]]]:
+    """The port windows of each service, with the capacity columns beside them when `capacity` (wide)."""
+    sized = capacity and any(ps.capacity for ps in hp.services)
     headers = ["service", "cards", "TP", "HBM/card", *(k.column for k in KINDS)]
     headers += CAPACITY_COLUMNS if sized else []
     total = runtime_total(hp.host) or hp.host.hbm_gi_b * GIB
@@ -102,6 +106,26 @@ def _port_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
             ]
         )
     return headers, rows
+
+
+def _capacity_rows(hp: HostPlan) -> list[tuple[list[str], list[list[str]]]]:
+    """The capacity columns as a table of their own, none when no service on the host is sized."""
+    if not any(ps.capacity for ps in hp.services):
+        return []
+    return [(["service", *CAPACITY_COLUMNS], [[ps.name, *_capacity_cells(ps.capacity)] for ps in hp.services])]
+
+
+def _host_tables(hp: HostPlan, wide: bool) -> list[tuple[list[str], list[list[str]]]]:
+    """Cards, then ports with capacity beside them (`wide`), or ports and capacity as two narrower tables."""
+    if wide:
+        return [_card_rows(hp), _port_rows(hp)]
+    return [_card_rows(hp), _port_rows(hp, capacity=False), *_capacity_rows(hp)]
+
+
+def _fit(text: str, first: str = "", rest: str = "  ") -> str:
+    """`text` wrapped to WIDTH columns, words never split, each line after the first indented by `rest`."""
+    return textwrap.fill(text, WIDTH, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+                         break_on_hyphens=False)  # fmt: skip
 
 
 def _host_title(hp: HostPlan) -> str:
@@ -160,7 +184,9 @@ def _orjson_prints_alike(value: Any) -> bool:
     return value is None or kind in (str, bool)
 
 
-def render_plan(deployment: Deployment, fmt: str) -> str:
+def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
+    """The plan as `fmt`; table and markdown fit WIDTH columns for the committed stacks, or keep one wide
+    table of ports and capacity per host and unwrapped lines when `wide` (the output before `--wide` existed)."""
     if fmt == "json":
         return json_text(plan_json(deployment))
     plan = deployment.plan
@@ -170,12 +196,10 @@ def render_plan(deployment: Deployment, fmt: str) -> str:
     for hp in plan.hosts:
         if fmt == "markdown":
             parts.append(f"### {markdown.text(_host_title(hp))}")
-            parts.append(_md_table(*_card_rows(hp)))
-            parts.append(_md_table(*_port_rows(hp)))
+            parts += [_md_table(*table) for table in _host_tables(hp, wide)]
         else:
-            parts.append(_host_title(hp))
-            parts.append(_text_table(*_card_rows(hp)))
-            parts.append(_text_table(*_port_rows(hp)))
+            parts.append(_host_title(hp) if wide else _fit(_host_title(hp)))
+            parts += [_text_table(*table) for table in _host_tables(hp, wide)]
     if plan.routers:
         ports = [[window_text(r.windows[k.key]) for k in ROUTER_KINDS] for r in plan.routers]
         rows = [[r.service.name, r.host_name, *p, ", ".join(r.replicas)] for r, p in zip(plan.routers, ports)]
@@ -185,6 +209,7 @@ def render_plan(deployment: Deployment, fmt: str) -> str:
         if fmt == "markdown":
             parts += ["### Warnings", "\n".join(f"- {markdown.text(w)}" for w in plan.warnings)]
         else:
-            parts += ["warnings", "\n".join(f"  warning: {w}" for w in plan.warnings)]
+            lines = [f"  warning: {w}" if wide else _fit(w, "  warning: ", "    ") for w in plan.warnings]
+            parts += ["warnings", "\n".join(lines)]
     return "\n\n".join(parts)
 
