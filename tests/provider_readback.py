@@ -138,7 +138,7 @@ def differences(inputs: Mapping[str, Any], state: Mapping[str, Any]) -> list[str
 # are listed. Transcribed from the source, independently of records/restarts.py, which the
 # tests check against it.
 FORCE_NEW = frozenset({
-    "name", "image", "command", "env", "privileged", "devices", "mounts", "ports", "host", "labels",
+    "name", "image", "command", "entrypoint", "env", "privileged", "devices", "mounts", "ports", "host", "labels",
     "shm_size", "log_driver", "log_opts", "sysctls", "ipc_mode", "stop_timeout",
 })  # fmt: skip
 # `init` is Optional and Computed, not ForceNew, and the update never applies it (schema: "Configured

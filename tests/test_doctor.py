@@ -72,7 +72,7 @@ def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str
         "Config": {
             "Image": image or spec.image,
             "Cmd": list(spec.command),
-            "Entrypoint": None,
+            "Entrypoint": None if spec.entrypoint is None else list(spec.entrypoint),
             "Env": [f"{k}={v}" for k, v in full_env.items()],
             # Docker merges the image's labels in: doctor compares only the plan's.
             "Labels": {"org.opencontainers.image.vendor": "Huawei", **spec.labels} if labels is None else labels,
