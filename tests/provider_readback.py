@@ -145,8 +145,9 @@ FORCE_NEW = frozenset({
 # whether an init process should be injected"): the program replaces on its change, as for healthcheck.
 UPDATED_IN_PLACE = frozenset({"restart", "wait", "wait_timeout", "must_run", "destroy_grace_seconds", "healthcheck", "init"})
 # pulumi-docker's Python input names that differ from the Terraform attribute (sdk/python
-# pulumi_docker/container.py: `envs` is `env`, `hosts` is `host`); the rest are camelCase of it.
-PULUMI_NAMES = {"envs": "env", "hosts": "host"}
+# pulumi_docker/container.py: `envs` is `env`, `hosts` is `host`, `entrypoints` is `entrypoint`); the rest
+# are camelCase of it.
+PULUMI_NAMES = {"envs": "env", "hosts": "host", "entrypoints": "entrypoint"}
 
 
 def attribute(pulumi_key: str) -> str:

@@ -21,8 +21,9 @@ from ops.doctor.findings import host_findings, planned
 from ops.render import compose_files, docker_run_args, render
 from records.deployment import deploy
 from records.exporter import ENTRYPOINT, NAME
-from records.restarts import changed
+from records.restarts import BY_KEY, CONSTANT_PROVIDER_INPUTS, INPUTS, changed
 from tests.fleets import fleet, host, service
+from tests.provider_readback import FORCE_NEW, attribute
 from tests.pulumi_harness import ASCEND_HOST, CONTAINER, PROJECT_ROOT, PROVIDER, REMOTE_IMAGE, fake_image_id, run_program
 from tests.test_doctor import inspect_of
 
@@ -230,3 +231,10 @@ def test_with_the_setting_off_no_exporter_and_no_container_gets_an_entrypoint():
     assert run.of_type("ascend-fleet:index:NpuExporter") == []
     assert all("entrypoints" not in c.inputs for c in run.of_type(CONTAINER))
     assert NAME not in json.dumps(run.containers())
+
+
+def test_every_input_the_exporter_s_container_registers_is_classified_by_what_restarts():
+    classified = {a for i in INPUTS for a in i.provider} | set(CONSTANT_PROVIDER_INPUTS)
+    inputs = run_program("staging", values("staging", ON)).containers()[NAME]
+    assert {attribute(k) for k in inputs} - classified == set()
+    assert attribute("entrypoints") in FORCE_NEW and BY_KEY["entrypoint"].recreates
