@@ -25,7 +25,7 @@ from records.restarts import BY_KEY, CONSTANT_PROVIDER_INPUTS, INPUTS, changed
 from tests.fleets import fleet, host, service
 from tests.provider_readback import FORCE_NEW, attribute
 from tests.pulumi_harness import ASCEND_HOST, CONTAINER, PROJECT_ROOT, PROVIDER, REMOTE_IMAGE, fake_image_id, run_program
-from tests.test_doctor import inspect_of
+from tests.test_doctor import clean_facts, inspect_of, make_fleet, with_container
 
 IMAGE = "registry.example/npu-exporter:v6.0.0"
 ON = {"npuExporter": {"image": IMAGE}}
@@ -238,3 +238,10 @@ def test_every_input_the_exporter_s_container_registers_is_classified_by_what_re
     inputs = run_program("staging", values("staging", ON)).containers()[NAME]
     assert {attribute(k) for k in inputs} - classified == set()
     assert attribute("entrypoints") in FORCE_NEW and BY_KEY["entrypoint"].recreates
+
+
+def test_a_host_running_exactly_the_plan_and_its_exporter_has_no_finding():
+    plan = deploy(plan_fleet(make_fleet(metrics=ON)))
+    hd = plan.hosts[0]
+    facts = with_container(clean_facts(plan), inspect_of(hd.exporter, cid="exporter-id", pid=4000))
+    assert host_findings(hd, facts) == []
