@@ -21,6 +21,7 @@ from ops.doctor.findings import host_findings, planned
 from ops.render import compose_files, docker_run_args, render
 from records.deployment import deploy
 from records.exporter import ENTRYPOINT, NAME
+from views.report import plan_json
 from records.restarts import BY_KEY, CONSTANT_PROVIDER_INPUTS, INPUTS, changed
 from tests.fleets import fleet, host, service
 from tests.provider_readback import FORCE_NEW, attribute
@@ -245,3 +246,10 @@ def test_a_host_running_exactly_the_plan_and_its_exporter_has_no_finding():
     hd = plan.hosts[0]
     facts = with_container(clean_facts(plan), inspect_of(hd.exporter, cid="exporter-id", pid=4000))
     assert host_findings(hd, facts) == []
+
+
+def test_the_plan_json_carries_each_host_s_exporter_container_only_when_it_is_deployed():
+    hosts = {h["name"]: h for h in plan_json(two_hosts(ON))["hosts"]}
+    assert hosts["npu-a"]["npuExporter"]["entrypoint"] == list(ENTRYPOINT)
+    assert "npuExporter" not in hosts["npu-c"]
+    assert all("npuExporter" not in h for h in plan_json(two_hosts())["hosts"])
