@@ -697,17 +697,48 @@ class Ssh(Model):
     """`ConnectTimeout`: an unreachable host costs this long, not minutes."""
 
 
+EXPORTER_CONTAINER = "ascend-fleet-npu-exporter"
+"""The NPU exporter's container on every host (records.exporter)."""
+EXPORTER_PORTS = (1025, 40000)
+"""The ports MindCluster NPU Exporter accepts (Ascend/mind-cluster component/npu-exporter
+cmd/npu-exporter/main.go: `portLeft`, `portRight`; it exits on any other)."""
+
+
+class NpuExporter(Model):
+    """`ascend-fleet:metrics.npuExporter`: deploy MindCluster's NPU Exporter on every host in use."""
+
+    image: Image
+    """The exporter's image, which the operator builds (there is no public one: MindCluster's own
+    DaemonSet runs a local `npu-exporter:v5.0.RC1` with `imagePullPolicy: Never`), e.g. pushed to the
+    registry the hosts pull from, or loaded on every host. Pulled like the services' images."""
+
+
 class Metrics(Model):
     """`ascend-fleet:metrics`: what `render --format prometheus` writes for Prometheus and Grafana."""
 
     npu_exporter_port: AnyPort = 8082
     """Port of each host's NPU exporter (MindCluster NPU Exporter's default). Reserved on every host:
-    no window is handed out over it, and a pinned window over it is refused."""
+    no window is handed out over it, and a pinned window over it is refused. With `npuExporter` set,
+    the exporter the fleet deploys listens there, so it must be in 1025-40000."""
+    npu_exporter: NpuExporter | None = None
+    """Deploy MindCluster's NPU Exporter, one container per host in use (README, "NPU exporter"). Off
+    by default: the operator must provide its image."""
     scrape_interval_seconds: int = Field(default=15, ge=1, le=75)
     """How often Prometheus scrapes every target. At most 75: the alert rules' shortest range is
     `[5m]`, and `rate()` over it needs several samples (four at 75 s) to be anything but empty."""
     ttft_p95_seconds: Decimal = Field(default=Decimal(10), gt=0, le=3600)
     """The alert threshold of a service's 95th-percentile time to first token."""
+
+    @model_validator(mode="after")
+    def _exporter_port(self) -> Metrics:
+        first, last = EXPORTER_PORTS
+        if self.npu_exporter is not None and not first <= self.npu_exporter_port <= last:
+            raise ValueError(
+                f"npuExporterPort {self.npu_exporter_port} cannot be the deployed NPU exporter's port: "
+                f"MindCluster NPU Exporter accepts only {first}-{last} and exits on any other port; "
+                f"set metrics.npuExporterPort within {first}-{last}, or remove metrics.npuExporter"
+            )
+        return self
 
 
 class FleetConfig(Model):
@@ -772,6 +803,11 @@ class FleetConfig(Model):
             if n in services
         ]
         problems += _previous_name_problems(self.services)
+        if self.metrics.npu_exporter is not None and EXPORTER_CONTAINER in services:
+            problems.append(
+                f"service {EXPORTER_CONTAINER}: its container would have the name of the NPU exporter's "
+                "(metrics.npuExporter); rename the service"
+            )
         hosts = {h.name: h for h in self.hosts}
         for s in self.services:
             for what, name, devices in _host_references(s):

@@ -12,6 +12,7 @@ from typing import Any
 
 from components.ascend_host import AscendHost
 from components.model_service import ModelService
+from components.npu_exporter import NpuExporter
 from components.router import Rollout, Router
 from components.stack_config import ssh_private_key
 from records.deployment import Deployment
@@ -24,6 +25,8 @@ class Fleet:
     hosts: dict[str, AscendHost]
     services: dict[str, ModelService]
     routers: dict[str, Router]
+    exporters: dict[str, NpuExporter]
+    """By host: the NPU exporter of each host in use, when `metrics.npuExporter` is set."""
 
     @property
     def endpoints(self) -> dict[str, Any]:
@@ -34,7 +37,8 @@ class Fleet:
 
 def build(deployment: Deployment) -> Fleet:
     """One AscendHost per host in use, one ModelService per container of a service (each after the
-    one before it on its cards) and one Router per replicated service."""
+    one before it on its cards), one Router per replicated service and, when on, one NpuExporter
+    per host in use."""
     key = ssh_private_key(deployment.ssh)
     hosts = {hd.name: AscendHost(hd.name, hd, private_key=key) for hd in deployment.hosts if hd.in_use}
     rollout = Rollout(deployment.routers)  # a replica's container waits for the one before it to serve again
@@ -50,4 +54,9 @@ def build(deployment: Deployment) -> Fleet:
         )
         for rd in deployment.routers
     }
-    return Fleet(hosts, services, routers)
+    exporters = {
+        hd.name: NpuExporter(f"{hd.name}-npu-exporter", hd.exporter, hosts[hd.name])
+        for hd in deployment.hosts
+        if hd.exporter is not None
+    }
+    return Fleet(hosts, services, routers, exporters)

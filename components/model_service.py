@@ -24,6 +24,8 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
         name=spec.name,
         image=image,
         command=list(spec.command),
+        # Only where the plan sets one: left out, the provider keeps the image's (Computed).
+        entrypoints=None if spec.entrypoint is None else list(spec.entrypoint),
         envs=[f"{key}={value}" for key, value in spec.env.items()],
         devices=[
             docker.ContainerDeviceArgs(host_path=path, container_path=path, permissions="rwm")

@@ -15,7 +15,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from records.deployment import Deployment
+from records.deployment import Deployment, HostDeployment
 from ops.metric_names import NPU, ROUTER, VLLM
 
 VLLM_TARGETS = "targets-vllm.json"
@@ -37,6 +37,14 @@ def _target(address: str, port: int, labels: dict[str, str]) -> dict[str, Any]:
     return {"targets": [f"{address}:{port}"], "labels": labels}
 
 
+def _scrapes_exporter(deployment: Deployment, hd: HostDeployment) -> bool:
+    """With `metrics.npuExporter` set, exactly the hosts the fleet deploys an exporter on. Without it,
+    every host with services, as before: the operator may run an exporter of their own there."""
+    if deployment.plan.fleet.metrics.npu_exporter is not None:
+        return hd.exporter is not None
+    return bool(hd.services)
+
+
 def targets(deployment: Deployment) -> dict[str, list[dict[str, Any]]]:
     """The three target files' contents, by file name."""
     stack = deployment.stack
@@ -56,7 +64,7 @@ def targets(deployment: Deployment) -> dict[str, list[dict[str, Any]]]:
         for rd in hd.routers:
             labels = {"stack": stack, "service": rd.name, "replica_of": rd.plan.service.name, "host": hd.name, "cards": ""}
             routers.append(_target(address, rd.plan.metrics_port, labels))
-        if hd.services:
+        if _scrapes_exporter(deployment, hd):
             cards = ",".join(str(c) for c in range(hd.host.npus))
             labels = {"stack": stack, "service": "npu-exporter", "replica_of": "", "host": hd.name, "cards": cards}
             npus.append(_target(address, deployment.plan.fleet.metrics.npu_exporter_port, labels))

@@ -50,8 +50,12 @@ def docker_run_args(spec: ContainerSpec) -> list[str]:
     if hc.start_interval_seconds is not None:
         args.append(f"--health-start-interval={hc.start_interval_seconds}s")
     args += [f"--health-timeout={hc.timeout_seconds}s", f"--health-start-period={hc.start_period_seconds}s"]
+    args += [f"--health-retries={hc.retries}"]
+    # `--entrypoint` takes one word: the first of the planned entrypoint; the rest go before the command.
+    entrypoint = () if spec.entrypoint is None else spec.entrypoint
+    args += [f"--entrypoint={entrypoint[0]}"] if entrypoint else []
     # `--`: the image is never read as an option, whatever it is.
-    args += [f"--health-retries={hc.retries}", "--", spec.image, *spec.command]
+    args += ["--", spec.image, *entrypoint[1:], *spec.command]
     return args
 
 
@@ -101,9 +105,11 @@ def _volume(mount: Mount, short: bool) -> dict | str:
 
 def compose_service(spec: ContainerSpec, short_binds: bool = False) -> dict:
     hc = spec.healthcheck
+    entrypoint = {} if spec.entrypoint is None else {"entrypoint": list(spec.entrypoint)}
     return {
         "container_name": spec.name,
         "image": spec.image,
+        **entrypoint,
         "command": list(spec.command),
         "environment": dict(spec.env),
         "devices": [f"{d}:{d}" for d in spec.device_files],
@@ -151,6 +157,8 @@ def _docker_run_script(deployment: Deployment) -> str:
             lines += _on_host(hd, rd.build_script, " >/dev/null")
             lines += _on_host(hd, rd.workers_script)
             lines += _replace(rd.spec)
+        if hd.exporter is not None:
+            lines += [_comment("NPU exporter (metrics.npuExporter)"), *_replace(hd.exporter)]
     return "\n".join(lines) + "\n"
 
 
@@ -189,6 +197,8 @@ def _compose_document(deployment: Deployment, hd: HostDeployment, file: str | No
         services[rd.spec.name] = compose_service(rd.spec, short)
         if rd.first in container:  # the router exits when no replica answers
             services[rd.spec.name]["depends_on"] = {container[rd.first]: {"condition": "service_healthy"}}
+    if hd.exporter is not None:
+        services[hd.exporter.name] = compose_service(hd.exporter, short)
     project = f"ascend-fleet-{deployment.stack}".lower()
     body = {"services": {name: _literal(service) for name, service in services.items()}}
     buffer = io.StringIO()

@@ -218,6 +218,9 @@ class ContainerSpec:
     """Docker's init (tini) runs as PID 1: vLLM, exec'd by the start gate, would otherwise be PID 1,
     which never reaps orphans such as the gate's lock holder (docker run --init; the provider's `init`).
     It forwards signals, so `docker stop` still reaches vLLM."""
+    entrypoint: tuple[str, ...] | None = None
+    """Replaces the image's ENTRYPOINT; None keeps the image's (every model and router container).
+    For an image whose entrypoint does not run its program (the NPU exporter's, records.exporter)."""
 
     @property
     def ports(self) -> tuple[int, ...]:
@@ -226,10 +229,13 @@ class ContainerSpec:
 
     def to_json(self) -> dict[str, object]:
         """Everything that reaches the container: the plan JSON's `container`, which `plan --against`
-        compares key by key (`records.restarts` says which keys re-create it)."""
+        compares key by key (`records.restarts` says which keys re-create it). `entrypoint` only
+        when set: every container that keeps its image's prints as before."""
+        entrypoint = {} if self.entrypoint is None else {"entrypoint": list(self.entrypoint)}
         return {
             "name": self.name,
             "image": self.image,
+            **entrypoint,
             "command": list(self.command),
             "env": dict(self.env),
             "privileged": self.privileged,

@@ -15,6 +15,7 @@ from typing import Iterator, Mapping
 
 from allocation.config import Host, Ssh
 from records.containers import ContainerSpec, container_spec
+from records.exporter import exporter_spec
 from records.card_order import card_orders, order_script, removal_script as order_removal
 from records.device_share import device_share_script, removal_script
 from records.host_check import host_check_script
@@ -141,6 +142,9 @@ class HostDeployment:
     """In name order, so every service comes after those it starts after."""
     routers: tuple[RouterDeployment, ...] = ()
     """The routers on the host, by service name."""
+    exporter: ContainerSpec | None = None
+    """The NPU exporter's container (`records.exporter`): on a host in use while `metrics.npuExporter`
+    is set, else None."""
 
     @property
     def host(self) -> Host:
@@ -225,6 +229,8 @@ def _host_deployment(
     host = hp.host
     sharing = _mode_cards(hp)
     url = host.docker_url()
+    exporter = exporter_spec(plan.fleet, host) if services or routers else None
+    extra = () if exporter is None else (exporter,)
     return HostDeployment(
         plan=hp,
         docker_url=url,
@@ -233,7 +239,7 @@ def _host_deployment(
         connect_timeout_seconds=plan.fleet.ssh.connect_timeout_seconds,
         check_script=host_check_script(
             host, [(s.plan, s.spec) for s in services], stack=plan.stack,
-            ports=sorted({p for c in (*services, *routers) for p in c.spec.ports}),
+            ports=sorted({p for c in (*services, *routers) for p in c.spec.ports} | {p for e in extra for p in e.ports}),
             shared_cards=sharing, engine=plan.fleet.docker_engine_of(host),
         ),  # fmt: skip
         takeover_script=takeover_script(host, host.replaces) if host.replaces else None,
@@ -243,10 +249,11 @@ def _host_deployment(
         device_share_removal=removal_script() if sharing else None,
         start_order_script=order_script(host, card_orders(hp)) if shared_cards else None,
         start_order_removal=order_removal() if shared_cards else None,
-        images=tuple(sorted({s.spec.image for s in services} | {r.base_image for r in routers})),
+        images=tuple(sorted({s.spec.image for s in services} | {r.base_image for r in routers} | {e.image for e in extra})),
         pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,
         services=services,
         routers=routers,
+        exporter=exporter,
     )
 
 

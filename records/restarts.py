@@ -35,6 +35,7 @@ INPUTS = (
     Input("name", ("name",), True),
     Input("image", ("image",), True),
     Input("command", ("command",), True),
+    Input("entrypoint", ("entrypoint",), True, absent=()),  # only the NPU exporter sets one
     Input("env", ("env",), True),
     Input("privileged", ("privileged",), True),
     Input("deviceFiles", ("devices",), True),

@@ -138,15 +138,16 @@ def differences(inputs: Mapping[str, Any], state: Mapping[str, Any]) -> list[str
 # are listed. Transcribed from the source, independently of records/restarts.py, which the
 # tests check against it.
 FORCE_NEW = frozenset({
-    "name", "image", "command", "env", "privileged", "devices", "mounts", "ports", "host", "labels",
+    "name", "image", "command", "entrypoint", "env", "privileged", "devices", "mounts", "ports", "host", "labels",
     "shm_size", "log_driver", "log_opts", "sysctls", "ipc_mode", "stop_timeout",
 })  # fmt: skip
 # `init` is Optional and Computed, not ForceNew, and the update never applies it (schema: "Configured
 # whether an init process should be injected"): the program replaces on its change, as for healthcheck.
 UPDATED_IN_PLACE = frozenset({"restart", "wait", "wait_timeout", "must_run", "destroy_grace_seconds", "healthcheck", "init"})
 # pulumi-docker's Python input names that differ from the Terraform attribute (sdk/python
-# pulumi_docker/container.py: `envs` is `env`, `hosts` is `host`); the rest are camelCase of it.
-PULUMI_NAMES = {"envs": "env", "hosts": "host"}
+# pulumi_docker/container.py: `envs` is `env`, `hosts` is `host`, `entrypoints` is `entrypoint`); the rest
+# are camelCase of it.
+PULUMI_NAMES = {"envs": "env", "hosts": "host", "entrypoints": "entrypoint"}
 
 
 def attribute(pulumi_key: str) -> str:

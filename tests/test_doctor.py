@@ -72,7 +72,7 @@ def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str
         "Config": {
             "Image": image or spec.image,
             "Cmd": list(spec.command),
-            "Entrypoint": None,
+            "Entrypoint": None if spec.entrypoint is None else list(spec.entrypoint),
             "Env": [f"{k}={v}" for k, v in full_env.items()],
             # Docker merges the image's labels in: doctor compares only the plan's.
             "Labels": {"org.opencontainers.image.vendor": "Huawei", **spec.labels} if labels is None else labels,
@@ -335,7 +335,8 @@ def test_each_field_of_the_container_record_changed_is_drift_unless_docker_canno
             planned = dataclasses.replace(spec, healthcheck=dataclasses.replace(value, **{sub.name: _changed(getattr(value, sub.name))}))
             assert drift.differences(planned, live), f"healthcheck {sub.name} changed is not drift"
         return
-    assert drift.differences(dataclasses.replace(spec, **{field: _changed(value)}), live), f"{field} changed is not drift"
+    other = ("/bin/sh", "-c") if field == "entrypoint" else _changed(value)  # set, where the plan had none
+    assert drift.differences(dataclasses.replace(spec, **{field: other}), live), f"{field} changed is not drift"
 
 
 def test_a_hand_edit_of_max_model_len_in_the_command_is_drift_naming_the_flag_and_both_values():

@@ -83,6 +83,7 @@ OTHER = {
     "log_driver": "local",
     "metrics_port": 9100,
     "init": False,
+    "entrypoint": ("/bin/bash", "-c", "--"),
 }
 
 

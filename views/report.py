@@ -44,6 +44,8 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
                 "replaces": list(hd.host.replaces),
                 "services": services,
             }
+            # Only when deployed (`metrics.npuExporter`): a stack without it prints as before.
+            | ({} if hd.exporter is None else {"npuExporter": hd.exporter.to_json()})
         )
     routers = [rd.plan.to_json() | {"endpoint": rd.endpoint, "container": rd.spec.to_json()} for rd in deployment.routers]
     return {"stack": deployment.stack, "hosts": hosts, "routers": routers, "warnings": list(deployment.plan.warnings)}

@@ -7,8 +7,9 @@ neither, so a field added to the record is compared from its first day.
 Where Docker keeps each (Docker Engine API, `GET /containers/{id}/json`; how the docker provider
 fills them: kreuzwerker/terraform-provider-docker `internal/provider/resource_docker_container_funcs.go`,
 `resourceDockerContainerCreate`):
-- command: `Config.Cmd`. The provider sets no `Entrypoint`; an image's own entrypoint shows in
-  `Config.Entrypoint` and cannot be told from a hand-set one without the image, so it is not compared.
+- command: `Config.Cmd`. Entrypoint: `Config.Entrypoint`, compared only when the plan sets one (the
+  NPU exporter's); otherwise the image's own shows there and cannot be told from a hand-set one
+  without the image.
 - env and labels: `Config.Env`, `Config.Labels`, with the image's variables and labels merged in:
   only the keys the plan sets are compared.
 - device files: `HostConfig.Devices[].PathOnHost`; mounts: `HostConfig.Mounts` of type bind (the
@@ -162,6 +163,7 @@ FIELDS: dict[str, Compare | str] = {
     "name": "the container is found by it: under another name it is `missing`",
     "image": lambda s, c: [] if _image_ref(s.image) == _image_ref(c.image) else [("image", shown(s.image), shown(c.image))],
     "command": _command,
+    "entrypoint": lambda s, c: [] if s.entrypoint is None else _one("entrypoint", s.entrypoint, c.entrypoint, shlex.join),
     "env": lambda s, c: _keys("env", s.env, c.env),
     "device_files": lambda s, c: _sets("devices", s.device_files, c.device_files),
     "mounts": _mounts,

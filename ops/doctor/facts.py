@@ -86,6 +86,8 @@ class LiveContainer:
     """(host port, container port) of every TCP port binding."""
     command: tuple[str, ...] = ()
     """Config.Cmd."""
+    entrypoint: tuple[str, ...] = ()
+    """Config.Entrypoint: the image's, or what the container was created with."""
     mounts: frozenset[tuple[str, str, bool]] = frozenset()
     """(source, target, read-only) of every bind mount: HostConfig.Mounts of type bind (the docker
     provider's `mounts`) and HostConfig.Binds (`docker run -v SRC:DST[:ro]`)."""
@@ -139,6 +141,7 @@ class LiveContainer:
             log_opts=dict((host_config.get("LogConfig") or {}).get("Config") or {}),
             published=frozenset(published),
             command=_strings(config.get("Cmd")),
+            entrypoint=_strings(config.get("Entrypoint")),
             mounts=_bind_mounts(host_config),
             restart=str((host_config.get("RestartPolicy") or {}).get("Name") or "no"),
             shm_size_bytes=_whole(host_config.get("ShmSize") or 0),

@@ -138,9 +138,11 @@ def _pids(facts: HostFacts, c: LiveContainer) -> frozenset[int]:
 
 
 def planned(hd: HostDeployment) -> list[tuple[str, ContainerSpec, str]]:
-    """(name, spec, what it is) of every container planned on the host: services, then routers."""
+    """(name, spec, what it is) of every container planned on the host: services, routers, then the
+    NPU exporter."""
     out = [(sd.name, sd.spec, f"on cards {','.join(map(str, sd.plan.assignment.cards))}") for sd in hd.services]
-    return out + [(rd.name, rd.spec, f"as the router of {rd.plan.service.name}") for rd in hd.routers]
+    out += [(rd.name, rd.spec, f"as the router of {rd.plan.service.name}") for rd in hd.routers]
+    return out + ([(hd.exporter.name, hd.exporter, "as the host's NPU exporter")] if hd.exporter is not None else [])
 
 
 def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
