@@ -26,6 +26,7 @@ from ops.doctor.gather import gather_script
 from records.device_share import A3_ADDRESSING, device_share_script
 from records.host_check import HBM_AWK, MAP_AWK, host_check_script
 from tests.fleets import fleet, host, service
+from tests.stand_in_root import GONE, hold, npu_smi
 from views.diff import diff_plans
 from views.report import plan_json, render_plan
 
@@ -39,20 +40,9 @@ def a3_fleet(*services: dict, **host_extra):
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    """A stand-in root whose npu-smi is sim/npu-smi (state under claims/, layout from board and
-    hbm-mb files there, which the tests write) logging every call; docker sees no container."""
-    claims = tmp_path / "claims"
-    (claims / "device-share").mkdir(parents=True)
-    smi = tmp_path / NPU_SMI.lstrip("/")
-    smi.parent.mkdir(parents=True)
-    smi.write_text(
-        "#!/bin/sh\n"
-        f'echo "$*" >> {tmp_path}/calls\n'
-        f"NPU_SIM_CLAIMS={claims} NPU_SIM_NO_DEVICE_SHARE={tmp_path}/no-device-share "
-        f"NPU_SIM_BOARD={tmp_path}/board NPU_SIM_HBM={tmp_path}/hbm-mb "
-        f'exec sh {REPO}/sim/npu-smi "$@"\n'
-    )
-    smi.chmod(0o755)
+    """A stand-in root whose npu-smi is sim/npu-smi (layout from the board and hbm-mb files there,
+    which the tests write); docker sees no container."""
+    npu_smi(tmp_path)
     (tmp_path / "bin").mkdir()
     docker(tmp_path, "")
     return tmp_path
@@ -73,22 +63,11 @@ def docker(root: Path, inspect: str, holder: subprocess.Popen | None = None) -> 
     (root / "bin/docker").chmod(0o755)
 
 
-GONE = "while [ -e /proc/{pid} ] && ! grep -q '^State:.*Z' /proc/{pid}/status 2>/dev/null; do sleep 0.05; done"
-
 
 def sh(root: Path, script: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
     return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
 
-
-def hold(root: Path, card: int) -> subprocess.Popen:
-    """A live claim on the card, as a running npu-sim rank keeps it."""
-    claim = root / "claims" / f"card{card}" / "port16666"
-    claim.mkdir(parents=True)
-    os.mkfifo(claim / "alive")
-    (claim / "owner").write_text("service=qwen-long\ncontainer=c0ffee\nmem_mb=6000\n")
-    rank = 'exec 3<>"$1"; while :; do read -r _ <&3; done'
-    return subprocess.Popen(["sh", "-c", rank, "npu-sim-rank", str(claim / "alive")], start_new_session=True)
 
 
 def sets(root: Path) -> list[str]:
@@ -199,7 +178,7 @@ def test_the_a2_addressing_on_an_a3_board_is_refused_as_the_real_tool_refuses_it
 
 def test_the_other_chip_of_the_npu_held_by_a_container_is_named_as_the_holder(root):
     (root / "board").write_text("a3\n")
-    holder = hold(root, 3)
+    holder = hold(root, 3, "qwen-long")
     docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ")
     try:
         refused = sh(root, device_share_script(A3, [2, 3], root=str(root)))
@@ -215,7 +194,7 @@ def test_the_other_chip_of_the_npu_held_by_a_container_is_named_as_the_holder(ro
 
 def test_with_stop_holders_the_holder_of_the_other_chip_is_stopped_for_the_npu_switch(root):
     (root / "board").write_text("a3\n")
-    holder = hold(root, 3)
+    holder = hold(root, 3, "qwen-long")
     docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ", holder)
     stop = Host(name="npu-c", address="192.0.2.30", board="a3", npus=16, heldCards="stopHolders")
     try:

@@ -15,10 +15,9 @@ import pytest
 
 from allocation.config import Host
 from records.device_share import BOOT_SCRIPT, UNIT_PATH, boot_unit, device_share_script
-from records.containers import NPU_SMI
 from records.host_check import host_check_script
+from tests.stand_in_root import GONE, hold, npu_smi
 
-REPO = Path(__file__).resolve().parents[1]
 HOST = Host(name="npu-a", address="192.0.2.10")
 
 
@@ -26,17 +25,7 @@ HOST = Host(name="npu-a", address="192.0.2.10")
 def root(tmp_path: Path) -> Path:
     """A root with the simulated npu-smi (state under claims/) that logs every call, and a docker
     whose only running container, bge-m3, holds card 0."""
-    claims = tmp_path / "claims"
-    (claims / "device-share").mkdir(parents=True)
-    smi = tmp_path / NPU_SMI.lstrip("/")
-    smi.parent.mkdir(parents=True)
-    smi.write_text(
-        "#!/bin/sh\n"
-        f'echo "$*" >> {tmp_path}/calls\n'
-        f"NPU_SIM_CLAIMS={claims} NPU_SIM_NO_DEVICE_SHARE={tmp_path}/no-device-share "
-        f'exec sh {REPO}/sim/npu-smi "$@"\n'
-    )
-    smi.chmod(0o755)
+    npu_smi(tmp_path)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     docker = bin_dir / "docker"
@@ -57,16 +46,6 @@ def run_on(host: Host, root: Path, cards: list[int], own: tuple[str, ...] = ()) 
     env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
     return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
 
-
-def hold(root: Path, card: int) -> subprocess.Popen:
-    """A live claim on the card, as a running npu-sim rank keeps it: a FIFO somebody reads."""
-    claim = root / "claims" / f"card{card}" / "port16666"
-    claim.mkdir(parents=True)
-    os.mkfifo(claim / "alive")
-    (claim / "owner").write_text("service=bge-m3\ncontainer=c0ffee\nmem_mb=6000\n")
-    # As sim/npu-sim/vllm's rank holds it: open without a gap, so a busy machine never makes it look dead.
-    rank = 'exec 3<>"$1"; while :; do read -r _ <&3; done'
-    return subprocess.Popen(["sh", "-c", rank, "npu-sim-rank", str(claim / "alive")], start_new_session=True)
 
 
 def test_the_shared_cards_go_into_device_share_mode_once_and_the_boot_unit_is_installed(root):
@@ -100,7 +79,7 @@ def test_the_boot_script_fails_when_a_card_cannot_be_shared_so_systemd_shows_the
     assert run(root, [0, 3]).returncode == 0
     for card in (0, 3):
         (root / "claims/device-share" / f"card{card}").unlink()  # what a reboot does
-    holder = hold(root, 3)
+    holder = hold(root, 3, "bge-m3")
     try:
         boot = subprocess.run([str(root / BOOT_SCRIPT.lstrip("/"))], capture_output=True, text=True)
     finally:
@@ -112,7 +91,7 @@ def test_the_boot_script_fails_when_a_card_cannot_be_shared_so_systemd_shows_the
 
 
 def test_a_card_held_by_a_container_stops_the_deployment_naming_host_card_and_holder(root):
-    holder = hold(root, 0)
+    holder = hold(root, 0, "bge-m3")
     try:
         result = run(root, [0])
     finally:
@@ -134,12 +113,10 @@ def test_a_board_without_the_mode_is_named_as_such(root):
     assert "card 0 does not support container sharing (npu-smi: This device does not support querying device-share.)" in result.stderr
 
 
-GONE = "while [ -e /proc/{pid} ] && ! grep -q '^State:.*Z' /proc/{pid}/status 2>/dev/null; do sleep 0.05; done"
-
 
 def held_by_a_container(root: Path, card: int) -> subprocess.Popen:
     """Card `card` held by a running container `qwen-long`, which the stand-in `docker stop` ends."""
-    holder = hold(root, card)
+    holder = hold(root, card, "bge-m3")
     (root / "bin/docker").write_text(
         "#!/bin/sh\n"
         f'echo "docker $*" >> {root}/calls\n'

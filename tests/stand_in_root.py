@@ -1,0 +1,45 @@
+"""A stand-in root for the scripts that run on a host (device-share, the host check): the simulated
+npu-smi under it, and a live NPU claim as a running rank keeps one. The scripts take `root` for this
+(`docker` then resolves to `<root>/bin/docker`, which each test writes as the answers it needs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from records.containers import NPU_SMI
+
+REPO = Path(__file__).resolve().parents[1]
+
+GONE = "while [ -e /proc/{pid} ] && ! grep -q '^State:.*Z' /proc/{pid}/status 2>/dev/null; do sleep 0.05; done"
+"""Shell that returns once process {pid} has exited (gone, or a zombie its parent has not reaped): as
+`docker stop` returns once the container is gone, so its rank's FIFO is closed by then."""
+
+
+def npu_smi(root: Path) -> None:
+    """`<root>/usr/local/bin/npu-smi`: sim/npu-smi with its state under `root` (claims/; the board,
+    HBM and no-device-share marks as files the tests write), logging every call to `root/calls`."""
+    claims = root / "claims"
+    (claims / "device-share").mkdir(parents=True)
+    smi = root / NPU_SMI.lstrip("/")
+    smi.parent.mkdir(parents=True)
+    smi.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {root}/calls\n'
+        f"NPU_SIM_CLAIMS={claims} NPU_SIM_NO_DEVICE_SHARE={root}/no-device-share "
+        f"NPU_SIM_BOARD={root}/board NPU_SIM_HBM={root}/hbm-mb "
+        f'exec sh {REPO}/sim/npu-smi "$@"\n'
+    )
+    smi.chmod(0o755)
+
+
+def hold(root: Path, card: int, service: str) -> subprocess.Popen:
+    """A live claim of `service` on the card, as a running npu-sim rank keeps it: a FIFO somebody
+    reads, opened without a gap, so a busy machine never makes it look dead."""
+    claim = root / "claims" / f"card{card}" / "port16666"
+    claim.mkdir(parents=True)
+    os.mkfifo(claim / "alive")
+    (claim / "owner").write_text(f"service={service}\ncontainer=c0ffee\nmem_mb=6000\n")
+    rank = 'exec 3<>"$1"; while :; do read -r _ <&3; done'
+    return subprocess.Popen(["sh", "-c", rank, "npu-sim-rank", str(claim / "alive")], start_new_session=True)
