@@ -42,8 +42,10 @@ BOOT_SCRIPT = "/usr/local/sbin/ascend-fleet-device-share"
 STATUS_KEY = "Device-share Status"
 UNSUPPORTED = "does not support"
 
-# The containers holding card $1, space-separated; the host check reads them too. `$docker` is set
-# only by tests (a CLI under their stand-in root), so they never see this machine's containers.
+# `holders CARD`: the containers holding the card, space-separated; the host check reads them too.
+# `$docker` is set only by tests (a CLI under their stand-in root), so they never see this machine's
+# containers. `without "LIST" NAME...`: the names not in the space-separated LIST (the plan's own
+# containers here, the host's `replaces` in the host check).
 HOLDERS = """holders() {
   command -v "${docker:-docker}" >/dev/null 2>&1 || return 0
   "${docker:-docker}" ps -q 2>/dev/null </dev/null | xargs -r "${docker:-docker}" inspect --format \\
@@ -51,16 +53,16 @@ HOLDERS = """holders() {
     awk -v dev="/dev/davinci$1" '{ for (i = 3; i <= NF; i++) if ($i == dev) { print substr($1, 2); next } } $2 == "true" { print substr($1, 2) }' |
     tr '\\n' ' ' | sed 's/ $//'
 }
+without() { skip=" $1 "; shift; out=; for n in "$@"; do case $skip in *" $n "*) ;; *) out="${out:+$out }$n" ;; esac; done; printf '%s' "$out"; }
 """
 # Shared by the deploy-time run, the host check and the boot unit. `enable CARD` leaves the card in
 # device-share mode, or prints why not and returns 1; with held=stopHolders it first stops the
 # containers holding the card and starts them again after the switch, when all of them are the
-# plan's own (`own`, their Docker names): a container outside the plan is never stopped or started (names from `docker inspect`:
-# Docker allows only [a-zA-Z0-9_.-] in them, so they split safely). The holders are the containers
+# plan's own (`own`, their Docker names): a container outside the plan is never stopped or started
+# (names from `docker inspect`: Docker allows only [a-zA-Z0-9_.-] in them, so they split safely). The holders are the containers
 # with the card's device file, or privileged (those see every card). Nothing reads stdin: the
 # script may arrive there.
-_FUNCTIONS = HOLDERS + f"""outside() {{ out=; for n in $1; do case " $own " in *" $n "*) ;; *) out="${{out:+$out }}$n" ;; esac; done; printf '%s' "$out"; }}
-oneline() {{ printf '%s' "$1" | tr '\\n\\t' '  ' | tr -s ' '; }}
+_FUNCTIONS = HOLDERS + f"""oneline() {{ printf '%s' "$1" | tr '\\n\\t' '  ' | tr -s ' '; }}
 state() {{ "$npu_smi" info -t device-share -i "$1" -c {CHIP} 2>&1 </dev/null; }}
 switch() {{
   set_out=$(printf 'Y\\n' | "$npu_smi" set -t device-share -i "$1" -c {CHIP} -d 1 2>&1)
@@ -74,7 +76,7 @@ enable() {{
     echo "card $1 does not support container sharing (npu-smi: $(oneline "$out"))"; return 1 ;; esac
   if switch "$1"; then echo "card $1: device-share on"; return 0; fi
   who=$(holders "$1")
-  others=$(outside "$who")
+  others=$(without "$own" $who)
   if [ "$held" = stopHolders ] && [ -n "$who" ] && [ -n "$others" ]; then
     echo "card $1 is held by $others, outside the plan: pulumi up stops only the plan's own containers; take them out of service for good (docker update --restart=no NAME && docker stop NAME), or list them under the host's replaces"
     return 1

@@ -146,7 +146,7 @@ def _sharing_checks(host: Host, shared_cards: Sequence[int], root: str) -> list[
     container of the host changes, never leaves the host half deployed."""
     npu_smi = _q(root + NPU_SMI)
     refuse = shared_cards and host.held_cards == "refuse"
-    lines = [for_board(HOLDERS, host.board).rstrip("\n"), _not_replaced(host)] if refuse else []
+    lines = [for_board(HOLDERS, host.board).rstrip("\n")] if refuse else []
     for card in shared_cards:
         text = (
             f"card {card} is shared but does not support container sharing (device-share): "
@@ -166,20 +166,12 @@ def _sharing_checks(host: Host, shared_cards: Sequence[int], root: str) -> list[
                 f"card and start them again, or take them out of service for good ({DISABLE})"
             )
             # The containers the host replaces are disabled by the takeover step before the switch.
+            replaced = _q(" ".join(host.replaces))
             lines += [
-                f'case $state in *{_q(STATUS_KEY)}*True*) ;; *) who=$(not_replaced $(holders {int(card)})); '
+                f'case $state in *{_q(STATUS_KEY)}*True*) ;; *) who=$(without {replaced} $(holders {int(card)})); '
                 f'[ -z "$who" ] || missing {_q(before)}"$who"{_q(after)} ;; esac',
             ]
     return lines
-
-
-def _not_replaced(host: Host) -> str:
-    """`not_replaced NAME...`: the names the host does not replace, space-separated."""
-    skip = " ".join(host.replaces)
-    return (
-        f"not_replaced() {{ out=; for n in \"$@\"; do case {_q(' ' + skip + ' ')} in *\" $n \"*) ;; "
-        '*) out="${out:+$out }$n" ;; esac; done; printf \'%s\' "$out"; }'
-    )
 
 
 # One line per container outside the stack that holds, or after a reboot would hold, a planned card or
