@@ -18,13 +18,13 @@ plan: $(STAMP)
 
 # Three pytest-xdist workers on two cores: one runs the simulated-host tests in turn (they mostly
 # wait for containers and hold a host-wide lock), the other two the rest, a module at a time
-# (tests/scheduling.py). README "The test suite" has the timings.
+# (tests/scheduling.py). tests/README.md has the timings.
 TEST_WORKERS ?= 3
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadscope
 
-# The real Pulumi engine against the simulated host (README "Verifying with the real engine"):
+# The real Pulumi engine against the simulated host (docs/testing.md, "Verifying with the real engine"):
 # needs pulumi, its Python language host and the docker and command plugins; skips without
 # them unless ASCEND_FLEET_REQUIRE_ENGINE=1.
 test-engine: $(STAMP)

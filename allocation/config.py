@@ -50,7 +50,7 @@ from allocation.windows import KINDS, MAX_PORT, ROUTER_KINDS, PortWindow, Window
 NAMESPACE = "ascend-fleet"
 A3_CHIPS = 16  # Atlas 800T/800I A3: 8 NPUs of 2 chips
 DEFAULT_MEMORY_BUDGET = Decimal("0.95")
-DEFAULT_RUNTIME_OVERHEAD_GIB = Decimal("4")  # see allocation/capacity.py and the README
+DEFAULT_RUNTIME_OVERHEAD_GIB = Decimal("4")  # see allocation/capacity.py and docs/capacity.md
 # Memory fractions are compared in integer units of 1/10000 so that 0.1 + 0.85
 # fits a 0.95 budget exactly, with no floating-point surprises.
 FRACTION_SCALE = 10_000
@@ -341,7 +341,7 @@ class ContainerSettings(Model):
         "`memoryFraction` (vllm-ascend@v0.20.2rc1 `worker/worker.py` `compile_or_warm_up_model`); the shared-card "
         "check counts it unless `args` has `--enforce-eager`. Set it to what the startup log reports "
         f"(\"... GiB for NPU graph memory\"). Default {DEFAULT_GRAPH_MEMORY_GIB} (no size is published for a 27B "
-        "model; see the README).",
+        "model; see [room for graphs on shared cards](capacity.md)).",
     )  # fmt: skip
     stop_grace_seconds: int | None = Field(
         default=None, ge=0, le=3600,
@@ -418,8 +418,9 @@ class Host(Model):
     """Containers already running on this host that the stack takes over from, by the name `docker ps`
     shows (e.g. `[model-emb-vl, model-text]` of a docker compose deployment). `pulumi up` disables each
     for good before it creates anything on the host: its restart policy set to `no`, then stopped, so
-    no reboot brings it back; it is kept, not removed, so going back is two commands (README "Moving
-    from docker compose"). A name the plan gives one of its own containers on this host is refused."""
+    no reboot brings it back; it is kept, not removed, so going back is two commands
+    ([Moving from docker compose](moving-from-compose.md)). A name the plan gives one of its own
+    containers on this host is refused."""
     reserved_ports: list[PortRange] = []
     """Ports on this host the allocator must never hand out (in addition to `ascend-fleet:ports.reserved`)."""
     host_key: HostKey | None = None
@@ -721,8 +722,8 @@ class Metrics(Model):
     no window is handed out over it, and a pinned window over it is refused. With `npuExporter` set,
     the exporter the fleet deploys listens there, so it must be in 1025-40000."""
     npu_exporter: NpuExporter | None = None
-    """Deploy MindCluster's NPU Exporter, one container per host in use (README, "NPU exporter"). Off
-    by default: the operator must provide its image."""
+    """Deploy MindCluster's NPU Exporter, one container per host in use
+    ([NPU exporter](metrics.md#npu-exporter)). Off by default: the operator must provide its image."""
     scrape_interval_seconds: int = Field(default=15, ge=1, le=75)
     """How often Prometheus scrapes every target. At most 75: the alert rules' shortest range is
     `[5m]`, and `rate()` over it needs several samples (four at 75 s) to be anything but empty."""
@@ -775,8 +776,10 @@ class FleetConfig(Model):
     every this many seconds while the container starts (`start_interval`), then every 30 s as before;
     older engines have no `start_interval`, so their containers probe every this many seconds for
     their whole life (one HTTP GET on loopback each), with more retries so that a hung server is still
-    marked unhealthy after about 120 s (README, "Time to serving"). `0` turns it off: every container
-    probes every 30 s from its start, as before (up to 30 s between ready and healthy)."""
+    marked unhealthy after about 120 s
+    ([Time to serving](deploying.md#time-to-serving-health-probes-per-docker-engine)). `0` turns it
+    off: every container probes every 30 s from its start, as before (up to 30 s between ready and
+    healthy)."""
 
     def docker_engine_of(self, host: Host) -> str:
         """The engine version declared for `host`: its own, else the fleet's."""

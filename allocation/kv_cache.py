@@ -3,7 +3,7 @@
 vLLM-Ascend x.y runs vLLM x.y (the `VLLM_TAG` of each release's Dockerfile), so one version decides
 both. Every rule below was read in the source it cites; tags are vLLM's (`vllm` sdist x.y.z from PyPI)
 and vLLM-Ascend's (`vllm-ascend` git tag). Where a release was not read, the nearest one read decides
-and the README says so.
+and docs/capacity.md says so.
 
 The layout, per tensor-parallel rank:
 

@@ -7,7 +7,7 @@ pulumi-docker 5.2.0 wraps) marks every `docker_container` attribute `ForceNew` e
 `wait_timeout`, `must_run`, `destroy_grace_seconds`, `healthcheck`, the memory and cpu limits...):
 a change to any other attribute deletes the container and creates a new one. The program adds one
 rule of its own: a changed health check or init replaces the container (`replace_on_changes`),
-because the provider's update never applies either to a running container. `plan --against`, the README's table
+because the provider's update never applies either to a running container. `plan --against`, docs/deploying.md's table
 and the tests all read this one table. Pure.
 """
 
@@ -94,7 +94,7 @@ CONFIG_KEYS = (
 
 
 def restart_table() -> str:
-    """The README's "What restarts when you change what" table, from `CONFIG_KEYS` and `INPUTS`."""
+    """The "What restarts when you change what" table of docs/deploying.md, from `CONFIG_KEYS` and `INPUTS`."""
     rows = ["| you change | reaches the container's | `pulumi up` |", "|---|---|---|"]
     for keys, reached in CONFIG_KEYS:
         recreate = any(BY_KEY[k].recreates for k in reached)

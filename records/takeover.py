@@ -10,7 +10,7 @@ automatically"; checked here with Debian's dockerd 20.10.24, DOMAIN.md). So each
 container is first given the restart policy `no` (`docker update --restart=no`),
 then stopped, with its own stop timeout. It is kept, not removed: going back is
 `docker update --restart=always NAME` and `docker start NAME` once the stack's own
-containers are gone (README "Moving from docker compose").
+containers are gone (docs/moving-from-compose.md).
 
 The script runs after the host check and before anything that needs the cards or
 ports (device-share, every container of the host). A second run changes nothing: a

@@ -21,8 +21,8 @@ FLEETS = fleets()
 
 
 def documented_changes(plan_text: str, fleet) -> str:
-    """The golden plan JSON with the values changed since the refactor, each in the README ("The JSON
-    format"): `replicaOf` names the service a container serves, so a service of its own names itself
+    """The golden plan JSON with the values changed since the refactor, each in docs/plan-json.md:
+    `replicaOf` names the service a container serves, so a service of its own names itself
     where the plan before wrote `null`, as Prometheus's `replica_of` label always did; each host
     carries its `heldCards`, its `board` (`a2` for all of these) and its `deviceShareCards` (on an
     A2 board the shared cards of a `deviceShare` host, else none)."""

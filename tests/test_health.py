@@ -216,7 +216,7 @@ def test_every_host_check_of_a_deployment_compares_the_engine_declared_for_its_h
     assert "declared to run Docker Engine 28.5, but runs" in checks["npu-b"]
 
 
-def test_the_readmes_restart_table_says_the_probe_settings_re_create_containers():
+def test_the_restart_table_says_the_probe_settings_re_create_containers():
     rows = [line for line in restart_table().splitlines() if "healthStartIntervalSeconds" in line]
     assert len(rows) == 1 and "dockerEngine" in rows[0] and "`healthcheck`" in rows[0], rows
     assert "re-creates it" in rows[0]

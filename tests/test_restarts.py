@@ -1,7 +1,7 @@
 """Which container inputs re-create a container: the one table, checked against the provider.
 
 `records.restarts` classifies every key of a container's plan JSON as the docker provider
-classifies the attribute it becomes; `plan --against` and the README's table read it. These
+classifies the attribute it becomes; `plan --against` and the table in docs/deploying.md read it. These
 tests hold it to the provider's schema (transcribed in tests/provider_readback.py), to what the
 program really registers, and to every format a container record is written in.
 """
@@ -102,5 +102,5 @@ def test_every_key_of_the_plan_json_container_is_classified():
     assert set(sample().to_json()) - set(BY_KEY) == {"extraHosts"}, "only the retired key is unclassified"
 
 
-def test_the_readme_table_of_what_restarts_is_the_classification():
-    assert restart_table() in (REPO / "README.md").read_text(encoding="utf-8")
+def test_the_docs_table_of_what_restarts_is_the_classification():
+    assert restart_table() in (REPO / "docs" / "deploying.md").read_text(encoding="utf-8")

@@ -1,5 +1,5 @@
 """The suite turns a deprecation warning the project's own code causes into an error (pytest.ini
-`filterwarnings`), and leaves the ones libraries raise while importing themselves to the README."""
+`filterwarnings`), and leaves the ones libraries raise while importing themselves to docs/testing.md."""
 
 from __future__ import annotations
 

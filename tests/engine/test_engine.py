@@ -256,7 +256,7 @@ def test_a_defaults_change_re_creates_every_container_it_reaches(project, host):
 
 
 def test_renaming_a_service_with_previous_names_re_creates_nothing_and_keeps_its_container(project, host):
-    """The README's example: qwen-vl becomes qwen-vision; its container keeps the name qwen-vl."""
+    """The example of docs/promotion.md: qwen-vl becomes qwen-vision; its container keeps the name qwen-vl."""
 
     def renamed(values):
         svc = next(s for s in values["services"] if s["name"] == "qwen-vl")

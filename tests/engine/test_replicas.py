@@ -287,7 +287,7 @@ def test_a_new_image_rolls_the_replicas_one_at_a_time_and_the_router_keeps_servi
 
     assert [(round(t - start, 1), d) for t, d in down if len(d) > 1] == []
     assert {r for _, d in down for r in d} == set(names), "the sampling saw every replica go down once"
-    # README 'Replicas behind one router': with router.baseImage pinned, only the replicas roll and the
+    # docs/replicas.md: with router.baseImage pinned, only the replicas roll and the
     # endpoint stays up throughout; each replica is drained before it goes.
     assert failed == []
     assert len(watch.requests) > 50

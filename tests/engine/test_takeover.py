@@ -3,7 +3,7 @@
 The two old containers run as compose had them (tests/simhost/test_takeover.py starts them). The
 engine must run the host check, then the takeover, and only then anything that needs their cards or
 ports; the old containers end with restart policy `no`, stopped and kept; a second preview changes
-nothing; after `pulumi destroy` the README's two commands bring the old deployment back.
+nothing; after `pulumi destroy` the two commands of docs/moving-from-compose.md bring the old deployment back.
 """
 
 from __future__ import annotations

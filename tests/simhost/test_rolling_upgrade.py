@@ -317,7 +317,7 @@ def test_an_image_upgrade_rolls_one_replica_at_a_time_and_requests_keep_succeedi
     assert [(t - start, d) for t, d in down if len(d) > 1] == []
     assert {r for _, d in down for r in d} == set(names)
 
-    # Every request succeeded, but while the router itself was replaced (README: "The router itself
+    # Every request succeeded, but while the router itself was replaced (docs/replicas.md: "The router itself
     # restarts once during an image change of its service, after replica 1 ... a few seconds in
     # which the endpoint refuses connections"): there a request may only fail to connect.
     events = {what: t for t, what in chain.events if t >= start}

@@ -1,6 +1,6 @@
 """Day zero on prod's host, for real: the original compose deployment runs, the program's own steps
 take over from it, a reboot brings back exactly the plan, `doctor` sees an old container re-enabled,
-and the README's way back works.
+and the way back of docs/moving-from-compose.md works.
 
 The original deployment's two containers run as its compose file had them (DOMAIN.md): restart
 `always`, every `/dev/davinciN`, ports 7007, 9009 and 6006, `model-emb-vl` serving bge-m3 and qwen-vl,
@@ -123,7 +123,7 @@ def test_prod_takes_over_the_compose_deployment_a_reboot_brings_back_the_plan_an
     assert found.returncode == 1
     assert "model-text" in found.stdout and "a reboot" in found.stdout, found.stdout
 
-    # The way back (README "Moving from docker compose"): the stack's containers go (pulumi destroy),
+    # The way back (docs/moving-from-compose.md): the stack's containers go (pulumi destroy),
     # the old ones get their restart policy back and start.
     sim_host.local_docker("rm", "-f", *PLANNED)
     sim_host.local_docker("update", "--restart=always", *OLD)
