@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import WithJsonSchema
 
 from allocation.config_errors import field_aliases, suggest, unknown_keys, validation_problems
 from allocation.errors import ConfigError, listing
@@ -70,6 +71,7 @@ the version `20.10` as the number 20.1."""
 
 
 def _multiple_of_scale(value: Decimal) -> Decimal:
+    """At most 4 decimal places."""
     if (value * FRACTION_SCALE) % 1:
         raise ValueError(f"{value} has more than 4 decimal places")
     return value
@@ -87,7 +89,9 @@ ContainerName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}
 Port = Annotated[int, Field(ge=1024, le=MAX_PORT)]
 AnyPort = Annotated[int, Field(ge=1, le=MAX_PORT)]
 Fraction = Annotated[Decimal, Field(gt=0, le=1), AfterValidator(_multiple_of_scale)]
-PowerOfTwo = Annotated[int, Field(ge=1, le=16), AfterValidator(_power_of_two)]
+PowerOfTwo = Annotated[
+    int, Field(ge=1, le=16), AfterValidator(_power_of_two), WithJsonSchema({"type": "integer", "enum": [1, 2, 4, 8, 16]})
+]
 # `auto` or a Fraction, with a Fraction's own error messages for anything else.
 def _fraction_or_auto(value: Any, fraction: Any) -> Any:
     if value == "auto":
@@ -97,7 +101,11 @@ def _fraction_or_auto(value: Any, fraction: Any) -> Any:
     return fraction(value)
 
 
-FractionOrAuto = Annotated[Fraction, WrapValidator(_fraction_or_auto)]
+FractionOrAuto = Annotated[
+    Fraction,
+    WrapValidator(_fraction_or_auto),
+    WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": 1}, {"const": "auto"}]}),
+]
 PortCount = Annotated[int, Field(ge=1, le=1024)]
 
 
@@ -139,6 +147,21 @@ class PortRange(Model):
     first: AnyPort
     last: AnyPort
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
+        """Every way a stack file writes a range (`_from_pair`): `[a, b]`, `"a-b"`, one port, or the keys."""
+        port = {"type": "integer", "minimum": 1, "maximum": MAX_PORT}
+        keys = {"type": "object", "properties": {"first": port, "last": port}, "required": ["first", "last"]}
+        return {
+            "description": cls.__doc__,
+            "anyOf": [
+                {"type": "array", "prefixItems": [port, port], "minItems": 2, "maxItems": 2},
+                {"type": "string", "pattern": r"^ *[0-9]{1,5}( *- *[0-9]{1,5})? *$"},
+                port,
+                keys | {"additionalProperties": False},
+            ],
+        }
+
     @model_validator(mode="before")
     @classmethod
     def _from_pair(cls, value: Any) -> Any:
@@ -155,6 +178,7 @@ class PortRange(Model):
 
     @model_validator(mode="after")
     def _ordered(self) -> PortRange:
+        """The range does not end before it starts."""
         if self.last < self.first:
             raise ValueError(f"range {self.first}-{self.last} ends before it starts")
         return self
@@ -260,6 +284,9 @@ class ModelProfile(Model):
 
     @model_validator(mode="after")
     def _attention_fields(self) -> ModelProfile:
+        """`attention: gqa` needs `numKeyValueHeads` and `headDim`, `mla` needs `kvLoraRank` and
+        `qkRopeHeadDim`; the Gated DeltaNet fields belong to `hybrid` only, all of them or none, with
+        `numFullAttentionLayers` below `numHiddenLayers`."""
         need = {"gqa": ("num_key_value_heads", "head_dim"), "mla": ("kv_lora_rank", "qk_rope_head_dim")}.get(self.attention, ())
         missing = [to_camel(n) for n in need if getattr(self, n) is None]
         if missing:
@@ -296,7 +323,10 @@ class ContainerSettings(Model):
     image: Image | None = Field(default=None, description=f"Container image. Default `{DEFAULT_IMAGE}`, "
         f"and `{DEFAULT_IMAGES['a3']}` on a host with `board: a3`.")
     env: dict[EnvKey, EnvValue] | None = None
-    """Extra environment; merged over the tuning defaults (defaults' env, then the service's)."""
+    """Extra environment; merged over the tuning defaults (defaults' env, then the service's). Every
+    container gets the seed's tuning environment, which `env` may override: `HCCL_BUFFSIZE=512`,
+    `OMP_PROC_BIND=false`, `OMP_NUM_THREADS=1`, `TASK_QUEUE_ENABLE=1`,
+    `PYTORCH_NPU_ALLOC_CONF=expandable_segments:True`, and `VLLM_WORKER_MULTIPROC_METHOD=spawn` when TP > 1."""
     args: list[Arg] | None = None
     """Extra `vllm serve` arguments, appended after the generated ones (defaults' first). Flags the
     plan sets (`--port`, `--tensor-parallel-size`, `--gpu-memory-utilization`...) are refused."""
@@ -331,7 +361,8 @@ class ContainerSettings(Model):
         "ignored and each service gets its own `ATB_SHARE_MEMORY_NAME_SUFFIX`.",
     )
     vllm_ascend_version: Annotated[str, Field(pattern=r"^v?[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,4})?(rc[0-9]{1,4})?$")] | None = None
-    """vLLM-Ascend version the image runs (`0.11.0`); default: read from the image's tag.
+    """vLLM-Ascend version the image runs (`0.11.0`); default: read from the image's tag (before an
+    `@sha256:` digest).
     It decides the KV cache layout the capacity check computes, and what a later service on a shared
     card gets: before 0.15 the running total of the fractions there, until 0.18 a warning that the
     others' memory comes off its KV cache."""
@@ -352,6 +383,8 @@ class ContainerSettings(Model):
     @field_validator("env", mode="before")
     @classmethod
     def _env_values_as_strings(cls, value: Any) -> Any:
+        """No variable the plan sets (the HCCL windows, `VLLM_PORT`, `ASCEND_RT_VISIBLE_DEVICES`,
+        `ASCEND_VISIBLE_DEVICES`): set its key instead. Numbers and booleans are taken as their text."""
         if isinstance(value, Mapping):
             owned = sorted(set(value) & set(ALLOCATED_ENV))
             if owned:
@@ -392,7 +425,7 @@ class Host(Model):
     card k is NPU k, chip 0. `a3`: Atlas 800T/800I A3, 16 chips as 8 NPUs of 2 chips: card k is NPU
     k//2, chip k%2 (`npu-smi info -m` prints the mapping; the host check compares it), npu-smi switches
     device-share for both chips of an NPU at once, so the two are one sharing unit, and the default
-    image is the `-a3` build. Needs `npus: 16`."""
+    image is the `-a3` build. Needs `npus: 16`. See [A3 boards](a3.md)."""
     hbm_gi_b: int = Field(default=64, ge=1, le=4096, alias="hbmGiB")
     """Nominal HBM per NPU in GiB (64 or 32 for 910B cards)."""
     hbm_bytes: int | None = Field(default=None, ge=1 << 30, le=1 << 45)
@@ -406,14 +439,14 @@ class Host(Model):
     container-sharing mode. `deviceShare` (default): put exactly the shared cards into that mode
     before their containers start, and again at every boot. `privileged`: run only the services on
     shared cards privileged with every card visible, as the seed deployment did. `refuse`: a plan
-    that shares a card here is an error."""
+    that shares a card here is an error. See [Shared cards](shared-cards.md)."""
     held_cards: Literal["refuse", "stopHolders"] = "refuse"
     """When a card must go into device-share mode while running containers hold it (a service newly
     pinned onto a running service's card; the mode can only change while no container uses the card).
     `refuse` (default): the host check stops `pulumi up` before any container of this host changes,
     naming the card and the containers holding it. `stopHolders`: `pulumi up` stops the holders (each
     with its stop grace period), switches the card, starts them again (each reloads its model, one at
-    a time per card) and then starts the newcomer."""
+    a time per card) and then starts the newcomer. See [Shared cards](shared-cards.md)."""
     replaces: list[ContainerName] = []
     """Containers already running on this host that the stack takes over from, by the name `docker ps`
     shows (e.g. `[model-emb-vl, model-text]` of a docker compose deployment). `pulumi up` disables each
@@ -422,7 +455,8 @@ class Host(Model):
     ([Moving from docker compose](moving-from-compose.md)). A name the plan gives one of its own
     containers on this host is refused."""
     reserved_ports: list[PortRange] = []
-    """Ports on this host the allocator must never hand out (in addition to `ascend-fleet:ports.reserved`)."""
+    """Ports on this host the allocator must never hand out (in addition to `ascend-fleet:ports.reserved`):
+    single ports (`22`), `"a-b"` strings or `[a, b]`."""
     host_key: HostKey | None = None
     """The host's SSH public key (`ssh-ed25519 AAAA...`, as `ssh-keyscan` prints it). The docker provider,
     `doctor` and the host check then trust this key and no other. Without it, the key is looked up in
@@ -438,6 +472,7 @@ class Host(Model):
 
     @model_validator(mode="after")
     def _replaces_each_once(self) -> Host:
+        """`replaces` names each container once."""
         twice = sorted({n for n in self.replaces if self.replaces.count(n) > 1})
         if twice:
             raise ValueError(f"replaces names {', '.join(twice)} more than once")
@@ -445,6 +480,7 @@ class Host(Model):
 
     @model_validator(mode="after")
     def _board_has_its_chips(self) -> Host:
+        """`board: a3` needs `npus: 16`."""
         if self.board == "a3" and self.npus != A3_CHIPS:
             raise ValueError(
                 f"board a3 has {A3_CHIPS} chips (8 NPUs of 2), but npus is {self.npus}: set npus: {A3_CHIPS}, "
@@ -463,6 +499,7 @@ class Host(Model):
 
     @model_validator(mode="after")
     def _docker_host_is_this_host(self) -> Host:
+        """`dockerHost` is `unix:///path`, or an `ssh://` or `tcp://` URL naming this host's `address`."""
         url = self.docker_host
         if url is None or re.fullmatch(r"unix:///[^:\s]+", url):
             return self
@@ -498,6 +535,7 @@ class ReplicaPins(_WindowPins):
     @field_validator("devices")
     @classmethod
     def _distinct(cls, value: list[int] | None) -> list[int] | None:
+        """No card twice."""
         if value is not None and len(set(value)) != len(value):
             raise ValueError(f"devices {value} lists a card twice")
         return value
@@ -543,13 +581,14 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     memory_fraction: FractionOrAuto = Decimal("0.9")
     """`--gpu-memory-utilization`: the share of each of its cards' memory the service may take. `auto`:
     the smallest fraction, in hundredths, whose KV cache holds `maxNumSeqs` sequences of `maxModelLen`
-    (needs `profile`); `pin` writes the number chosen."""
+    (needs `profile`); `pin` writes the number chosen. See [Will it fit](capacity.md)."""
     max_model_len: int | None = Field(default=None, ge=1, le=100_000_000)
     """`--max-model-len`."""
     max_num_seqs: int | None = Field(default=None, ge=1, le=1_000_000)
     """`--max-num-seqs`."""
     profile: ModelProfile | None = None
-    """The model's sizes, for the capacity check (`python -m allocation profile` fills it in)."""
+    """The model's sizes, for the capacity check (`python -m allocation profile` fills it in; see
+    [Will it fit](capacity.md))."""
     runtime_overhead_gi_b: Decimal | None = Field(default=None, ge=0, le=1024, alias="runtimeOverheadGiB")
     """Per-card allowance for the activation peak and non-torch memory; overrides the stack's."""
     hccl_port_ranges: bool = True
@@ -561,9 +600,10 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     replicas: int = Field(default=1, ge=1, le=64)
     """Containers serving the model, each planned like a service of its own (`<name>-1` ...), on
     different hosts while there is room, behind one router at the service's endpoint. 1: one
-    container named after the service, no router."""
+    container named after the service, no router. See [Replicas behind one router](replicas.md)."""
     hosts: list[Name] | None = Field(default=None, min_length=1)
-    """Hosts the service (each replica) may be placed on; default: any."""
+    """Hosts the service (each replica) may be placed on; default: any. `memoryFraction: auto` is sized
+    for these hosts only, and `pin` narrows the list to the chosen host instead of adding `host`."""
     replica_pins: list[ReplicaPins] | None = None
     """Pins of each replica, in order: `host`, `devices` and the windows (`pin` writes them)."""
     router: Router | None = None
@@ -571,6 +611,9 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
 
     @model_validator(mode="after")
     def _replicas_agree(self) -> Service:
+        """`host` or `hosts`, not both; `replicaPins`, `router`, `routerPort` and `routerMetricsPort`
+        only with `replicas` above 1; a replicated service pins each replica under `replicaPins` (at most
+        `replicas` entries, each with `tensorParallelSize` devices), never at its top level."""
         replicated = self.replicas > 1
         problems = []
         if self.host is not None and self.hosts is not None:
@@ -622,6 +665,8 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
 
     @model_validator(mode="after")
     def _pins_agree(self) -> Service:
+        """`devices` pins `tensorParallelSize` cards, none twice; a pinned range starts at 1024 or
+        above; no HCCL socket range is pinned with `hcclPortRanges: false`."""
         problems = []
         if self.devices is not None:
             if len(self.devices) != self.tensor_parallel_size:
@@ -643,6 +688,8 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
 
     @model_validator(mode="after")
     def _auto_is_sized(self) -> Service:
+        """`memoryFraction: auto` needs a `profile` (a hybrid's with its Gated DeltaNet fields) and,
+        but for an encoder, `maxModelLen`."""
         if self.memory_fraction == "auto":
             if self.profile is None:
                 raise ValueError("memoryFraction auto needs the model's profile (profile: weightBytes, ...)")
@@ -732,6 +779,7 @@ class Metrics(Model):
 
     @model_validator(mode="after")
     def _exporter_port(self) -> Metrics:
+        """With `npuExporter` set, `npuExporterPort` is in 1025-40000, the only ports the exporter accepts."""
         first, last = EXPORTER_PORTS
         if self.npu_exporter is not None and not first <= self.npu_exporter_port <= last:
             raise ValueError(
@@ -787,6 +835,10 @@ class FleetConfig(Model):
 
     @model_validator(mode="after")
     def _references(self) -> FleetConfig:
+        """Host names, service names, host addresses and `dockerHost`s each used once; no replica or
+        router name is a service's; `previousNames` each listed once in the stack and none a current
+        service's, replica's or router's name; every host a service names exists, with the cards it
+        pins and at least `tensorParallelSize` NPUs."""
         problems = []
         same_machine = " (two hosts on one machine would both get card 0 and the same ports)"
         for what, names, why in (

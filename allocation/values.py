@@ -40,19 +40,21 @@ _HOSTNAME = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0
 
 
 def _plain(value: str) -> str:
+    """No control character (newline, tab, NUL...): each value reaches argv, scripts and files whole."""
     if _CONTROL.search(value):
         raise ValueError(f"{value!r} contains a control character (newline, tab, NUL...)")
     return value
 
 
 def _word(value: str) -> str:
-    """Text that is not read as an option when it lands in an argv."""
+    """No control character, and no leading `-`, which a command would read as an option."""
     if value.startswith("-"):
         raise ValueError(f"{value!r} starts with '-', so a command would read it as an option")
     return _plain(value)
 
 
 def _path(value: str) -> str:
+    """An absolute path, without control characters or `:`, which `docker run --volume` reads as a separator."""
     _plain(value)
     if not value.startswith("/"):
         raise ValueError(f"{value!r} is not an absolute path (it must start with '/')")
@@ -62,12 +64,15 @@ def _path(value: str) -> str:
 
 
 def _image(value: str) -> str:
+    """A Docker image reference (Docker's reference grammar, e.g. `quay.io/ascend/vllm-ascend:v0.20.2rc1`), at
+    most 512 characters."""
     if not _IMAGE.fullmatch(value) or len(value) > 512:
         raise ValueError(f"{value!r} is not a Docker image reference such as quay.io/ascend/vllm-ascend:v0.20.2rc1")
     return value
 
 
 def _address(value: str) -> str:
+    """An IP address or a host name; an IPv6 address without brackets."""
     if value.startswith("[") and value.endswith("]"):
         raise ValueError(f"{value!r}: write an IPv6 address without brackets ({value[1:-1]})")
     try:
@@ -79,6 +84,9 @@ def _address(value: str) -> str:
 
 
 def _arg(value: str) -> str:
+    """No control character, and none of the flags the plan sets (`--port`, `--host`,
+    `--tensor-parallel-size` or `-tp`, `--gpu-memory-utilization`, `--max-model-len`, `--max-num-seqs`,
+    `--served-model-name`, `--model`, also as `--flag=value`, with `_` or abbreviated): set their keys instead."""
     _plain(value)
     flag = value.partition("=")[0].replace("_", "-")
     if flag.startswith("-"):

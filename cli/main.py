@@ -68,6 +68,15 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--output", metavar="DIR", help="compose (one file per host) or prometheus: the directory to write the files to"
     )
+
+    schema = sub.add_parser(
+        "schema",
+        help="write schema/stack.schema.json, schema/plan.schema.json and docs/configuration.md from the config model",
+        description="Reads the config model (allocation/config.py) and the plan JSON's shape; writes the stack "
+        "file's JSON Schema, the plan JSON's schema and docs/configuration.md in the repository. No stack file "
+        "is read and no host is touched.",
+    )
+    schema.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every file that differs")
     return parser
 
 
@@ -150,7 +159,14 @@ def _profile(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render, "profile": _profile}
+def _schema(args: argparse.Namespace) -> int:
+    from cli import schema
+
+    print(schema.run(args.check))
+    return 0
+
+
+COMMANDS = {"plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render, "profile": _profile, "schema": _schema}
 
 
 def _paragraph(text: str) -> str:

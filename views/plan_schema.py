@@ -1,0 +1,102 @@
+"""The JSON Schema of `plan --format json`, so a CI job that reads the plan can check what it reads.
+
+It states the keys `views.report.plan_json` writes (and the records' `to_json` under it), their
+types and which are always there. Every object allows keys it does not name: the plan gains keys
+(add, don't rename), and a reader written against this schema keeps working when one is added; a
+new key is added here with its type when it lands. The port-window keys come from the windows
+table (`allocation/windows.py`), so a new kind of window is in the schema the day it is planned.
+Every golden plan validates against it (tests/test_schema.py). Pure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from allocation.windows import KINDS, ROUTER_KINDS
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+INT = {"type": "integer"}
+NUMBER = {"type": "number"}
+TEXT = {"type": "string"}
+FLAG = {"type": "boolean"}
+CARDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+TEXTS = {"type": "array", "items": TEXT}
+TEXT_MAP = {"type": "object", "additionalProperties": TEXT}
+PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
+RANGE = {"description": "`[first, last]`, inclusive", "type": "array", "prefixItems": [PORT, PORT], "minItems": 2, "maxItems": 2}
+
+
+def _object(required: dict[str, Any], optional: dict[str, Any] | None = None, description: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": required | (optional or {}), "required": list(required)}
+    return ({"description": description} if description else {}) | out
+
+
+def _window(shape: str) -> dict[str, Any]:
+    """A window as the plan prints it: a range or a first port, `null` when the service has none
+    (`hcclPortRanges: false`)."""
+    return {"anyOf": [RANGE if shape == "range" else PORT, {"type": "null"}]}
+
+
+HEALTHCHECK = _object(
+    {"test": TEXTS, "intervalSeconds": INT, "timeoutSeconds": INT, "startPeriodSeconds": INT, "retries": INT},
+    {"startIntervalSeconds": INT},
+)
+CONTAINER = _object(
+    {
+        "name": TEXT, "image": TEXT, "command": TEXTS, "env": TEXT_MAP, "privileged": FLAG, "deviceFiles": TEXTS,
+        "mounts": {"type": "array", "items": _object({"source": TEXT, "target": TEXT, "readOnly": FLAG})},
+        "ipcMode": {"enum": ["private", "host"]}, "shmSizeMiB": INT, "ports": {"type": "array", "items": PORT},
+        "labels": TEXT_MAP, "extraHosts": TEXT_MAP, "restart": TEXT, "sysctls": TEXT_MAP, "logDriver": TEXT,
+        "logOpts": TEXT_MAP, "stopGraceSeconds": INT, "init": FLAG, "startTimeoutSeconds": INT,
+        "healthcheck": HEALTHCHECK,
+    },
+    {"entrypoint": TEXTS},
+    "Everything the container receives (`ContainerSpec.to_json`); `plan --against` compares it key by key.",
+)  # fmt: skip
+CAPACITY = {
+    "description": "The capacity check per card; `null` for a service without a `profile`.",
+    "anyOf": [
+        _object({
+            "weightsGiBPerCard": NUMBER, "kvCacheGiBPerCard": NUMBER, "kvCacheTokens": INT,
+            "maxConcurrency": {"anyOf": [NUMBER, {"type": "null"}]}, "blockSizeTokens": {"anyOf": [INT, {"type": "null"}]},
+            "kvCacheBlocks": INT, "bytesPerRequest": {"anyOf": [INT, {"type": "null"}]}, "fits": FLAG,
+        }),  # fmt: skip
+        {"type": "null"},
+    ],
+}
+SERVICE = _object(
+    {
+        "name": TEXT, "previousNames": TEXTS, "replicaOf": TEXT, "host": TEXT, "devices": CARDS,
+        "tensorParallelSize": INT, "memoryFraction": NUMBER, "gpuMemoryUtilization": NUMBER,
+        **{k.key: _window(k.shape) for k in KINDS}, "capacity": CAPACITY, "container": CONTAINER,
+    },
+    description="One container of a service: the service itself, or one of its replicas (`replicaOf` names the service).",
+)  # fmt: skip
+HOST = _object(
+    {
+        "name": TEXT, "address": TEXT, "npus": INT, "board": {"enum": ["a2", "a3"]}, "hbmGiB": INT, "hbmBytes": INT,
+        "memoryBudget": NUMBER, "sharedCards": CARDS, "deviceShareCards": CARDS,
+        "cardSharing": {"enum": ["deviceShare", "privileged", "refuse"]}, "heldCards": {"enum": ["refuse", "stopHolders"]},
+        "replaces": TEXTS, "services": {"type": "array", "items": SERVICE},
+    },
+    {"npuExporter": CONTAINER},
+)  # fmt: skip
+ROUTER = _object(
+    {
+        "service": TEXT, "name": TEXT, "previousNames": TEXTS, "host": TEXT,
+        **{k.key: _window(k.shape) for k in ROUTER_KINDS}, "replicas": TEXTS, "endpoint": TEXT, "container": CONTAINER,
+    },
+    description="The router in front of a replicated service's replicas.",
+)  # fmt: skip
+
+
+def plan_schema() -> dict[str, Any]:
+    """The schema of `python -m allocation plan --format json` (docs/plan-json.md says what each key means)."""
+    return {
+        "$schema": DIALECT,
+        "title": "ascend-fleet plan (python -m allocation plan --format json)",
+        "description": "Keys may be added in later versions (add, don't rename): readers should ignore keys they do "
+        "not know, and every object here allows them.",
+        **_object({"stack": TEXT, "hosts": {"type": "array", "items": HOST}, "routers": {"type": "array", "items": ROUTER},
+                   "warnings": TEXTS}),  # fmt: skip
+    }
