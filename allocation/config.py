@@ -30,6 +30,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from allocation import names as naming
 from allocation.config_errors import field_aliases, suggest, unknown_keys, validation_problems
 from allocation.errors import ConfigError, listing
 from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word
@@ -570,7 +571,7 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
 
     @model_validator(mode="after")
     def _replicas_agree(self) -> Service:
-        replicated = self.replicas > 1
+        replicated = self.replicated
         problems = []
         if self.host is not None and self.hosts is not None:
             problems.append("set host or hosts, not both")
@@ -598,22 +599,25 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
             raise ValueError("; ".join(problems))
         return self
 
+    @property
+    def replicated(self) -> bool:
+        """Its replicas run behind a router (`replicas` above 1)."""
+        return naming.replicated(self.replicas)
+
     def replica_names(self, name: str | None = None) -> list[str]:
         """The containers of the service: its own name, or `<name>-1` ... `<name>-N`; `name`: those
         it had under a previous name."""
-        name = name or self.name
-        return [f"{name}-{i}" for i in range(1, self.replicas + 1)] if self.replicas > 1 else [name]
+        return naming.container_names(name or self.name, self.replicas)
 
     @property
     def original_name(self) -> str:
         """The name its containers were created with, and keep across renames: the first of
         `previousNames`, else `name`."""
-        return self.previous_names[0] if self.previous_names else self.name
+        return naming.original_name(self.name, self.previous_names)
 
     def names(self, name: str | None = None) -> list[str]:
         """The service's name and those of its replicas and router; `name`: under that name."""
-        name = name or self.name
-        return [name, *self.replica_names(name), f"{name}-router"] if self.replicas > 1 else [name]
+        return naming.implied_names(name or self.name, self.replicas)
 
     def old_names(self) -> list[str]:
         """Every name the service, its replicas and its router had under its previous names."""
@@ -798,8 +802,7 @@ class FleetConfig(Model):
         problems += [
             f"service {s.name}: its container {n} has the name of another service; rename one"
             for s in self.services
-            if s.replicas > 1
-            for n in [*s.replica_names(), f"{s.name}-router"]
+            for n in s.names()[1:]
             if n in services
         ]
         problems += _previous_name_problems(self.services)

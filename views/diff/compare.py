@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from allocation import names
+from allocation.plan import CAPACITY_KEYS
 from allocation.windows import BY_KEY, KINDS, ROUTER_KINDS, window_text
 from records.restarts import changed
 from views.diff.container import compact, container_changes, key_change, security_changes
@@ -24,10 +26,10 @@ PORT_FIELDS = tuple(k.key for k in (*KINDS, *ROUTER_KINDS))
 SECURITY = "security"
 IN_PLACE = "updated in place"
 CAPACITY = "capacity"
-CAPACITY_FIELDS = (
-    "fits", "kvCacheTokens", "maxConcurrency", "kvCacheGiBPerCard", "weightsGiBPerCard",
-    "blockSizeTokens", "kvCacheBlocks", "bytesPerRequest",
-)  # fmt: skip
+# The capacity keys the plan JSON writes (allocation.plan.CAPACITY_KEYS), the verdict first, then the
+# sizes behind it, then the rest in the order written.
+_VERDICT_FIRST = ("fits", "kvCacheTokens", "maxConcurrency", "kvCacheGiBPerCard", "weightsGiBPerCard")
+CAPACITY_FIELDS = (*_VERDICT_FIRST, *(k for k in CAPACITY_KEYS if k not in _VERDICT_FIRST))
 HOST_FIELDS = ("address", "npus", "hbmGiB", "memoryBudget", "sharedCards", "cardSharing", "heldCards")
 
 
@@ -79,6 +81,8 @@ class ServiceDiff:
     replica_of: str | None = None
     """The configured service the container serves (the plan JSON's `replicaOf`): a replica's or a
     router's service, or a service of its own itself, where a plan before the replica model has None."""
+    kind: str = names.SERVICE
+    """What the entry is (the plan JSON's `kind`, allocation.names): a service, a replica or a router."""
     renamed_from: str | None = None
     """Its name in the old plan, found through its `previousNames`; None when it kept its name."""
 
@@ -223,11 +227,13 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
     for name in (old_services.keys() - renames.values()) | new_services.keys():
         before, after = old_services.get(renames.get(name, name)), new_services.get(name)
         if before is None:
-            of = after.get("replicaOf")
-            diffs.append(ServiceDiff(name, after["host"], added=True, placement=_placement(after), replica_of=of))
+            of, kind = after.get("replicaOf"), after["kind"]
+            diffs.append(ServiceDiff(name, after["host"], added=True, placement=_placement(after), replica_of=of, kind=kind))
         elif after is None:
-            of = before.get("replicaOf")
-            diffs.append(ServiceDiff(name, before["host"], removed=True, placement=_placement(before), replica_of=of))
+            of, kind = before.get("replicaOf"), before["kind"]
+            diffs.append(
+                ServiceDiff(name, before["host"], removed=True, placement=_placement(before), replica_of=of, kind=kind)
+            )
         else:
             diffs.append(_service_diff(name, before, after, renamed_from=renames.get(name)))
     diffs.sort(key=lambda d: (d.host, d.name))
@@ -245,11 +251,16 @@ def _services(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     out = {}
     for host in plan.get("hosts", ()):
         for svc in host.get("services", ()):
-            out[svc["name"]] = {**svc, "host": svc.get("host") or host["name"]}
+            out[svc["name"]] = {"kind": _instance_kind(svc), **svc, "host": svc.get("host") or host["name"]}
     # A router is compared like a service without cards: its ports, its container (workers, policy).
     for router in plan.get("routers", ()):
-        out[router["name"]] = {**router, "devices": [], "replicaOf": router["service"]}
+        out[router["name"]] = {"kind": names.ROUTER, **router, "devices": [], "replicaOf": router["service"]}
     return out
+
+
+def _instance_kind(svc: Mapping[str, Any]) -> str:
+    """An entry's `kind`; a plan written before the key says it by `replicaOf` (None before replicas)."""
+    return svc.get("kind") or (names.SERVICE if svc.get("replicaOf") in (None, svc["name"]) else names.REPLICA)
 
 
 def _renames(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, str]:
@@ -296,6 +307,7 @@ def _service_diff(
         recreate_keys=tuple(recreate),
         capacity=capacity,
         replica_of=after.get("replicaOf"),
+        kind=after["kind"],
         renamed_from=renamed_from,
     )
 
