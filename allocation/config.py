@@ -531,7 +531,9 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     rename updates them in place instead of creating new ones beside the old (which would need the
     same cards and ports). Its container keeps everything that reaches Docker under the first name
     (docker's container name, the default `--served-model-name`, labels), since the docker provider
-    re-creates a container whose name changes; drop that entry and the container is re-created."""
+    re-creates a container whose name changes; drop that entry and the container is re-created.
+    A rename back lists the whole history, the current name first: `a` renamed `b`, then `a` again,
+    is `name: a` with `previousNames: [a, b]`, which keeps the container `a` and its served model name."""
     model: AbsPath
     """Absolute path of the weights on the host, mounted read-only at the same path."""
     host: Name | None = None
@@ -850,8 +852,9 @@ class FleetConfig(Model):
 
 def _previous_name_problems(services: list[Service]) -> list[str]:
     """`previousNames` that would alias two resources to one old one: a name listed twice, one (or an
-    old replica or router name it implies) that a service, replica or router has now, or one that
-    another service's previous name implies (`old` with replicas implies `old-1` and `old-router`)."""
+    old replica or router name it implies) that another service, replica or router has now, or one
+    that another service's previous name implies (`old` with replicas implies `old-1` and
+    `old-router`). A service's own names may be listed: that is a rename back."""
     current = {n for s in services for n in s.names()}
     problems, seen = [], {}
     claimed: dict[str, tuple[str, str]] = {}  # an old name -> (the service, the previous name giving it)
@@ -869,10 +872,12 @@ def _previous_name_problems(services: list[Service]) -> list[str]:
                         f"(an old replica or router), which service {lister} lists under previousNames; "
                         "two resources would alias one old container"
                     )
-        taken = sorted({n for n in s.old_names() if n in current})
+        own = set(s.names()) if naming.renamed_back(s.name, s.previous_names) else set()
+        taken = sorted({n for n in s.old_names() if n in current} - own)
         problems += [
             f"service {s.name}: previousNames gives {n}, the name of a current service, replica or router; "
-            "a previous name must be one no container has now"
+            "a previous name must be one no container has now, or, for a rename back, the service's own "
+            "name listed first, before the names it had since"
             for n in taken
         ]
     return problems

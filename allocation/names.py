@@ -67,6 +67,11 @@ def original_name(name: str, previous: Sequence[str] | None) -> str:
     return previous[0] if previous else name
 
 
+def renamed_back(name: str, previous: Sequence[str] | None) -> bool:
+    """`previousNames` spells a rename back: the current name first, then the names it had since."""
+    return bool(previous) and previous[0] == name and len(previous) > 1
+
+
 def earlier_names(name: str, previous: Sequence[str]) -> list[str]:
     """The names a resource had and no longer has, oldest first: its Pulumi aliases. A rename back
     lists the current name among the previous ones; a resource is not an alias of itself."""

@@ -99,3 +99,10 @@ def test_a_rename_back_keeps_the_first_name_and_aliases_only_the_names_the_resou
     assert names.earlier_names("c", ["a", "b", "a"]) == ["a", "b"], "a name listed twice is one alias"
     assert names.previous_instance_names(["a", "b"], 2) == ("a-2", "b-2")
     assert names.previous_router_names(["a", "b"]) == ("a-router", "b-router")
+
+
+@pytest.mark.parametrize(
+    ("previous", "back"), [(["a", "b"], True), (["a"], False), (["b", "a"], False), (["b"], False), (None, False)]
+)
+def test_a_rename_back_lists_the_current_name_first_and_a_name_it_had_since(previous, back):
+    assert names.renamed_back("a", previous) is back

@@ -52,6 +52,8 @@ def _restart_rows(diff: PlanDiff) -> list[tuple[str, str, str, str]]:
     rows = []
     for s in diff.recreated():
         fields = list(s.recreate_keys) or [k for k in s.kinds() if k not in (IN_PLACE, CAPACITY)]
+        if s.unaliased:  # a new resource to Pulumi: its missing previousNames entry re-creates it
+            fields = ["previousNames", *s.recreate_keys]
         if s.moved:
             fields = ["cards", *(f for f in fields if f != "deviceFiles")]
         rows.append((s.host, s.name, ", ".join(dict.fromkeys(fields)), _restart_note(s)))
