@@ -853,8 +853,8 @@ class FleetConfig(Model):
 def _previous_name_problems(services: list[Service]) -> list[str]:
     """`previousNames` that would alias two resources to one old one: a name listed twice, one (or an
     old replica or router name it implies) that another service, replica or router has now, or one
-    that another service's previous name implies (`old` with replicas implies `old-1` and
-    `old-router`). A service's own names may be listed: that is a rename back."""
+    that another service's previous name implies (`old` with replicas implies the names of its old
+    replicas and router, allocation.names). A service's own names may be listed first: a rename back."""
     current = {n for s in services for n in s.names()}
     problems, seen = [], {}
     claimed: dict[str, tuple[str, str]] = {}  # an old name -> (the service, the previous name giving it)
