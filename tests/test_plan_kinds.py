@@ -44,8 +44,8 @@ def entries(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def costs(old: dict[str, Any], new: dict[str, Any]) -> dict[str, str]:
     """Container -> the cost the markdown's "Will restart" table gives it."""
-    rows = re.findall(r"^\| `[^`]*` \| `([^`]*)` \| `[^`]*` \| (.*) \|$", render_diff(diff_plans(old, new), "markdown"), re.M)
-    return dict(rows)
+    markdown = render_diff(diff_plans(old, new), "markdown")
+    return dict(re.findall(r"^\| `[^`]*` \| `([^`]*)` \| `[^`]*` \| (.*) \|$", markdown, re.M))
 
 
 def test_each_entry_of_the_plan_json_says_whether_it_is_a_service_a_replica_or_a_router():

@@ -325,7 +325,8 @@ def test_a_rename_back_that_lists_the_whole_history_keeps_the_container_and_its_
     assert after.by_name(MODEL_SERVICE)["qwen-vl"].aliases == ({"name": "qwen-vision", **SPEC},), "no alias to itself"
     container = after.by_name(CONTAINER)["qwen-vl-container"]
     assert container.inputs["name"] == "qwen-vl"
-    assert served_model_name(container) == served_model_name(run_program("prod", first).by_name(CONTAINER)["qwen-vl-container"])
+    first_container = run_program("prod", first).by_name(CONTAINER)["qwen-vl-container"]
+    assert served_model_name(container) == served_model_name(first_container) == "qwen-vl"
     diff = diff_plans(plan_doc("prod", away), plan_doc("prod", back))
     assert [(s.name, s.lines()) for s in diff.changes()] == [("qwen-vl", [("renamed", "qwen-vision -> qwen-vl")])]
     assert json.loads(render_diff(diff, "json"))["recreatedCount"] == 0

@@ -233,14 +233,8 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
     diffs = []
     for name in (old_services.keys() - renames.values()) | new_services.keys():
         before, after = old_services.get(renames.get(name, name)), new_services.get(name)
-        if before is None:
-            of, kind = after.get("replicaOf"), after["kind"]
-            diffs.append(ServiceDiff(name, after["host"], added=True, placement=_placement(after), replica_of=of, kind=kind))
-        elif after is None:
-            of, kind = before.get("replicaOf"), before["kind"]
-            diffs.append(
-                ServiceDiff(name, before["host"], removed=True, placement=_placement(before), replica_of=of, kind=kind)
-            )
+        if before is None or after is None:
+            diffs.append(_added_or_removed(name, before, after))
         else:
             diffs.append(_service_diff(name, before, after, renames.get(name), name in unaliased))
     diffs.sort(key=lambda d: (d.host, d.name))
@@ -252,6 +246,16 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
         stack_is_new=old is None,
         against=against,
     )
+
+
+def _added_or_removed(name: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> ServiceDiff:
+    """An entry only one plan has: added, with where it lands, or removed, with where it was."""
+    svc = after if after is not None else before
+    assert svc is not None
+    return ServiceDiff(
+        name, svc["host"], added=before is None, removed=after is None, placement=_placement(svc),
+        replica_of=svc.get("replicaOf"), kind=svc["kind"],
+    )  # fmt: skip
 
 
 def _services(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
