@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import WithJsonSchema
 
+from allocation import names as naming
 from allocation.config_errors import field_aliases, suggest, unknown_keys, validation_problems
 from allocation.errors import ConfigError, listing
 from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word
@@ -569,7 +570,9 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     rename updates them in place instead of creating new ones beside the old (which would need the
     same cards and ports). Its container keeps everything that reaches Docker under the first name
     (docker's container name, the default `--served-model-name`, labels), since the docker provider
-    re-creates a container whose name changes; drop that entry and the container is re-created."""
+    re-creates a container whose name changes; drop that entry and the container is re-created.
+    A rename back lists the whole history, the current name first: `a` renamed `b`, then `a` again,
+    is `name: a` with `previousNames: [a, b]`, which keeps the container `a` and its served model name."""
     model: AbsPath
     """Absolute path of the weights on the host, mounted read-only at the same path."""
     host: Name | None = None
@@ -614,7 +617,7 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
         """`host` or `hosts`, not both; `replicaPins`, `router`, `routerPort` and `routerMetricsPort`
         only with `replicas` above 1; a replicated service pins each replica under `replicaPins` (at most
         `replicas` entries, each with `tensorParallelSize` devices), never at its top level."""
-        replicated = self.replicas > 1
+        replicated = self.replicated
         problems = []
         if self.host is not None and self.hosts is not None:
             problems.append("set host or hosts, not both")
@@ -642,22 +645,25 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
             raise ValueError("; ".join(problems))
         return self
 
+    @property
+    def replicated(self) -> bool:
+        """Its replicas run behind a router (`replicas` above 1)."""
+        return naming.replicated(self.replicas)
+
     def replica_names(self, name: str | None = None) -> list[str]:
         """The containers of the service: its own name, or `<name>-1` ... `<name>-N`; `name`: those
         it had under a previous name."""
-        name = name or self.name
-        return [f"{name}-{i}" for i in range(1, self.replicas + 1)] if self.replicas > 1 else [name]
+        return naming.container_names(name or self.name, self.replicas)
 
     @property
     def original_name(self) -> str:
         """The name its containers were created with, and keep across renames: the first of
         `previousNames`, else `name`."""
-        return self.previous_names[0] if self.previous_names else self.name
+        return naming.original_name(self.name, self.previous_names)
 
     def names(self, name: str | None = None) -> list[str]:
         """The service's name and those of its replicas and router; `name`: under that name."""
-        name = name or self.name
-        return [name, *self.replica_names(name), f"{name}-router"] if self.replicas > 1 else [name]
+        return naming.implied_names(name or self.name, self.replicas)
 
     def old_names(self) -> list[str]:
         """Every name the service, its replicas and its router had under its previous names."""
@@ -853,8 +859,7 @@ class FleetConfig(Model):
         problems += [
             f"service {s.name}: its container {n} has the name of another service; rename one"
             for s in self.services
-            if s.replicas > 1
-            for n in [*s.replica_names(), f"{s.name}-router"]
+            for n in s.names()[1:]
             if n in services
         ]
         problems += _previous_name_problems(self.services)
@@ -902,8 +907,9 @@ class FleetConfig(Model):
 
 def _previous_name_problems(services: list[Service]) -> list[str]:
     """`previousNames` that would alias two resources to one old one: a name listed twice, one (or an
-    old replica or router name it implies) that a service, replica or router has now, or one that
-    another service's previous name implies (`old` with replicas implies `old-1` and `old-router`)."""
+    old replica or router name it implies) that another service, replica or router has now, or one
+    that another service's previous name implies (`old` with replicas implies the names of its old
+    replicas and router, allocation.names). A service's own names may be listed first: a rename back."""
     current = {n for s in services for n in s.names()}
     problems, seen = [], {}
     claimed: dict[str, tuple[str, str]] = {}  # an old name -> (the service, the previous name giving it)
@@ -921,10 +927,12 @@ def _previous_name_problems(services: list[Service]) -> list[str]:
                         f"(an old replica or router), which service {lister} lists under previousNames; "
                         "two resources would alias one old container"
                     )
-        taken = sorted({n for n in s.old_names() if n in current})
+        own = set(s.names()) if naming.renamed_back(s.name, s.previous_names) else set()
+        taken = sorted({n for n in s.old_names() if n in current} - own)
         problems += [
             f"service {s.name}: previousNames gives {n}, the name of a current service, replica or router; "
-            "a previous name must be one no container has now"
+            "a previous name must be one no container has now, or, for a rename back, the service's own "
+            "name listed first, before the names it had since"
             for n in taken
         ]
     return problems

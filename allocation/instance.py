@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from decimal import Decimal
 
+from allocation import names
 from allocation.config import ContainerSettings, ModelProfile, ReplicaPins, Service
 from allocation.resolved import Resolved, resolve
 from allocation.windows import PortWindow, WindowKind
@@ -39,20 +40,24 @@ class Instance:
         itself. The plan JSON's `replicaOf` and Prometheus's `replica_of` label carry it."""
         return self.service.name
 
+    @property
+    def kind(self) -> str:
+        """The plan JSON's `kind`: `replica`, or `service` for a service of its own."""
+        return names.instance_kind(self.index)
+
     @cached_property
     def name(self) -> str:
-        return self.service.replica_names()[self.index - 1] if self.index else self.service.name
+        return names.instance_name(self.service.name, self.index)
 
     @cached_property
     def previous_names(self) -> tuple[str, ...]:
         """Its names under the service's previous names, oldest first."""
-        old = self.service.previous_names or ()
-        return tuple(self.service.replica_names(p)[self.index - 1] for p in old) if self.index else tuple(old)
+        return names.previous_instance_names(self.service.previous_names, self.index)
 
     @property
     def original_name(self) -> str:
         """The name its container was created with and keeps across renames."""
-        return self.previous_names[0] if self.previous_names else self.name
+        return names.original_name(self.name, self.previous_names)
 
     @property
     def served_model_name(self) -> str:
@@ -116,6 +121,4 @@ class Instance:
 def instances(service: Service, defaults: ContainerSettings) -> list[Instance]:
     """The instances of a configured service, in replica order, its settings resolved over `defaults`."""
     resolved, fraction = resolve(service, defaults), service.memory_fraction
-    if service.replicas == 1:
-        return [Instance(service, resolved, fraction)]
-    return [Instance(service, resolved, fraction, i) for i in range(1, service.replicas + 1)]
+    return [Instance(service, resolved, fraction, i) for i in names.instance_indexes(service.replicas)]

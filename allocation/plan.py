@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
+from allocation import names
 from allocation.capacity import GIB, Capacity
 from allocation.config import FleetConfig, Host, Service
 from allocation.instance import Instance
@@ -74,6 +75,7 @@ class ServicePlan:
         a = self.assignment
         return {
             "name": self.name,
+            "kind": self.instance.kind,
             "previousNames": list(self.instance.previous_names),
             "replicaOf": self.replica_of,
             "host": a.host_name,
@@ -144,28 +146,33 @@ class RouterPlan:
     @property
     def name(self) -> str:
         """The router's name: its component's, and its container's unless the service was renamed."""
-        return f"{self.service.name}-router"
+        return names.router_name(self.service.name)
 
     @property
     def container_name(self) -> str:
         """The docker container's name, kept across renames of the service (`previousNames`)."""
-        return f"{self.service.original_name}-router"
+        return names.router_name(self.service.original_name)
 
     @property
     def previous_names(self) -> tuple[str, ...]:
         """The names the router had under the service's previous names."""
-        return tuple(f"{old}-router" for old in self.service.previous_names or ())
+        return names.previous_router_names(self.service.previous_names)
 
     @property
-    def previous_replicas(self) -> tuple[tuple[str, ...], ...]:
-        """Per replica, in order, the names it had under the service's previous names."""
-        old = [self.service.replica_names(p) for p in self.service.previous_names or ()]
-        return tuple(tuple(names[i] for names in old) for i in range(len(self.replicas)))
+    def earlier_replica_names(self) -> tuple[list[str], ...]:
+        """Per replica, in order, the names it had under the service's previous names and no longer
+        has: what its resources get aliases to."""
+        old, indexes = self.service.previous_names, names.instance_indexes(len(self.replicas))
+        return tuple(
+            names.earlier_names(replica, names.previous_instance_names(old, i))
+            for replica, i in zip(self.replicas, indexes, strict=True)
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "service": self.service.name,
             "name": self.name,
+            "kind": names.ROUTER,
             "previousNames": list(self.previous_names),
             "host": self.host_name,
             **{k.key: k.value(self.windows[k.key]) for k in ROUTER_KINDS},
@@ -192,17 +199,23 @@ class Plan:
         return [(hp, ps) for hp in self.hosts for ps in hp.services]
 
 
+CAPACITY_KEYS: Mapping[str, Callable[[Capacity], Any]] = {
+    "weightsGiBPerCard": lambda cap: round(cap.weight_bytes_per_card / GIB, 2),
+    "kvCacheGiBPerCard": lambda cap: round(cap.kv_bytes_per_card / GIB, 2),
+    "kvCacheTokens": lambda cap: cap.kv_tokens,
+    "maxConcurrency": lambda cap: _two_places(cap.max_concurrency),
+    "fits": lambda cap: cap.fits,
+    "blockSizeTokens": lambda cap: cap.block_tokens,
+    "kvCacheBlocks": lambda cap: cap.kv_blocks,
+    "bytesPerRequest": lambda cap: cap.bytes_per_request,
+}
+"""The plan JSON's `capacity` of a service, key by key in the order written; `plan --against`
+compares exactly these keys (views.diff.compare)."""
+
+
+def _two_places(concurrency: float | None) -> float | None:
+    return float(f"{concurrency:.2f}") if concurrency is not None else None  # as the log's %.2f
+
+
 def _capacity_json(cap: Capacity | None) -> dict[str, Any] | None:
-    if cap is None:
-        return None
-    concurrency = cap.max_concurrency
-    return {
-        "weightsGiBPerCard": round(cap.weight_bytes_per_card / GIB, 2),
-        "kvCacheGiBPerCard": round(cap.kv_bytes_per_card / GIB, 2),
-        "kvCacheTokens": cap.kv_tokens,
-        "maxConcurrency": float(f"{concurrency:.2f}") if concurrency is not None else None,  # as the log's %.2f
-        "fits": cap.fits,
-        "blockSizeTokens": cap.block_tokens,
-        "kvCacheBlocks": cap.kv_blocks,
-        "bytesPerRequest": cap.bytes_per_request,
-    }
+    return None if cap is None else {key: value(cap) for key, value in CAPACITY_KEYS.items()}

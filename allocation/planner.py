@@ -48,7 +48,7 @@ def _router_hosts(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ..
     replica's host. A service whose first replica found no room has no router (already a problem)."""
     hosts: dict[str, list[Service]] = {}
     for s in fleet.services:
-        if s.replicas == 1:
+        if not s.replicated:
             continue
         host = s.router.host if s.router and s.router.host else placed.get(s.replica_names()[0], (None,))[0]
         if host is not None:
@@ -134,7 +134,7 @@ def _image_for_board(host: Host, i: Instance) -> Outcome[None]:
 def _crowded(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]]) -> Outcome[None]:
     """A warning for each replicated service with two replicas on one host: losing it loses both."""
     notes = []
-    for s in (s for s in fleet.services if s.replicas > 1):
+    for s in (s for s in fleet.services if s.replicated):
         hosts = [placed[n][0] for n in s.replica_names() if n in placed]
         shared = sorted({h for h in hosts if hosts.count(h) > 1})
         if shared:

@@ -35,6 +35,7 @@ from allocation.planner import plan_fleet  # noqa: E402
 from ops.render import docker_run_args  # noqa: E402
 from records.containers import ContainerSpec  # noqa: E402
 from records.deployment import deploy  # noqa: E402
+from records.router import ROUTER_OF_LABEL  # noqa: E402
 from sim.host import IMAGE, SimHost  # noqa: E402
 from tests.simhost.test_prod_layout import prod_values_on_the_simulated_host  # noqa: E402
 from sim.router_image import build_router_image  # noqa: E402
@@ -74,7 +75,7 @@ def create(sim: SimHost, spec: ContainerSpec) -> dict[str, float] | None:
     no model: not measured."""
     sim.docker("run", *docker_run_args(spec))
     sim.wait_healthy(spec.name, timeout=spec.start_timeout_seconds)
-    return None if spec.name.endswith("-router") else measure(sim, spec.name)
+    return None if ROUTER_OF_LABEL in spec.labels else measure(sim, spec.name)
 
 
 def prod_values(sim: SimHost, fast: int, services: tuple[str, ...]) -> dict:

@@ -65,7 +65,7 @@ def stack_pins(plan: Plan) -> dict[str, dict[str, Any]]:
     keys = {}
     for s in plan.fleet.services:
         instances = [planned[name] for name in s.replica_names()]
-        keys[s.name] = pins_of(instances[0]) if s.replicas == 1 else _replicated_pins(s, instances, routers[s.name])
+        keys[s.name] = _replicated_pins(s, instances, routers[s.name]) if s.replicated else pins_of(instances[0])
     return keys
 
 

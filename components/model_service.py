@@ -96,8 +96,10 @@ def start_failure_hook(spec: ContainerSpec, host: AscendHost) -> pulumi.ErrorHoo
 
 
 def renamed(previous: Sequence[str], suffix: str = "") -> list[pulumi.Alias]:
-    """Aliases to a resource's names under the service's previous names (`previousNames`), so a rename
-    updates it instead of creating a new one before the old is deleted. A component's aliases reach
+    """Aliases to the names a resource had under the service's previous names and no longer has
+    (`previousNames`, allocation.names.earlier_names: a rename back lists the current name too, and
+    a resource is no alias of itself), so a rename updates it instead of creating a new one before
+    the old is deleted. A component's aliases reach
     its children only through the engine's guess that a child's name starts with its parent's (pulumi
     pkg/resource/deploy/step_generator.go, generateAliases and inheritedChildAlias, which also drops
     duplicates), so every child names its own. The alias keeps the current parent: a child's URN holds
@@ -149,7 +151,7 @@ class ModelService(pulumi.ComponentResource):
         depends_on: Sequence[pulumi.Input[pulumi.Resource]] = (),
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
-        renames = pulumi.ResourceOptions(aliases=renamed(sd.previous_names))
+        renames = pulumi.ResourceOptions(aliases=renamed(sd.earlier_names))
         super().__init__("ascend-fleet:index:ModelService", name, None, pulumi.ResourceOptions.merge(opts, renames))
         spec = sd.spec
         self.container = docker.Container(
@@ -164,7 +166,7 @@ class ModelService(pulumi.ComponentResource):
                 self,
                 host,
                 [*host.ready, *_sharing(sd, host), *(s.container for s in after), *depends_on],
-                sd.previous_names,
+                sd.earlier_names,
             ),
         )
         endpoint = sd.endpoint

@@ -68,7 +68,7 @@ class Router(pulumi.ComponentResource):
         rollout: Rollout,
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
-        previous = rd.previous_names
+        previous = rd.earlier_names
         renames = pulumi.ResourceOptions(aliases=renamed(previous))
         super().__init__("ascend-fleet:index:Router", name, None, pulumi.ResourceOptions.merge(opts, renames))
         spec = rd.spec
@@ -89,7 +89,7 @@ class Router(pulumi.ComponentResource):
             container_args(spec, image_id),
             opts=container_options(spec, self, host, [*host.ready, workers, replicas[0].container], previous),
         )
-        for handover, replica, old in zip(rd.handovers, replicas, rd.plan.previous_replicas, strict=True):
+        for handover, replica, old in zip(rd.handovers, replicas, rd.plan.earlier_replica_names, strict=True):
             step = script(
                 handover.replica + SERVES_SUFFIX,
                 handover.serve_script,

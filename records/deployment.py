@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
+from allocation import names
 from allocation.config import Host, Ssh
 from records.containers import ContainerSpec, container_spec
 from records.exporter import exporter_spec
@@ -51,9 +52,10 @@ class ServiceDeployment:
         return self.plan.name
 
     @property
-    def previous_names(self) -> tuple[str, ...]:
-        """Its names under the service's previous names: what its resources get aliases to."""
-        return self.plan.instance.previous_names
+    def earlier_names(self) -> list[str]:
+        """The names it had under the service's previous names and no longer has: what its resources
+        get aliases to."""
+        return names.earlier_names(self.name, self.plan.instance.previous_names)
 
     @property
     def url(self) -> str:
@@ -93,9 +95,10 @@ class RouterDeployment:
         return self.plan.name
 
     @property
-    def previous_names(self) -> tuple[str, ...]:
-        """Its names under the service's previous names: what its resources get aliases to."""
-        return self.plan.previous_names
+    def earlier_names(self) -> list[str]:
+        """The names it had under the service's previous names and no longer has: what its resources
+        get aliases to."""
+        return names.earlier_names(self.name, self.plan.previous_names)
 
     @property
     def first(self) -> str:

@@ -39,6 +39,8 @@ RUNTIME_HASHES = {
     ),
 }
 IMAGE_REPOSITORY = "ascend-fleet-router"
+ROUTER_OF_LABEL = f"{LABEL_PREFIX}.router-of"
+"""The label only a router's container has: the service it routes to."""
 HEALTH_INTERVAL_SECONDS = 10
 HEALTH_FAILURES = 3
 STOP_GRACE_SECONDS = 30
@@ -126,7 +128,7 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
     labels = {
         f"{LABEL_PREFIX}.stack": fleet.stack,
         f"{LABEL_PREFIX}.service": router.container_name,
-        f"{LABEL_PREFIX}.router-of": s.original_name,
+        ROUTER_OF_LABEL: s.original_name,
         f"{LABEL_PREFIX}.host": router.host_name,
     } | {f"{LABEL_PREFIX}.{k.label}": k.text(router.windows[k.key]) for k in ROUTER_KINDS}
     return ContainerSpec(

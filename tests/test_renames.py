@@ -291,3 +291,87 @@ def test_previous_names_of_two_services_that_imply_no_common_name_pass():
     a = service("a", 1, 0.1, replicas=2, previousNames=["old"])
     b = service("b", 1, 0.1, replicas=2, previousNames=["old-one", "older"])
     assert parse_fleet("t", {"hosts": [host()], "services": [a, b]}).services[1].previous_names == ["old-one", "older"]
+
+
+# --- a rename back: a -> b -> a ----------------------------------------------
+
+
+def renamed_back(values: dict, now: str, back: str, previous: list[str] | None) -> dict:
+    """`now` (renamed from `back` earlier) takes its first name again, with `previous` (None: none)."""
+    out = copy.deepcopy(values)
+    entry = next(s for s in out["services"] if s["name"] == now)
+    entry["name"] = back
+    entry.pop("previousNames", None)
+    if previous is not None:
+        entry["previousNames"] = previous
+    return out
+
+
+def served_model_name(reg: Registration) -> str:
+    command = list(reg.inputs["command"])
+    return command[command.index("--served-model-name") + 1]
+
+
+def test_a_rename_back_that_lists_the_whole_history_keeps_the_container_and_its_served_model_name():
+    first = pinned("prod")
+    away = renamed(first, "qwen-vl", "qwen-vision")
+    back = renamed_back(away, "qwen-vision", "qwen-vl", ["qwen-vl", "qwen-vision"])
+    before, after = run_program("prod", away), run_program("prod", back)
+    found = matches("prod", before, after)  # nothing created, changed or deleted
+    assert {name_of(u): name_of(old) for u, old in found.items() if u != old} == {
+        "qwen-vl": "qwen-vision",
+        "qwen-vl-container": "qwen-vision-container",
+    }
+    assert after.by_name(MODEL_SERVICE)["qwen-vl"].aliases == ({"name": "qwen-vision", **SPEC},), "no alias to itself"
+    container = after.by_name(CONTAINER)["qwen-vl-container"]
+    assert container.inputs["name"] == "qwen-vl"
+    first_container = run_program("prod", first).by_name(CONTAINER)["qwen-vl-container"]
+    assert served_model_name(container) == served_model_name(first_container) == "qwen-vl"
+    diff = diff_plans(plan_doc("prod", away), plan_doc("prod", back))
+    assert [(s.name, s.lines()) for s in diff.changes()] == [("qwen-vl", [("renamed", "qwen-vision -> qwen-vl")])]
+    assert json.loads(render_diff(diff, "json"))["recreatedCount"] == 0
+
+
+def test_a_replicated_service_renamed_back_keeps_its_replicas_and_router():
+    away = renamed(pinned("staging"), "bge-m3", "bge-embed")
+    back = renamed_back(away, "bge-embed", "bge-m3", ["bge-m3", "bge-embed"])
+    found = matches("staging", run_program("staging", away), run_program("staging", back))
+    moved = {name_of(u): name_of(old) for u, old in found.items() if u != old}
+    assert moved["bge-m3-router-container"] == "bge-embed-router-container"
+    assert moved["bge-m3-2-serves"] == "bge-embed-2-serves"
+    diff = diff_plans(plan_doc("staging", away), plan_doc("staging", back))
+    assert {s.name for s in diff.changes()} == {"bge-m3-1", "bge-m3-2", "bge-m3-3", "bge-m3-router"}
+    assert diff.recreated() == []
+
+
+def test_a_rename_back_spelt_with_the_last_name_only_re_creates_the_container_and_the_diff_says_by_what():
+    away = renamed(pinned("prod"), "qwen-vl", "qwen-vision")
+    back = renamed_back(away, "qwen-vision", "qwen-vl", ["qwen-vision"])
+    _, problems = compare("prod", run_program("prod", away), run_program("prod", back))
+    assert "qwen-vl-container changes its inputs against qwen-vision-container" in problems
+    [restart] = diff_plans(plan_doc("prod", away), plan_doc("prod", back)).recreated()
+    assert (restart.name, restart.recreate_keys) == ("qwen-vl", ("name", "command", "env", "mounts", "labels"))
+
+
+def test_a_rename_back_without_previous_names_re_creates_the_container_and_the_diff_says_so():
+    """The old resource (qwen-vision) holds the docker name qwen-vl: a new resource of that name is no
+    update of it. The diff must not say that nothing restarts."""
+    away = renamed(pinned("prod"), "qwen-vl", "qwen-vision")
+    back = renamed_back(away, "qwen-vision", "qwen-vl", None)
+    _, problems = compare("prod", run_program("prod", away), run_program("prod", back))
+    assert {"qwen-vl-container would be created", "qwen-vision-container would be deleted"} <= set(problems)
+    diff = diff_plans(plan_doc("prod", away), plan_doc("prod", back))
+    [restart] = diff.recreated()
+    assert restart.name == "qwen-vl" and restart.renamed_from == "qwen-vision"
+    assert [s.name for s in diff.services if s.added or s.removed] == []
+    table = render_diff(diff, "table")
+    assert "Will restart: 1 container(s)" in table
+    assert re.search(r"npu-a +qwen-vl +previousNames +down for the model load", table), table
+    assert "previousNames [qwen-vl, qwen-vision]" in table, "the diff says how to keep the container"
+
+
+@pytest.mark.parametrize("previous", [["qwen-vl"], ["qwen-vision", "qwen-vl"]])
+def test_a_services_own_name_is_a_previous_name_only_first_and_followed_by_the_names_it_had_since(previous):
+    values = renamed_back(renamed(values_of("prod"), "qwen-vl", "qwen-vision"), "qwen-vision", "qwen-vl", previous)
+    with pytest.raises(ConfigError, match="previousNames gives qwen-vl, the name of a current service"):
+        parse_fleet("prod", values)

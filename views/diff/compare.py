@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from allocation import names
+from allocation.plan import CAPACITY_KEYS
 from allocation.windows import BY_KEY, KINDS, ROUTER_KINDS, window_text
 from records.restarts import changed
 from views.diff.container import compact, container_changes, key_change, security_changes
@@ -24,10 +26,10 @@ PORT_FIELDS = tuple(k.key for k in (*KINDS, *ROUTER_KINDS))
 SECURITY = "security"
 IN_PLACE = "updated in place"
 CAPACITY = "capacity"
-CAPACITY_FIELDS = (
-    "fits", "kvCacheTokens", "maxConcurrency", "kvCacheGiBPerCard", "weightsGiBPerCard",
-    "blockSizeTokens", "kvCacheBlocks", "bytesPerRequest",
-)  # fmt: skip
+# The capacity keys the plan JSON writes (allocation.plan.CAPACITY_KEYS), the verdict first, then the
+# sizes behind it, then the rest in the order written.
+_VERDICT_FIRST = ("fits", "kvCacheTokens", "maxConcurrency", "kvCacheGiBPerCard", "weightsGiBPerCard")
+CAPACITY_FIELDS = (*_VERDICT_FIRST, *(k for k in CAPACITY_KEYS if k not in _VERDICT_FIRST))
 HOST_FIELDS = ("address", "npus", "hbmGiB", "memoryBudget", "sharedCards", "cardSharing", "heldCards")
 
 
@@ -79,8 +81,15 @@ class ServiceDiff:
     replica_of: str | None = None
     """The configured service the container serves (the plan JSON's `replicaOf`): a replica's or a
     router's service, or a service of its own itself, where a plan before the replica model has None."""
+    kind: str = names.SERVICE
+    """What the entry is (the plan JSON's `kind`, allocation.names): a service, a replica or a router."""
     renamed_from: str | None = None
-    """Its name in the old plan, found through its `previousNames`; None when it kept its name."""
+    """Its name in the old plan, found through its `previousNames`, or (`unaliased`) through the docker
+    name of its container; None when it kept its name."""
+    unaliased: bool = False
+    """Renamed without a `previousNames` entry for its old name, but its container keeps the old
+    one's docker name (a rename back with `previousNames` dropped): to Pulumi a new resource beside
+    the old, so its container is re-created."""
 
     @property
     def moved(self) -> bool:
@@ -219,17 +228,15 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
     old_services = _services(old) if old is not None else {}
     new_services = _services(new)
     renames = _renames(old_services, new_services)
+    unaliased = _unaliased(old_services, new_services, renames)
+    renames |= unaliased
     diffs = []
     for name in (old_services.keys() - renames.values()) | new_services.keys():
         before, after = old_services.get(renames.get(name, name)), new_services.get(name)
-        if before is None:
-            of = after.get("replicaOf")
-            diffs.append(ServiceDiff(name, after["host"], added=True, placement=_placement(after), replica_of=of))
-        elif after is None:
-            of = before.get("replicaOf")
-            diffs.append(ServiceDiff(name, before["host"], removed=True, placement=_placement(before), replica_of=of))
+        if before is None or after is None:
+            diffs.append(_added_or_removed(name, before, after))
         else:
-            diffs.append(_service_diff(name, before, after, renamed_from=renames.get(name)))
+            diffs.append(_service_diff(name, before, after, renames.get(name), name in unaliased))
     diffs.sort(key=lambda d: (d.host, d.name))
     return PlanDiff(
         stack=str(new.get("stack", "")),
@@ -241,15 +248,30 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
     )
 
 
+def _added_or_removed(name: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> ServiceDiff:
+    """An entry only one plan has: added, with where it lands, or removed, with where it was."""
+    svc = after if after is not None else before
+    assert svc is not None
+    return ServiceDiff(
+        name, svc["host"], added=before is None, removed=after is None, placement=_placement(svc),
+        replica_of=svc.get("replicaOf"), kind=svc["kind"],
+    )  # fmt: skip
+
+
 def _services(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     out = {}
     for host in plan.get("hosts", ()):
         for svc in host.get("services", ()):
-            out[svc["name"]] = {**svc, "host": svc.get("host") or host["name"]}
+            out[svc["name"]] = {"kind": _instance_kind(svc), **svc, "host": svc.get("host") or host["name"]}
     # A router is compared like a service without cards: its ports, its container (workers, policy).
     for router in plan.get("routers", ()):
-        out[router["name"]] = {**router, "devices": [], "replicaOf": router["service"]}
+        out[router["name"]] = {"kind": names.ROUTER, **router, "devices": [], "replicaOf": router["service"]}
     return out
+
+
+def _instance_kind(svc: Mapping[str, Any]) -> str:
+    """An entry's `kind`; a plan written before the key says it by `replicaOf` (None before replicas)."""
+    return svc.get("kind") or (names.SERVICE if svc.get("replicaOf") in (None, svc["name"]) else names.REPLICA)
 
 
 def _renames(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, str]:
@@ -264,12 +286,38 @@ def _renames(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def _unaliased(old: Mapping[str, Any], new: Mapping[str, Any], renames: Mapping[str, str]) -> dict[str, str]:
+    """New name -> old name, for an entry of the new plan whose container has the docker name of a
+    container that an old entry, gone from the new plan and from every `previousNames`, runs on the
+    same host. To Pulumi that is a new resource and a deleted one, no update: it deletes a resource the
+    program no longer registers once every resource has registered (pulumi pkg/resource/deploy/
+    step_generator.go, GenerateDeletes), so the new container is created while the old one runs."""
+    gone = {
+        (svc["host"], _container_name(svc)): name
+        for name, svc in old.items()
+        if name not in new and name not in renames.values() and _container_name(svc)
+    }
+    return {
+        name: gone[svc["host"], _container_name(svc)]
+        for name, svc in new.items()
+        if name not in old and name not in renames and (svc["host"], _container_name(svc)) in gone
+    }
+
+
+def _container_name(svc: Mapping[str, Any]) -> str | None:
+    return (svc.get("container") or {}).get("name")
+
+
 def _placement(svc: Mapping[str, Any]) -> Placement:
     return Placement(svc["host"], tuple(svc.get("devices") or ()))
 
 
 def _service_diff(
-    name: str, before: Mapping[str, Any], after: Mapping[str, Any], renamed_from: str | None = None
+    name: str,
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    renamed_from: str | None = None,
+    unaliased: bool = False,
 ) -> ServiceDiff:
     was, now = _placement(before), _placement(after)
     moved = was != now
@@ -291,12 +339,28 @@ def _service_diff(
         moved_to=now if moved else None,
         ports=ports,
         security=tuple(security_changes(old, new)),
-        restart_reasons=tuple(container_changes(old, new, explained, recreate)),
+        restart_reasons=(
+            *([_unaliased_reason(name, renamed_from or "", before)] if unaliased else []),
+            *container_changes(old, new, explained, recreate),
+        ),
         in_place=tuple(key_change(key, old, new) for key in in_place),
         recreate_keys=tuple(recreate),
         capacity=capacity,
         replica_of=after.get("replicaOf"),
+        kind=after["kind"],
         renamed_from=renamed_from,
+        unaliased=unaliased,
+    )
+
+
+def _unaliased_reason(name: str, was: str, before: Mapping[str, Any]) -> str:
+    """Why a rename that keeps the docker name but drops the old name re-creates the container, and the
+    `previousNames` that keeps it: the old entry's, then its name (the first stays the docker name)."""
+    history = ", ".join(dict.fromkeys([*(before.get("previousNames") or ()), was]))
+    return (
+        f"previousNames does not list {was}: pulumi up creates {name} as a new resource and deletes {was}, "
+        f"whose container has the same docker name {_container_name(before)} (it creates first, so the create "
+        f"may fail on the name in use); previousNames [{history}] keeps the container"
     )
 
 

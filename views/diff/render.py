@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+from allocation import names
 from allocation.errors import printable
 from views import markdown
 from views.diff.compare import CAPACITY, IN_PLACE, SECURITY, Placement, PlanDiff, ServiceDiff
@@ -39,11 +40,11 @@ def _new_stack_note(diff: PlanDiff) -> str:
 
 def _restart_note(s: ServiceDiff) -> str:
     """What a re-created container costs the service it serves."""
-    if s.replica_of in (None, s.name):
-        return "down for the model load"
-    if s.name == f"{s.replica_of}-router":
+    if s.kind == names.ROUTER:
         return f"router of {s.replica_of}: the endpoint is down until it is back"
-    return f"replica of {s.replica_of}: one replica at a time, the others keep serving"
+    if s.kind == names.REPLICA:
+        return f"replica of {s.replica_of}: one replica at a time, the others keep serving"
+    return "down for the model load"
 
 
 def _restart_rows(diff: PlanDiff) -> list[tuple[str, str, str, str]]:
@@ -51,6 +52,8 @@ def _restart_rows(diff: PlanDiff) -> list[tuple[str, str, str, str]]:
     rows = []
     for s in diff.recreated():
         fields = list(s.recreate_keys) or [k for k in s.kinds() if k not in (IN_PLACE, CAPACITY)]
+        if s.unaliased:  # a new resource to Pulumi: its missing previousNames entry re-creates it
+            fields = ["previousNames", *s.recreate_keys]
         if s.moved:
             fields = ["cards", *(f for f in fields if f != "deviceFiles")]
         rows.append((s.host, s.name, ", ".join(dict.fromkeys(fields)), _restart_note(s)))
