@@ -46,6 +46,7 @@ from allocation.defaults import (
     REQUEST_TIMEOUT_SECONDS,
 )
 from allocation.windows import KINDS, MAX_PORT, ROUTER_KINDS, PortWindow, WindowKind, window_text
+from allocation.vllm_args import ArgsError, read_args
 
 NAMESPACE = "ascend-fleet"
 A3_CHIPS = 16  # Atlas 800T/800I A3: 8 NPUs of 2 chips
@@ -843,6 +844,20 @@ class FleetConfig(Model):
 
     def budget(self, host: Host) -> Decimal:
         return host.memory_budget if host.memory_budget is not None else self.memory_budget
+
+    @model_validator(mode="after")
+    def _args_read_as_vllm_reads_them(self) -> FleetConfig:
+        """Each service's `args` (the defaults' then its own) are read once here as vLLM reads them
+        (`allocation.vllm_args`), so every later reader of them can trust they read."""
+        problems = []
+        for s in self.services:
+            try:
+                read_args([*(self.defaults.args or ()), *(s.args or ())])
+            except ArgsError as exc:
+                problems.append(f"service {s.name}: args: {exc}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 def _previous_name_problems(services: list[Service]) -> list[str]:

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from allocation.config import ModelProfile, Service
 from records.deployment import Deployment, HostDeployment
 from allocation.errors import ConfigError, listing
+from allocation.vllm_args import read_args
 from ops.bounded_json import JsonError, excerpt, loads
 from ops.model_files import INDEX, Folder, ModelFileError, gather_script, parse_folders
 from ops.ssh import run_script
@@ -205,22 +206,12 @@ KV_CACHE_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "int8": "int8",
                    "fp8_e4m3": "float8", "fp8_e5m2": "float8", "fp8_inc": "float8"}  # fmt: skip
 
 
-def _kv_cache_arg(args: Sequence[str]) -> str | None:
-    """The last `--kv-cache-dtype X` (or `=X`) of the vllm serve arguments, as vLLM reads it."""
-    found = None
-    for i, arg in enumerate(args):
-        if arg == "--kv-cache-dtype" and i + 1 < len(args):
-            found = args[i + 1]
-        elif arg.startswith("--kv-cache-dtype="):
-            found = arg.partition("=")[2]
-    return found
-
-
 def _kv_cache_dtype(service: Service, args: Sequence[str]) -> str | None:
-    """The kvCacheDtype the stack fixes: set by hand in the profile, else from `--kv-cache-dtype` in `args`."""
+    """The kvCacheDtype the stack fixes: set by hand in the profile, else from `--kv-cache-dtype` in
+    `args`, read as vLLM reads them (`allocation.vllm_args`)."""
     if service.profile is not None and "kv_cache_dtype" in service.profile.model_fields_set:
         return service.profile.kv_cache_dtype
-    value = _kv_cache_arg(list(args))
+    value = read_args(args).kv_cache_dtype
     if value is None or value == "auto":
         return None
     if value not in KV_CACHE_DTYPES:
