@@ -104,8 +104,8 @@ def _gated_delta_net(text: dict[str, Any], dtype: str) -> dict[str, Any] | None:
     return {
         "modelType": str(text["model_type"]) if "model_type" in text else None,
         "numFullAttentionLayers": full,
-        "numKeyValueHeads": _whole(text, "num_key_value_heads") if text.get("num_key_value_heads") else heads,
-        "headDim": _whole(text, "head_dim") if text.get("head_dim") else _divided(text, "hidden_size", heads),
+        "numKeyValueHeads": _set_or(text, "num_key_value_heads", heads),
+        "headDim": _set_or(text, "head_dim", None) or _divided(text, "hidden_size", heads),
         "linearNumKeyHeads": _whole(text, "linear_num_key_heads"),
         "linearNumValueHeads": _whole(text, "linear_num_value_heads"),
         "linearKeyHeadDim": _whole(text, "linear_key_head_dim"),
@@ -147,6 +147,12 @@ def _whole(fields: dict[str, Any], key: str) -> int:
     return value
 
 
+def _set_or(fields: dict[str, Any], key: str, default: int | None) -> int | None:
+    """The field as a positive whole number if config.json sets it (`null` is unset, as transformers
+    writes it), else `default`: `0`, `false` and `-4` are refused by name, never taken for absent."""
+    return default if fields.get(key) is None else _whole(fields, key)
+
+
 def _divided(fields: dict[str, Any], key: str, by: int) -> int:
     """`hidden_size / num_attention_heads`, which must divide evenly."""
     total = _whole(fields, key)
@@ -175,8 +181,8 @@ def read_profile(model: Path | Folder) -> dict[str, Any]:
             return profile | {"attention": "mla", "kvLoraRank": _whole(text, "kv_lora_rank"),
                               "qkRopeHeadDim": _whole(text, "qk_rope_head_dim")}  # fmt: skip
         heads = _whole(text, "num_attention_heads")
-        head_dim = _whole(text, "head_dim") if text.get("head_dim") else _divided(text, "hidden_size", heads)
-        kv_heads = _whole(text, "num_key_value_heads") if text.get("num_key_value_heads") else heads
+        head_dim = _set_or(text, "head_dim", None) or _divided(text, "hidden_size", heads)
+        kv_heads = _set_or(text, "num_key_value_heads", heads)
         profile |= {"numKeyValueHeads": kv_heads, "headDim": head_dim}
     except KeyError as exc:
         raise ProfileError(f"{folder.where}/config.json lacks {exc}") from None
