@@ -63,6 +63,19 @@ ALLOCATED_ENV = {
     "ASCEND_VISIBLE_DEVICES": "devices",
     **{k.env: k.key for k in KINDS if k.env},
 }
+CARDS_ENV = "ASCEND_FLEET_CARDS"
+HEALTH_URL_ENV = "ASCEND_FLEET_HEALTH_URL"
+START_WAIT_ENV = "ASCEND_FLEET_START_WAIT_SECONDS"
+CONTAINER_ENV = "ASCEND_FLEET_CONTAINER"
+"""The container's own Docker name: what its gate's files are called. Never a neighbour's."""
+GATE_ENV = {
+    CONTAINER_ENV: "the container's own name",
+    CARDS_ENV: "the cards it holds (devices)",
+    HEALTH_URL_ENV: "its health URL (apiPort)",
+    START_WAIT_ENV: "how long it waits for its card locks (startTimeoutSeconds)",
+}
+"""The start gate's own variables (records.containers `_gated`), written over `env`: refused there,
+each with what the plan puts in it."""
 # Config keys the Pulumi program reads but the planner has no use for.
 PROGRAM_ONLY_KEYS = frozenset({"sshPrivateKey"})
 VERBATIM_KEYS = frozenset({"dockerEngine"})
@@ -358,6 +371,11 @@ class ContainerSettings(Model):
             if owned:
                 raise ValueError(
                     "; ".join(f"{v} is set by the plan: set the service's {ALLOCATED_ENV[v]} instead" for v in owned)
+                )
+            gate = sorted(set(value) & set(GATE_ENV))
+            if gate:
+                raise ValueError(
+                    "; ".join(f"{v} is set by the start gate to {GATE_ENV[v]}; remove it from env" for v in gate)
                 )
             return {k: v if isinstance(v, str) else _scalar_to_str(v) for k, v in value.items()}
         return value
