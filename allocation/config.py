@@ -48,6 +48,7 @@ from allocation.defaults import (
     REQUEST_TIMEOUT_SECONDS,
 )
 from allocation.windows import KINDS, MAX_PORT, ROUTER_KINDS, PortWindow, WindowKind, window_text
+from allocation.vllm_args import ArgsError, read_args
 
 NAMESPACE = "ascend-fleet"
 A3_CHIPS = 16  # Atlas 800T/800I A3: 8 NPUs of 2 chips
@@ -64,6 +65,19 @@ ALLOCATED_ENV = {
     "ASCEND_VISIBLE_DEVICES": "devices",
     **{k.env: k.key for k in KINDS if k.env},
 }
+CARDS_ENV = "ASCEND_FLEET_CARDS"
+HEALTH_URL_ENV = "ASCEND_FLEET_HEALTH_URL"
+START_WAIT_ENV = "ASCEND_FLEET_START_WAIT_SECONDS"
+CONTAINER_ENV = "ASCEND_FLEET_CONTAINER"
+"""The container's own Docker name: what its gate's files are called. Never a neighbour's."""
+GATE_ENV = {
+    CONTAINER_ENV: "the container's own name",
+    CARDS_ENV: "the cards it holds (devices)",
+    HEALTH_URL_ENV: "its health URL (apiPort)",
+    START_WAIT_ENV: "how long it waits for its card locks (startTimeoutSeconds)",
+}
+"""The start gate's own variables (records.containers `_gated`), written over `env`: refused there,
+each with what the plan puts in it."""
 # Config keys the Pulumi program reads but the planner has no use for.
 PROGRAM_ONLY_KEYS = frozenset({"sshPrivateKey"})
 VERBATIM_KEYS = frozenset({"dockerEngine"})
@@ -391,6 +405,11 @@ class ContainerSettings(Model):
             if owned:
                 raise ValueError(
                     "; ".join(f"{v} is set by the plan: set the service's {ALLOCATED_ENV[v]} instead" for v in owned)
+                )
+            gate = sorted(set(value) & set(GATE_ENV))
+            if gate:
+                raise ValueError(
+                    "; ".join(f"{v} is set by the start gate to {GATE_ENV[v]}; remove it from env" for v in gate)
                 )
             return {k: v if isinstance(v, str) else _scalar_to_str(v) for k, v in value.items()}
         return value
@@ -903,6 +922,20 @@ class FleetConfig(Model):
 
     def budget(self, host: Host) -> Decimal:
         return host.memory_budget if host.memory_budget is not None else self.memory_budget
+
+    @model_validator(mode="after")
+    def _args_read_as_vllm_reads_them(self) -> FleetConfig:
+        """Each service's `args` (the defaults' then its own) are read once here as vLLM reads them
+        (`allocation.vllm_args`), so every later reader of them can trust they read."""
+        problems = []
+        for s in self.services:
+            try:
+                read_args([*(self.defaults.args or ()), *(s.args or ())])
+            except ArgsError as exc:
+                problems.append(f"service {s.name}: args: {exc}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 def _previous_name_problems(services: list[Service]) -> list[str]:

@@ -49,9 +49,10 @@ The layout, per tensor-parallel rank:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Sequence
+
+from allocation.vllm_args import ArgsError, read_args
 
 LATEST = (0, 20)
 """The rules of the newest release read; used when the image's version is unknown."""
@@ -85,41 +86,15 @@ class Engine:
         return not hybrid if self.prefix_caching is None else self.prefix_caching
 
 
-def _flag_value(args: Sequence[str], i: int, flag: str) -> str | None:
-    arg = args[i]
-    if arg == flag:
-        return args[i + 1] if i + 1 < len(args) else None
-    return arg[len(flag) + 1 :] if arg.startswith(flag + "=") else None
-
-
 def engine_of(args: Sequence[str], version: tuple[int, int] | None) -> Engine | str:
-    """The engine a service's `vllm serve` arguments ask for (the last of repeated flags wins, as in
-    argparse); or what in them cannot be read."""
-    prefix: bool | None = None
-    chunked = True
-    block = None
-    speculative = 0
-    dtype = "auto"
-    for i, arg in enumerate(args):
-        if arg in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
-            prefix = arg == "--enable-prefix-caching"
-        elif arg in ("--enable-chunked-prefill", "--no-enable-chunked-prefill"):
-            chunked = arg == "--enable-chunked-prefill"
-        elif (text := _flag_value(args, i, "--block-size")) is not None:
-            if not text.isdigit() or not 0 < int(text) <= 1 << 20:
-                return f"--block-size {text!r} is not a block size"
-            block = int(text)
-        elif (text := _flag_value(args, i, "--speculative-config")) is not None:
-            try:
-                tokens = json.loads(text).get("num_speculative_tokens", 0)
-            except (ValueError, AttributeError):
-                return f"--speculative-config {text!r} is not a JSON object"
-            if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 <= tokens <= 64:
-                return f"--speculative-config's num_speculative_tokens {tokens!r} is not a count"
-            speculative = tokens
-        elif (text := _flag_value(args, i, "--dtype")) is not None:
-            dtype = text
-    return Engine(version or LATEST, prefix, chunked, block, speculative, dtype)
+    """The engine a service's `vllm serve` arguments ask for, read as vLLM reads them
+    (`allocation.vllm_args`); or what in them vLLM would refuse."""
+    try:
+        read = read_args(args)
+    except ArgsError as exc:
+        return str(exc)
+    chunked = read.chunked_prefill is not False
+    return Engine(version or LATEST, read.prefix_caching, chunked, read.block_size, read.speculative_tokens, read.dtype or "auto")
 
 
 @dataclass(frozen=True)

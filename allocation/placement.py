@@ -27,6 +27,8 @@ from typing import Mapping
 
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service, units
 from allocation.outcome import Outcome
+from allocation.ports import PinnedPorts
+from allocation.windows import KINDS
 
 Block = tuple[int, ...]
 
@@ -46,6 +48,8 @@ class Cards:
 
     host: Host
     budget: int
+    ports: PinnedPorts | None = None
+    """The windows pinned here so far; None when ports play no part (`benchmarks/plan_bench.py`)."""
     free: list[int] = field(init=False)
     users: list[list[Service]] = field(init=False)
     sole: list[bool] = field(init=False)
@@ -105,9 +109,16 @@ class Cards:
     def fits(self, block: Block, service: Service, avoid: frozenset[int] = frozenset()) -> bool:
         return all(self.refusal(c, service, avoid) is None for c in block)
 
+    def port_refusal(self, service: Service) -> str | None:
+        """Why the host cannot take `service` for a window it pins (or HCCL's default NPU port it
+        keeps); None when it can. Only a service bound to ports (`binds_ports`) can be refused."""
+        return self.ports.refusal(service) if self.ports is not None and binds_ports(service) else None
+
     def best_block(self, service: Service, avoid: frozenset[int] = frozenset(), unheld: bool = False) -> Block | None:
         """The aligned block leaving the least memory unused, none of its cards in `avoid` (nor, with
         `unheld`, held by a pinned service); the lowest cards on a tie."""
+        if self.port_refusal(service) is not None:
+            return None
         need = units(service.memory_fraction)
         fitting = [
             g
@@ -125,6 +136,8 @@ class Cards:
             self.sole[c] = self.sole[c] or sole
             self.pinned[c] = self.pinned[c] or service.devices is not None
         self.in_use = True
+        if self.ports is not None and binds_ports(service):
+            self.ports.take(service)
 
     def capacity(self, tp: int, alone: bool, unheld: bool = False) -> int:
         """Largest memory fraction (units) a TP group of this size could still get here (with
@@ -145,6 +158,11 @@ class Cards:
                 note = " (in use; cardSharing refuse)" if refused else " (held by a service with hcclPortRanges: false)"
             parts.append(f"{c}:{fmt_units(max(self.free[c], 0))}{note}")
         return " ".join(parts)
+
+
+def binds_ports(service: Service) -> bool:
+    """It pins a window, or keeps HCCL's default NPU port: where it goes depends on other ports."""
+    return not service.hccl_port_ranges or any(service.pinned(kind, kind.size) is not None for kind in KINDS)
 
 
 def _names(services: list[Service]) -> str:
@@ -222,7 +240,10 @@ class Placer:
         self.siblings: dict[str, dict[str, set[int]]] = {}
         """Replicated service -> host -> cards its replicas hold there."""
         self.hosts = sorted(fleet.hosts, key=lambda h: h.name)
-        self.cards = {h.name: Cards(h, units(fleet.budget(h))) for h in self.hosts}
+        exporter = fleet.metrics.npu_exporter_port
+        self.cards = {
+            h.name: Cards(h, units(fleet.budget(h)), PinnedPorts.of(h, fleet.ports, exporter)) for h in self.hosts
+        }
         self.index = {h.name: i for i, h in enumerate(self.hosts)}
         self.trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
         self.unheld_trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
@@ -252,12 +273,14 @@ class Placer:
             cards = self.cards[s.host]
             choice = self._choose(s, [cards.host])
             if choice is None:
-                return (
+                return cards.port_refusal(s) or (
                     f"host {s.host}: service {s.name} needs {_need_text(s)} (aligned); "
                     f"free per card: {cards.describe()}"
                 )
             self._commit(s, *choice)
             return None
+        if binds_ports(s):
+            return self._place_among(s)  # the trees know memory, not ports: ask each host, in the same order
         tp, alone = s.tensor_parallel_size, not s.hccl_port_ranges
         i = self._unheld_tree(tp, alone).first_at_least(need) if self.keep_off_running else None
         if i is not None:
@@ -303,9 +326,11 @@ class Placer:
                 return None
         where = f"hosts {', '.join(h.name for h in candidates)}" if s.hosts else "any host"
         shown = "; ".join(f"{h.name}: {self.cards[h.name].describe()}" for h in candidates[:5])
+        ports = [why for h in candidates if (why := self.cards[h.name].port_refusal(s))][:5]
         return (
             f"no room for service {s.name} on {where}: it needs {_need_text(s)} on one host (aligned)"
             + (", on cards no other replica of its service uses" if s.name in self.replica_of else "")
+            + (f", where its pinned ports are free ({'; '.join(ports)})" if ports else "")
             + f"; free per card: {shown}"
         )
 
@@ -333,6 +358,7 @@ class Placer:
         for i, host in enumerate(self._candidates(s)):
             cards, avoid = self.cards[host.name], self._avoid(s, host.name)
             refusals = [r for c in block if c < host.npus and (r := cards.refusal(c, s, avoid, group)) is not None]
+            refusals += [r for r in [cards.port_refusal(s)] if r is not None]
             if max(block) < host.npus and not refusals:
                 self._commit(s, cards, block)
                 return None

@@ -67,6 +67,57 @@ def _merged(ranges: list[PortRange]) -> list[PortWindow]:
     return [(a, b) for a, b in out]
 
 
+KEPT_DEFAULT = "HCCL's default NPU port (kept by services with hcclPortRanges: false)"
+EXPORTER_OWNER = "the NPU exporter's port (ascend-fleet:metrics.npuExporterPort)"
+
+
+@dataclass
+class PinnedPorts:
+    """What `assign_ports` will claim on one host before it hands anything out (reserved ports, the
+    exporter's, HCCL's default NPU port once a service keeps it, every placed service's pins),
+    kept while services are placed, so placement keeps a service off a host where one of its pinned
+    windows would clash, as it keeps one off cards that have no room."""
+
+    host: str
+    policy: Ports
+    taken: Occupied = field(default_factory=Occupied)
+
+    @classmethod
+    def of(cls, host: Host, policy: Ports, exporter_port: int | None) -> PinnedPorts:
+        pins = cls(host.name, policy)
+        for first, last in _merged([*policy.reserved, *host.reserved_ports]):
+            pins.taken.add(first, last, "reserved ports")
+        if exporter_port is not None and pins.taken.clash(exporter_port, exporter_port) is None:
+            pins.taken.add(exporter_port, exporter_port, EXPORTER_OWNER)
+        return pins
+
+    def _wanted(self, s: Instance) -> list[tuple[PortWindow, str]]:
+        """The windows `s` pins, each with its owner's words; HCCL's default NPU port if it keeps it."""
+        out = [
+            (window, f"{kind.key} of {s.name}")
+            for kind in KINDS
+            if (window := s.pinned(kind, self.policy.size(kind))) is not None
+        ]
+        default = (HCCL_DEFAULT_NPU_PORT, HCCL_DEFAULT_NPU_PORT)
+        if not s.hccl_port_ranges and self.taken.clash(*default) != (*default, KEPT_DEFAULT):
+            out.append((default, KEPT_DEFAULT))
+        return out
+
+    def refusal(self, s: Instance) -> str | None:
+        """Why `s` cannot go on this host for its ports, in `assign_ports`' words; None if it can."""
+        for window, owner in self._wanted(s):
+            other = self.taken.clash(*window)
+            if other is not None:
+                return f"host {self.host}: {owner} {window_text(window)} overlaps {other[2]} {window_text(other[:2])}"
+        return None
+
+    def take(self, s: Instance) -> None:
+        """`s` is placed here: its windows are taken (one that clashes is left to `assign_ports` to report)."""
+        for window, owner in self._wanted(s):
+            if self.taken.clash(*window) is None:
+                self.taken.add(*window, owner)
+
+
 def assign_ports(
     host: Host,
     placed: list[tuple[Instance, tuple[int, ...]]],
@@ -93,11 +144,10 @@ def assign_ports(
     for first, last in _merged([*policy.reserved, *host.reserved_ports]):
         taken.add(first, last, "reserved ports")
     if exporter_port is not None and taken.clash(exporter_port, exporter_port) is None:
-        taken.add(exporter_port, exporter_port, "the NPU exporter's port (ascend-fleet:metrics.npuExporterPort)")
+        taken.add(exporter_port, exporter_port, EXPORTER_OWNER)
     placed = sorted(placed, key=lambda p: p[0].name)
     if any(not s.hccl_port_ranges for s, _ in placed):
-        owner = "HCCL's default NPU port (kept by services with hcclPortRanges: false)"
-        claim((HCCL_DEFAULT_NPU_PORT, HCCL_DEFAULT_NPU_PORT), owner)
+        claim((HCCL_DEFAULT_NPU_PORT, HCCL_DEFAULT_NPU_PORT), KEPT_DEFAULT)
     windows: dict[str, dict[str, PortWindow]] = {s.name: {} for s, _ in placed}
     router_windows: dict[str, dict[str, PortWindow]] = {s.name: {} for s in sorted(routers, key=lambda s: s.name)}
     owners: list[tuple[Instance | Service, tuple[WindowKind, ...], dict[str, PortWindow]]] = [

@@ -24,6 +24,7 @@ from allocation.defaults import (
     DEFAULT_STOP_GRACE_SECONDS,
     LOG_OPTS,
 )
+from allocation.vllm_args import read_args
 
 if TYPE_CHECKING:
     from allocation.config import ContainerSettings, Mount
@@ -55,11 +56,10 @@ class Resolved:
 
     @property
     def captures_graphs(self) -> bool:
-        """vLLM-Ascend captures NPU graphs unless `--enforce-eager` (the last of it and
-        `--no-enforce-eager` in `args` wins, as argparse's): vllm-ascend@v0.20.2rc1 `worker/worker.py`
-        l. 507 `if not self.model_config.enforce_eager: ... capture_model()`."""
-        flags = [a for a in self.args if a in ("--enforce-eager", "--no-enforce-eager")]
-        return not flags or flags[-1] == "--no-enforce-eager"
+        """vLLM-Ascend captures NPU graphs unless `--enforce-eager` (read as vLLM reads `args`:
+        `allocation.vllm_args`): vllm-ascend@v0.20.2rc1 `worker/worker.py` l. 507 `if not
+        self.model_config.enforce_eager: ... capture_model()`."""
+        return read_args(self.args).enforce_eager is not True
 
 
 def resolve(service: ContainerSettings, defaults: ContainerSettings, board: str = "a2") -> Resolved:

@@ -14,6 +14,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
+from allocation.vllm_args import spelled
 from allocation.windows import API
 
 # vLLM's `serve` flags the plan sets, and the config key that sets each one.
@@ -88,7 +89,7 @@ def _arg(value: str) -> str:
     `--tensor-parallel-size` or `-tp`, `--gpu-memory-utilization`, `--max-model-len`, `--max-num-seqs`,
     `--served-model-name`, `--model`, also as `--flag=value`, with `_` or abbreviated): set their keys instead."""
     _plain(value)
-    flag = value.partition("=")[0].replace("_", "-")
+    flag = spelled(value).partition("=")[0].partition(".")[0]
     if flag.startswith("-"):
         owned = [f for f in OWNED_FLAGS if f == flag or (len(flag) > 4 and flag.startswith("--") and f.startswith(flag))]
         if owned:

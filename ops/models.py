@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from allocation.config import ModelProfile, Service
 from records.deployment import Deployment, HostDeployment
 from allocation.errors import ConfigError, listing
+from allocation.vllm_args import read_args
 from ops.bounded_json import JsonError, excerpt, loads
 from ops.model_files import INDEX, Folder, ModelFileError, gather_script, parse_folders
 from ops.ssh import run_script
@@ -103,8 +104,8 @@ def _gated_delta_net(text: dict[str, Any], dtype: str) -> dict[str, Any] | None:
     return {
         "modelType": str(text["model_type"]) if "model_type" in text else None,
         "numFullAttentionLayers": full,
-        "numKeyValueHeads": _whole(text, "num_key_value_heads") if text.get("num_key_value_heads") else heads,
-        "headDim": _whole(text, "head_dim") if text.get("head_dim") else _divided(text, "hidden_size", heads),
+        "numKeyValueHeads": _set_or(text, "num_key_value_heads", heads),
+        "headDim": _set_or(text, "head_dim", None) or _divided(text, "hidden_size", heads),
         "linearNumKeyHeads": _whole(text, "linear_num_key_heads"),
         "linearNumValueHeads": _whole(text, "linear_num_value_heads"),
         "linearKeyHeadDim": _whole(text, "linear_key_head_dim"),
@@ -146,6 +147,12 @@ def _whole(fields: dict[str, Any], key: str) -> int:
     return value
 
 
+def _set_or(fields: dict[str, Any], key: str, default: int | None) -> int | None:
+    """The field as a positive whole number if config.json sets it (`null` is unset, as transformers
+    writes it), else `default`: `0`, `false` and `-4` are refused by name, never taken for absent."""
+    return default if fields.get(key) is None else _whole(fields, key)
+
+
 def _divided(fields: dict[str, Any], key: str, by: int) -> int:
     """`hidden_size / num_attention_heads`, which must divide evenly."""
     total = _whole(fields, key)
@@ -174,8 +181,8 @@ def read_profile(model: Path | Folder) -> dict[str, Any]:
             return profile | {"attention": "mla", "kvLoraRank": _whole(text, "kv_lora_rank"),
                               "qkRopeHeadDim": _whole(text, "qk_rope_head_dim")}  # fmt: skip
         heads = _whole(text, "num_attention_heads")
-        head_dim = _whole(text, "head_dim") if text.get("head_dim") else _divided(text, "hidden_size", heads)
-        kv_heads = _whole(text, "num_key_value_heads") if text.get("num_key_value_heads") else heads
+        head_dim = _set_or(text, "head_dim", None) or _divided(text, "hidden_size", heads)
+        kv_heads = _set_or(text, "num_key_value_heads", heads)
         profile |= {"numKeyValueHeads": kv_heads, "headDim": head_dim}
     except KeyError as exc:
         raise ProfileError(f"{folder.where}/config.json lacks {exc}") from None
@@ -205,22 +212,12 @@ KV_CACHE_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "int8": "int8",
                    "fp8_e4m3": "float8", "fp8_e5m2": "float8", "fp8_inc": "float8"}  # fmt: skip
 
 
-def _kv_cache_arg(args: Sequence[str]) -> str | None:
-    """The last `--kv-cache-dtype X` (or `=X`) of the vllm serve arguments, as vLLM reads it."""
-    found = None
-    for i, arg in enumerate(args):
-        if arg == "--kv-cache-dtype" and i + 1 < len(args):
-            found = args[i + 1]
-        elif arg.startswith("--kv-cache-dtype="):
-            found = arg.partition("=")[2]
-    return found
-
-
 def _kv_cache_dtype(service: Service, args: Sequence[str]) -> str | None:
-    """The kvCacheDtype the stack fixes: set by hand in the profile, else from `--kv-cache-dtype` in `args`."""
+    """The kvCacheDtype the stack fixes: set by hand in the profile, else from `--kv-cache-dtype` in
+    `args`, read as vLLM reads them (`allocation.vllm_args`)."""
     if service.profile is not None and "kv_cache_dtype" in service.profile.model_fields_set:
         return service.profile.kv_cache_dtype
-    value = _kv_cache_arg(list(args))
+    value = read_args(args).kv_cache_dtype
     if value is None or value == "auto":
         return None
     if value not in KV_CACHE_DTYPES:

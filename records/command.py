@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from allocation.windows import API
 
@@ -48,12 +48,13 @@ class Command:
     """Each `--option`'s values in order, as often as it is given; None for a flag without a value."""
 
 
-def parse_command(argv: Sequence[str]) -> Command:
+def parse_command(argv: Sequence[str], spelling: Callable[[str], str] | None = None) -> Command:
     """The parts of a rendered command line.
 
     An option takes the next word as its value unless that word is itself an option (an option of
     `MANY_VALUES` takes every word up to the next option); `--option=value` is split. An option
-    given twice keeps every value, in order.
+    given twice keeps every value, in order. `spelling`: how the program the command runs spells an
+    option word (`allocation.vllm_args.spelled` for `vllm serve`), so two spellings are one option.
     """
     argv = tuple(argv)
     gated = len(argv) >= 4 and argv[:2] == ("sh", "-c") and argv[3] == START_GATE_NAME
@@ -64,7 +65,7 @@ def parse_command(argv: Sequence[str]) -> Command:
     while i < len(runs):
         word = runs[i]
         if word.startswith("--") and len(word) > 2:
-            key, eq, value = word.partition("=")
+            key, eq, value = (spelling(word) if spelling else word).partition("=")
             values = options.setdefault(key, [])
             if eq:
                 values.append(value)

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from allocation.config import VISIBLE_DEVICES_ENV, FleetConfig, Host, Mount
+from allocation.config import (
+    CARDS_ENV, CONTAINER_ENV, HEALTH_URL_ENV, START_WAIT_ENV, VISIBLE_DEVICES_ENV, FleetConfig, Host, Mount,
+)  # fmt: skip
 from allocation.plan import ServicePlan
 from allocation.windows import KINDS, window_text
 from records.command import behind_gate
@@ -87,11 +89,6 @@ BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 CACHE_DIR_HOST = "/var/lib/ascend-fleet/cache"
 CACHE_DIR = "/root/.cache"
 CACHE_ENV = {"TRITON_CACHE_DIR": f"{CACHE_DIR}/triton"}
-CARDS_ENV = "ASCEND_FLEET_CARDS"
-HEALTH_URL_ENV = "ASCEND_FLEET_HEALTH_URL"
-START_WAIT_ENV = "ASCEND_FLEET_START_WAIT_SECONDS"
-CONTAINER_ENV = "ASCEND_FLEET_CONTAINER"
-"""The container's own Docker name: what its gate's files are called. Never a neighbour's."""
 # How often the gate's holder asks the container's own /health before it releases the card locks:
 # the same 2 s as the health probes' default (records.health), so the next instance on a card starts
 # within seconds of its predecessor serving. Part of every container's command: changing it restarts

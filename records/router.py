@@ -18,6 +18,8 @@ from allocation.plan import RouterPlan
 from allocation.defaults import DEFAULT_IPC_MODE, DEFAULT_RESTART, REQUEST_TIMEOUT_SECONDS
 from records.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
 from allocation.windows import ROUTER_KINDS
+from allocation.kv_cache import Engine
+from allocation.vllm_args import read_args
 
 VERSION = "0.1.17"
 # sha256 of the two wheels pip may pick (PyPI, vllm_router-0.1.17-cp38-abi3-manylinux_2_28_{x86_64,aarch64}.whl).
@@ -86,10 +88,10 @@ def build_script(base_image: str) -> str:
 
 
 def prefix_caching(args: list[str], hybrid: bool = False) -> bool:
-    """Whether vLLM caches prefixes; the last flag wins. Unset, vLLM turns it on except for hybrid
-    linear-attention models (`allocation.kv_cache.Engine.caches_prefixes`, with its sources)."""
-    flags = [a for a in args if a in ("--enable-prefix-caching", "--no-enable-prefix-caching")]
-    return not hybrid if not flags else flags[-1] == "--enable-prefix-caching"
+    """Whether vLLM caches prefixes, its arguments read as vLLM reads them (`allocation.vllm_args`:
+    either spelling, the last flag wins). Unset, vLLM turns it on except for hybrid linear-attention
+    models (`allocation.kv_cache.Engine.caches_prefixes`, with its sources)."""
+    return Engine(prefix_caching=read_args(args).prefix_caching).caches_prefixes(hybrid)
 
 
 def _default_policy(service: Service, args: tuple[str, ...]) -> str:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from records.command import PLACEMENT_OPTIONS, parse_command
+from allocation.vllm_args import spelled
+from records.command import PLACEMENT_OPTIONS, Command, parse_command
 from records.containers import PLACEMENT_ENV
 
 # Container keys that widen what a container may touch; a change to them stands out.
@@ -68,7 +69,7 @@ def container_changes(
 def _command_changes(old_argv: list[str], new_argv: list[str], explained: set[str]) -> list[str]:
     if old_argv == new_argv:
         return []
-    old, new = parse_command(old_argv), parse_command(new_argv)
+    old, new = _as_its_program_reads(old_argv), _as_its_program_reads(new_argv)
     out = []
     if old.gate != new.gate:
         change = "added" if old.gate is None else "removed" if new.gate is None else "changed"
@@ -88,9 +89,17 @@ def _command_changes(old_argv: list[str], new_argv: list[str], explained: set[st
         else:
             out.append(f"{key} {_values(before)} -> {_values(after)}")
     if old.words == new.words and old.options == new.options:
-        # Same words, other order: vLLM reads them the same, but the container is still new.
-        out.append("command arguments reordered")
+        # Same words, other order or spelling: vLLM reads them the same, but the container is still new.
+        respelled = parse_command(old_argv).options != parse_command(new_argv).options
+        out.append("command arguments respelled (vLLM reads them the same)" if respelled else "command arguments reordered")
     return out
+
+
+def _as_its_program_reads(argv: list[str]) -> Command:
+    """The command with each `vllm serve` option under the one name vLLM reads it by
+    (`allocation.vllm_args.spelled`: `--block_size` is `--block-size`); any other command as written."""
+    command = parse_command(argv)
+    return parse_command(argv, spelled) if command.words[:2] == ("vllm", "serve") else command
 
 
 def _option(key: str, values: tuple[str | None, ...]) -> str:
