@@ -93,6 +93,9 @@ def _pin(args: argparse.Namespace) -> int:
     stack_file = locate(args.stack, args.config)
     read = read_bytes(stack_file.path)  # the pins are written only if the file still holds these bytes
     deployment = deploy(plan_fleet(parse_fleet(stack_file.stack, stack_values(stack_file, data=read))))
+    for hd in deployment.hosts:  # once pinned, the newcomer looks as if it ran: say it now
+        for held in hd.held_cards:
+            print(f"host {hd.name}: must stop: {held.text()}")
     changed = pin_stack_file(stack_file.path, deployment.plan, read)
     what = ", ".join(changed) if changed else "nothing new: every service was already pinned"
     print(f"pinned {stack_file.path}: {what}")
