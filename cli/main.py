@@ -15,7 +15,8 @@ from pathlib import Path
 
 from records.deployment import Deployment, deploy
 from views.diff import diff_plans, render_diff
-from allocation.config import parse_fleet
+from allocation.config import ModelProfile, parse_fleet
+from allocation.config_errors import field_aliases
 from allocation.errors import ConfigError, FleetError, printable
 from allocation.planner import plan_fleet
 from views.report import FORMATS, plan_json, render_plan
@@ -40,6 +41,23 @@ def _stack_args(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _profile_description() -> str:
+    """What `profile` reads and writes; the keys are the config model's, so the text cannot fall behind."""
+    keys = ", ".join(k for k in field_aliases(ModelProfile) if k != "unverified")
+    return (
+        "Reads the model folder each service's model names (a replicated service once, on its first "
+        "replica's host): its config.json (the language model's fields under text_config for a "
+        "vision-language model) and the weights' bytes as stored (metadata.total_size of "
+        "model.safetensors.index.json, else the header of every *.safetensors file). The folders are read "
+        "on each service's host over SSH, one round trip per host as doctor connects, or on this machine "
+        "for a unix:// Docker host, or under --models-root DIR here. Writes: replaces the profile: key of "
+        f"every service in the stack file (the keys it can hold: {keys}; a hand-written unverified note "
+        "goes with the old profile), changing no other byte of the file; when any model cannot be read, "
+        "every failure is listed and nothing is written. plan then sizes each KV cache and every "
+        "memoryFraction: auto from the profiles."
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m allocation", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
@@ -60,7 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     _stack_args(doctor)
     doctor.add_argument("--format", choices=("table", "json"), default="table")
 
-    profile = sub.add_parser("profile", help="read each service's model folder and write its profile into the stack file")
+    profile = sub.add_parser(
+        "profile",
+        help="read each service's model folder and write its profile into the stack file",
+        description=_profile_description(),
+    )
     _stack_args(profile)
     profile.add_argument("--models-root", metavar="DIR", type=Path, help="read /path/of/model under DIR here, not on the hosts")
 
