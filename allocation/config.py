@@ -34,7 +34,9 @@ from pydantic.json_schema import WithJsonSchema
 from allocation import names as naming
 from allocation.config_errors import field_aliases, suggest, unknown_keys, validation_problems
 from allocation.errors import ConfigError, listing
-from allocation.values import AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word
+from allocation.values import (
+    STACK_NAME_RULE, AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word,
+)
 from allocation.defaults import (
     DEFAULT_GRAPH_MEMORY_GIB,
     DEFAULT_IMAGE,
@@ -989,7 +991,7 @@ def parse_fleet(stack: str, values: Mapping[str, Any]) -> FleetConfig:
     Raises ConfigError listing every problem at once, each with its location.
     """
     if not StackName.fullmatch(stack):
-        raise ConfigError(f"stack name {stack!r} is not a stack name: letters, digits, '_', '.', '-', at most 100")
+        raise ConfigError(f"stack name {stack!r} is not a stack name: {STACK_NAME_RULE}")
     known = set(field_aliases(FleetConfig)) - {"stack"}
     problems = unknown_keys(values, known, PROGRAM_ONLY_KEYS, NAMESPACE)
     data = {k: v for k, v in values.items() if k in known}

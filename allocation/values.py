@@ -115,3 +115,5 @@ StackName = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\Z")
 """Python's `$` matches before a final newline too, so every `re` validator here ends in `\Z` and is
 called with `fullmatch`. pydantic's `pattern=` runs the Rust regex crate, whose `$` is the end of the
 text (tests/test_hostile_config.py proves both)."""
+STACK_NAME_RULE = "letters, digits, '_', '.', '-', at most 100"
+"""What StackName accepts, in words, for every message refusing a stack name."""

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from records.deployment import Deployment, deploy
 from views.diff import diff_plans, render_diff
-from allocation.config import parse_fleet
+from allocation.config import ModelProfile, parse_fleet
+from allocation.config_errors import field_aliases
 from allocation.errors import ConfigError, FleetError, printable
 from allocation.planner import plan_fleet
 from views.report import FORMATS, plan_json, render_plan
@@ -23,7 +24,7 @@ from cli.pin import pin_stack_file
 from cli.stack_editor import read_bytes, set_service_keys
 from cli.revision import plan_at_revision
 from cli.safe_write import write_set
-from cli.stackfile import PROJECT_ROOT, StackFile, load_fleet, locate, stack_values
+from cli.stackfile import PROJECT_ROOT, StackFile, locate, stack_values
 
 DASHBOARD = "grafana-dashboard.json"
 
@@ -34,6 +35,27 @@ def _stack_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--stack", help="stack name: reads Pulumi.<NAME>.yaml at the project root (default prod)")
     group.add_argument("--config", metavar="PATH", help="any stack file, e.g. /tmp/Pulumi.test.yaml")
+    parser.add_argument(
+        "--stack-name", metavar="NAME",
+        help="with --config: the stack to plan the file as (default: NAME of a Pulumi.<NAME>.yaml, else the file name)",
+    )  # fmt: skip
+
+
+def _profile_description() -> str:
+    """What `profile` reads and writes; the keys are the config model's, so the text cannot fall behind."""
+    keys = ", ".join(k for k in field_aliases(ModelProfile) if k != "unverified")
+    return (
+        "Reads the model folder each service's model names (a replicated service once, on its first "
+        "replica's host): its config.json (the language model's fields under text_config for a "
+        "vision-language model) and the weights' bytes as stored (metadata.total_size of "
+        "model.safetensors.index.json, else the header of every *.safetensors file). The folders are read "
+        "on each service's host over SSH, one round trip per host as doctor connects, or on this machine "
+        "for a unix:// Docker host, or under --models-root DIR here. Writes: replaces the profile: key of "
+        f"every service in the stack file (the keys it can hold: {keys}; a hand-written unverified note "
+        "goes with the old profile), changing no other byte of the file; when any model cannot be read, "
+        "every failure is listed and nothing is written. plan then sizes each KV cache and every "
+        "memoryFraction: auto from the profiles."
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,7 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     _stack_args(doctor)
     doctor.add_argument("--format", choices=("table", "json"), default="table")
 
-    profile = sub.add_parser("profile", help="read each service's model folder and write its profile into the stack file")
+    profile = sub.add_parser(
+        "profile",
+        help="read each service's model folder and write its profile into the stack file",
+        description=_profile_description(),
+    )
     _stack_args(profile)
     profile.add_argument("--models-root", metavar="DIR", type=Path, help="read /path/of/model under DIR here, not on the hosts")
 
@@ -80,9 +106,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _locate(args: argparse.Namespace) -> StackFile:
+    """The stack file the arguments name; one line on stderr when its stack name is a guess."""
+    stack_file = locate(args.stack, args.config, stack_name=args.stack_name)
+    if stack_file.guessed:
+        print(
+            f"note: {printable(stack_file.path.name)} is not named Pulumi.<stack>.yaml, so it is planned as stack "
+            f"{stack_file.stack}; --stack-name NAME chooses another",
+            file=sys.stderr,
+        )
+    return stack_file
+
+
 def _deployment(args: argparse.Namespace) -> tuple[Deployment, StackFile]:
-    fleet, stack_file = load_fleet(args.stack, args.config)
-    return deploy(plan_fleet(fleet)), stack_file
+    stack_file = _locate(args)
+    return deploy(plan_fleet(parse_fleet(stack_file.stack, stack_values(stack_file)))), stack_file
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -93,15 +131,19 @@ def _plan(args: argparse.Namespace) -> int:
         print(render_plan(deployment, args.format, wide=args.wide))
         return 0
     config = Path(args.config).absolute() if args.config else None  # a link keeps its name: the stack's
-    old = plan_at_revision(PROJECT_ROOT, args.against, stack_file.stack if config is None else None, config)
+    as_named = None if args.stack_name is None else f"Pulumi.{args.stack_name}.yaml"  # the old side: the same stack
+    old = plan_at_revision(PROJECT_ROOT, args.against, stack_file.stack if config is None else None, config, as_named)
     print(render_diff(diff_plans(old, plan_json(deployment), against=args.against), args.format))
     return 0
 
 
 def _pin(args: argparse.Namespace) -> int:
-    stack_file = locate(args.stack, args.config)
+    stack_file = _locate(args)
     read = read_bytes(stack_file.path)  # the pins are written only if the file still holds these bytes
     deployment = deploy(plan_fleet(parse_fleet(stack_file.stack, stack_values(stack_file, data=read))))
+    for hd in deployment.hosts:  # once pinned, the newcomer looks as if it ran: say it now
+        for held in hd.held_cards:
+            print(f"host {hd.name}: must stop: {held.text()}")
     changed = pin_stack_file(stack_file.path, deployment.plan, read)
     what = ", ".join(changed) if changed else "nothing new: every service was already pinned"
     print(f"pinned {stack_file.path}: {what}")
@@ -150,7 +192,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _profile(args: argparse.Namespace) -> int:
     from ops.models import profiles, unsized_values
 
-    stack_file = locate(args.stack, args.config)
+    stack_file = _locate(args)
     read = read_bytes(stack_file.path)  # the profiles are written only if the file still holds these bytes
     fleet = parse_fleet(stack_file.stack, unsized_values(stack_values(stack_file, data=read)))
     deployment = deploy(plan_fleet(fleet))
@@ -176,7 +218,10 @@ def _paragraph(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.stack_name is not None and args.config is None:
+        parser.error("--stack-name names the stack of a --config file; without --config the file is Pulumi.<stack>.yaml")
     try:
         return COMMANDS[args.command](args)
     except FleetError as err:

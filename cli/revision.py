@@ -35,12 +35,15 @@ def plan_at_revision(
     ref: str,
     stack: str | None,
     config_path: Path | None,
+    as_named: str | None = None,
 ) -> dict[str, Any] | None:
     """The plan JSON of the same stack at git revision `ref`, or None if its file did not exist.
 
     Give either `stack` (the file `Pulumi.<stack>.yaml` at the top of the repository) or
     `config_path` (a stack file inside the repository, absolute or relative to the current
-    directory; a link is followed to its target, whose old version is planned under the link's name). Raises FleetError when `ref` is unknown or the old plan fails.
+    directory; a link is followed to its target, whose old version is planned under the link's name,
+or under `as_named`, a file name such as `Pulumi.<stack>.yaml`, when the current side chose its stack
+with `--stack-name`). Raises FleetError when `ref` is unknown or the old plan fails.
     """
     if (stack is None) == (config_path is None):
         raise ValueError("give exactly one of stack and config_path")
@@ -58,7 +61,7 @@ def plan_at_revision(
         project = Path(tmp, prefix)
         if stack is not None:
             return _run_plan(project, ["--stack", stack], ref)
-        return _run_plan(project, ["--config", _named_as_given(project, relative, Path(config_path).name)], ref)
+        return _run_plan(project, ["--config", _named_as_given(project, relative, as_named or Path(config_path).name)], ref)
 
 
 def _named_as_given(project: Path, relative: str, name: str) -> str:

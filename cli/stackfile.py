@@ -8,12 +8,14 @@ override, key by key, as in Pulumi.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from allocation.config import NAMESPACE, FleetConfig, parse_fleet
 from allocation.errors import ConfigError
+from allocation.values import STACK_NAME_RULE, StackName
 from cli import yaml12
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -23,17 +25,35 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 class StackFile:
     stack: str
     path: Path
+    guessed: bool = False
+    """The stack name was taken from a file name not of the form `Pulumi.<stack>.yaml`, and given by
+    no `--stack-name`: the commands say so, since the name reaches every container's labels."""
 
 
-def locate(stack: str | None, config: str | None, root: Path = PROJECT_ROOT) -> StackFile:
-    """The stack file meant by `--stack NAME` or `--config PATH` (default: the prod stack)."""
+# Pulumi's own name for a stack's config file (`.yml` too, as this command has always read it).
+STACK_FILE_NAME = re.compile(r"Pulumi\.(.+)\.ya?ml\Z")
+
+
+def locate(stack: str | None, config: str | None, root: Path = PROJECT_ROOT, stack_name: str | None = None) -> StackFile:
+    """The stack file meant by `--stack NAME` or `--config PATH` (default: the prod stack); with
+    `--config`, planned as stack `stack_name` when given, else as its file name says."""
     if config is not None:
         path = Path(config)
         if not path.is_file():
             raise ConfigError(f"--config {config}: no such file")
+        if stack_name is not None:
+            if not StackName.fullmatch(stack_name):
+                raise ConfigError(f"--stack-name {stack_name!r} is not a stack name: {STACK_NAME_RULE}")
+            return StackFile(stack=stack_name, path=path)
         name = path.name
-        stem = name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
-        return StackFile(stack=stem or name, path=path)
+        stem = name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml") or name
+        guessed = STACK_FILE_NAME.fullmatch(name) is None
+        if guessed and not StackName.fullmatch(stem):
+            raise ConfigError(
+                f"--config {config}: the file is not named Pulumi.<stack>.yaml, and {stem!r}, the stack name its "
+                f"name gives, is not a stack name ({STACK_NAME_RULE}): rename the file, or give --stack-name NAME"
+            )
+        return StackFile(stack=stem, path=path, guessed=guessed)
     stack = stack or "prod"
     path = root / f"Pulumi.{stack}.yaml"
     if not path.is_file():

@@ -19,6 +19,7 @@ from records.containers import ContainerSpec, container_spec
 from records.exporter import exporter_spec
 from records.card_order import card_orders, order_script, removal_script as order_removal
 from records.device_share import device_share_script, removal_script
+from records.held_cards import HeldCard, held_cards
 from records.host_check import host_check_script
 from records.takeover import takeover_script
 from records.known_hosts import find_host_key
@@ -148,6 +149,9 @@ class HostDeployment:
     exporter: ContainerSpec | None = None
     """The NPU exporter's container (`records.exporter`): on a host in use while `metrics.npuExporter`
     is set, else None."""
+    held_cards: tuple[HeldCard, ...] = ()
+    """Cards the plan switches to device-share mode while a pinned (so running) service holds them
+    alone (`records.held_cards`): that service must stop for the switch."""
 
     @property
     def host(self) -> Host:
@@ -257,6 +261,7 @@ def _host_deployment(
         services=services,
         routers=routers,
         exporter=exporter,
+        held_cards=held_cards(hp),
     )
 
 

@@ -11,7 +11,7 @@ import orjson
 from views import markdown
 from allocation.capacity import GIB, Capacity, gib, runtime_total
 from allocation.config import units
-from records.deployment import Deployment
+from records.deployment import Deployment, HostDeployment
 from allocation.placement import fmt_units
 from allocation.plan import HostPlan
 from allocation.windows import KINDS, ROUTER_KINDS, PortWindow, WindowKind, window_text
@@ -46,6 +46,8 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
             }
             # Only when deployed (`metrics.npuExporter`): a stack without it prints as before.
             | ({} if hd.exporter is None else {"npuExporter": hd.exporter.to_json()})
+            # Only when a pinned service must stop for a card's switch (records.held_cards).
+            | ({"mustStop": [h.to_json() for h in hd.held_cards]} if hd.held_cards else {})
         )
     routers = [rd.plan.to_json() | {"endpoint": rd.endpoint, "container": rd.spec.to_json()} for rd in deployment.routers]
     return {"stack": deployment.stack, "hosts": hosts, "routers": routers, "warnings": list(deployment.plan.warnings)}
@@ -186,6 +188,13 @@ def _orjson_prints_alike(value: Any) -> bool:
     return value is None or kind in (str, bool)
 
 
+def _must_stop(hd: HostDeployment, fmt: str, wide: bool) -> str:
+    """The running services the host's plan stops for a card's switch to device-share mode, one line each."""
+    if fmt == "markdown":
+        return "\n".join(f"- must stop: {markdown.text(h.text())}" for h in hd.held_cards)
+    return "\n".join(f"  must stop: {h.text()}" if wide else _fit(h.text(), "  must stop: ", "    ") for h in hd.held_cards)
+
+
 def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
     """The plan as `fmt`; table and markdown fit WIDTH columns for the committed stacks, or keep one wide
     table of ports and capacity per host and unwrapped lines when `wide` (the output before `--wide` existed)."""
@@ -195,13 +204,16 @@ def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
     services = sum(len(hp.services) for hp in plan.hosts)
     summary = f"stack {plan.stack}: {len(plan.hosts)} host(s), {services} service(s)"
     parts = [f"## Allocation plan: {markdown.text(summary)}" if fmt == "markdown" else summary]
-    for hp in plan.hosts:
+    for hd in deployment.hosts:
+        hp = hd.plan
         if fmt == "markdown":
             parts.append(f"### {markdown.text(_host_title(hp))}")
             parts += [_md_table(*table) for table in _host_tables(hp, wide)]
         else:
             parts.append(_host_title(hp) if wide else _fit(_host_title(hp)))
             parts += [_text_table(*table) for table in _host_tables(hp, wide)]
+        if hd.held_cards:
+            parts.append(_must_stop(hd, fmt, wide))
     if plan.routers:
         ports = [[window_text(r.windows[k.key]) for k in ROUTER_KINDS] for r in plan.routers]
         rows = [[r.service.name, r.host_name, *p, ", ".join(r.replicas)] for r, p in zip(plan.routers, ports)]

@@ -205,6 +205,9 @@ class HostFacts:
     ss_error: str | None = None
     npu: NpuSmiInfo | None = None
     npu_error: str | None = None
+    npu_smi_missing: bool = False
+    """`npu-smi` is no command on the host: the shell exits 127 for a command it cannot find (POSIX
+    sh, "Command Search and Execution"), where a failing npu-smi exits with its own code."""
     topology: Topology | None = None
     """`npu-smi info -t topo`: the links between cards."""
     topology_error: str | None = None
@@ -243,6 +246,10 @@ def _sections(text: str) -> tuple[dict[str, str], set[str]]:
         raise FactsError(str(exc)) from None
     sections = {f"{f.kind} {f.arg}".strip(): f.text.strip("\n") for f in frames}
     return sections, {f"{f.kind} {f.arg}".strip() for f in frames if f.cut}
+
+
+NOT_FOUND = "127"
+"""The exit status of the gather script's `npu-smi info` when the shell finds no such command."""
 
 
 def parse_facts(text: str) -> HostFacts:
@@ -289,6 +296,7 @@ def parse_facts(text: str) -> HostFacts:
         ss_error=sec.get("ss-error"),
         npu=npu,
         npu_error=npu_error,
+        npu_smi_missing=rc == NOT_FOUND,
         missing=frozenset(line.strip() for line in sec.get("missing", "").splitlines() if line.strip()),
         device_share={
             int(name.split()[1]): body

@@ -26,6 +26,10 @@ each `_judge` function then looks for one kind of finding in that view.
   for any configured card (device files, the driver paths every container
   mounts: the table the host check reads, worded as it words them); `npu-smi`
   failing, listing fewer cards than configured, or a card not `OK`; no `ss`.
+  A host without npu-smi (the shell cannot find it) or without the driver folder
+  while npu-smi fails gets that cause as its first finding, naming what doctor
+  could not check; then no `sharing` finding is judged, whose advice (stop the
+  containers, run `pulumi up`) needs npu-smi to switch the card.
 
 - `topology`: a tensor-parallel group with two cards `npu-smi info -t topo` does
   not show linked by HCCS (in either direction), or a topology that cannot be read
@@ -43,7 +47,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
-from records.containers import ContainerSpec
+from records.containers import DRIVER_DIR, NPU_SMI, ContainerSpec
 from records.deployment import HostDeployment
 from records.device_share import STATUS_KEY, UNIT
 from records.host_requirements import Requirement, cards_of, requirements
@@ -181,11 +185,47 @@ def required(hd: HostDeployment) -> tuple[Requirement, ...]:
     return requirements(range(hd.host.npus))
 
 
+def _lacking(facts: HostFacts) -> list[str]:
+    """What the host lacks of the Ascend driver and npu-smi, as npu-smi's failure shows it: the
+    driver folder counts only while npu-smi fails too (one that answers found its driver elsewhere)."""
+    driver = DRIVER_DIR in facts.missing and facts.npu_error is not None
+    if facts.npu_smi_missing:
+        return [f"the Ascend driver (no {DRIVER_DIR})"] * driver + [f"npu-smi ({facts.npu_error})"]
+    return [f"the Ascend driver (no {DRIVER_DIR}; {facts.npu_error})"] if driver else []
+
+
+def _unchecked(view: HostView) -> str:
+    """What doctor reads through npu-smi, for a host where it cannot."""
+    hd = view.hd
+    parts = ["the cards' health and processes"]
+    if hd.device_share_script is not None:
+        parts.append(f"the device-share mode of card {','.join(map(str, hd.shared_cards))}")
+    groups = [sd.name for sd in hd.services if len(sd.plan.assignment.cards) > 1]
+    if groups:
+        parts.append(f"the HCCS links of the tensor-parallel groups of {', '.join(groups)}")
+    return ", ".join(parts)
+
+
+def _judge_tools(view: HostView) -> list[Finding]:
+    """The Ascend driver or npu-smi missing: the cause of every finding that needs them, so it comes
+    first, and those findings are not judged (their advice assumes the tools are there)."""
+    lacking = _lacking(view.facts)
+    if not lacking:
+        return []
+    text = (
+        f"host {view.name} lacks {' and '.join(lacking)}: install or repair the Ascend driver and npu-smi, "
+        f"which every planned container mounts ({DRIVER_DIR}, {NPU_SMI}), and check that `npu-smi info` lists "
+        f"the cards; until then no planned container can be created, and doctor could not check {_unchecked(view)}"
+    )
+    return [Finding("host", text)]
+
+
 def _judge_host(view: HostView) -> list[Finding]:
     host, facts = view.hd.host, view.facts
-    out = [Finding("host", f"host {host.name}: {r.missing(r.path)}") for r in required(view.hd) if r.path in facts.missing]
+    cause = _judge_tools(view)
+    out = cause + [Finding("host", f"host {host.name}: {r.missing(r.path)}") for r in required(view.hd) if r.path in facts.missing]
     if facts.npu_error:
-        out.append(Finding("host", f"host {host.name}: {facts.npu_error}"))
+        out += [] if cause else [Finding("host", f"host {host.name}: {facts.npu_error}")]  # the cause quotes it
     elif facts.npu is not None:
         seen = {n.index for n in facts.npu.npus}
         absent = [c for c in range(host.npus) if c not in seen]
@@ -345,8 +385,8 @@ def _judge_sharing(view: HostView) -> list[Finding]:
     """A shared card of a `deviceShare` host must be in device-share mode, or its second container
     cannot open it (after a reboot without the boot unit, say)."""
     hd = view.hd
-    if hd.device_share_script is None:
-        return []
+    if hd.device_share_script is None or _lacking(view.facts):
+        return []  # without npu-smi or the driver no card can switch: `_judge_tools` says so
     out = []
     for card in hd.shared_cards:
         said = view.facts.device_share.get(card, "no answer")

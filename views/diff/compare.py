@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping
 from allocation import names
 from allocation.plan import CAPACITY_KEYS
 from allocation.windows import BY_KEY, KINDS, ROUTER_KINDS, window_text
+from records.held_cards import HELD_CARDS
 from records.restarts import changed
 from views.diff.container import compact, container_changes, key_change, security_changes
 
@@ -411,15 +412,6 @@ def _device_share_stops(before: Mapping[str, Any], after: Mapping[str, Any]) -> 
                 f"switches to device-share mode; {HELD_CARDS[after.get('heldCards', 'refuse')]}"
             )
     return tuple(out)
-
-
-# What `pulumi up` does about such a card, by the host's `heldCards` (records/host_check.py and
-# records/device_share.py); a plan written before the key existed behaves as `refuse`.
-HELD_CARDS = {
-    "stopHolders": "heldCards stopHolders: pulumi up stops them, switches the card and starts them again",
-    "refuse": "heldCards refuse: pulumi up stops at the host check until they are stopped by hand "
-    "(or the host's heldCards is stopHolders)",
-}
 
 
 def _cards(devices: Iterable[int]) -> str:
