@@ -220,7 +220,7 @@ def _paragraph(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.stack_name is not None and args.config is None:
+    if getattr(args, "stack_name", None) is not None and args.config is None:  # `schema` reads no stack
         parser.error("--stack-name names the stack of a --config file; without --config the file is Pulumi.<stack>.yaml")
     try:
         return COMMANDS[args.command](args)

@@ -58,6 +58,14 @@ def test_check_names_a_stale_file_and_writing_makes_it_current(tmp_path):
     assert "up to date" in command.run(check=True, root=tmp_path)
 
 
+def test_the_command_line_runs_schema_check(capsys):
+    """Through `python -m allocation`, which checks options of the stack commands first."""
+    from cli.main import main
+
+    assert main(["schema", "--check"]) == 0, capsys.readouterr().err
+    assert "up to date" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("stack", STACKS, ids=[p.name for p in STACKS])
 def test_every_committed_stack_names_the_schema_on_its_first_line(stack):
     assert stack.read_text(encoding="utf-8").splitlines()[0] == command.SCHEMA_LINE
