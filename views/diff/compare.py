@@ -12,12 +12,13 @@ plans always give the same diff.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
 from allocation.windows import BY_KEY, KINDS, ROUTER_KINDS, window_text
 from records.restarts import changed
 from views.diff.container import compact, container_changes, key_change, security_changes
+from views.diff.exporter import PORT_KEY, exporters
 
 # Port fields of a planned service or router, in the order they are reported.
 PORT_FIELDS = tuple(k.key for k in (*KINDS, *ROUTER_KINDS))
@@ -81,6 +82,9 @@ class ServiceDiff:
     router's service, or a service of its own itself, where a plan before the replica model has None."""
     renamed_from: str | None = None
     """Its name in the old plan, found through its `previousNames`; None when it kept its name."""
+    exporter: bool = False
+    """The host's NPU exporter (`metrics.npuExporter`), not a service: its restart costs the host's
+    NPU metrics for a while, no model."""
 
     @property
     def moved(self) -> bool:
@@ -134,10 +138,11 @@ class ServiceDiff:
         """(kind, detail) pairs, one per fact a reviewer should read."""
         out: list[tuple[str, str]] = []
         of = f"replica of {self.replica_of}, " if self.replica_of not in (None, self.name) else ""
+        what = "the host's NPU exporter (metrics.npuExporter)" if self.exporter else ""
         if self.added:
-            out.append(("added", of + (f"on {self.placement}" if self.placement else "")))
+            out.append(("added", of + (f"on {self.placement}" if self.placement else what)))
         if self.removed:
-            out.append(("removed", of + (f"was on {self.placement}" if self.placement else "")))
+            out.append(("removed", of + (f"was on {self.placement}" if self.placement else what)))
         if self.renamed_from is not None:
             out.append(("renamed", f"{self.renamed_from} -> {self.name}"))
         if self.moved:
@@ -230,6 +235,7 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
             diffs.append(ServiceDiff(name, before["host"], removed=True, placement=_placement(before), replica_of=of))
         else:
             diffs.append(_service_diff(name, before, after, renamed_from=renames.get(name)))
+    diffs += _exporter_diffs(old or {}, new)
     diffs.sort(key=lambda d: (d.host, d.name))
     return PlanDiff(
         stack=str(new.get("stack", "")),
@@ -239,6 +245,21 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
         stack_is_new=old is None,
         against=against,
     )
+
+
+def _exporter_diffs(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[ServiceDiff]:
+    """Each host's NPU exporter, added, removed or compared (views.diff.exporter)."""
+    before, after = exporters(old), exporters(new)
+    out = []
+    for host in before.keys() | after.keys():
+        was, now = before.get(host), after.get(host)
+        if was is None or now is None:
+            name = (now or was)["name"]  # type: ignore[index]
+            out.append(ServiceDiff(name, host, added=was is None, removed=now is None, exporter=True))
+        else:
+            diff = _service_diff(now["name"], was, now, port_fields=(PORT_KEY,))
+            out.append(replace(diff, exporter=True))
+    return out
 
 
 def _services(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -269,11 +290,15 @@ def _placement(svc: Mapping[str, Any]) -> Placement:
 
 
 def _service_diff(
-    name: str, before: Mapping[str, Any], after: Mapping[str, Any], renamed_from: str | None = None
+    name: str,
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    renamed_from: str | None = None,
+    port_fields: tuple[str, ...] = PORT_FIELDS,
 ) -> ServiceDiff:
     was, now = _placement(before), _placement(after)
     moved = was != now
-    ports = tuple(FieldChange(k, before.get(k), after.get(k)) for k in PORT_FIELDS if before.get(k) != after.get(k))
+    ports = tuple(FieldChange(k, before.get(k), after.get(k)) for k in port_fields if before.get(k) != after.get(k))
     explained = {p.key for p in ports} | ({"devices"} if moved else set())
     old, new = before.get("container") or {}, after.get("container") or {}
     recreate, in_place = changed(old, new)
