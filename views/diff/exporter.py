@@ -29,7 +29,7 @@ def exporters(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             "host": host["name"],
             "devices": [],
             PORT_KEY: port,
-            "container": dict(container),
+            "container": _without_port(container, port),
         }
     return out
 
