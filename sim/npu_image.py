@@ -29,44 +29,57 @@ BUSYBOX = Path("/bin/busybox")
 FLOCK = Path("/usr/bin/flock")
 
 
-def image_hash() -> str:
-    """Content hash of the image sources and the busybox binary they copy."""
-    digest = hashlib.sha256()
-    for path in sorted(IMAGE_DIR.iterdir()):
-        if path.is_file():
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update(BUSYBOX.read_bytes())
-    for path in flock_files():
-        digest.update(str(path).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
+def with_libraries(binary: Path) -> list[Path]:
+    """A binary and the shared libraries it loads (ldd), by their real paths."""
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
+    libs = [Path(word) for line in out.splitlines() for word in line.split() if word.startswith("/")]
+    return [binary, *dict.fromkeys(libs)]
 
 
 def flock_files() -> list[Path]:
-    """flock and the shared libraries it loads (ldd), by their real paths."""
-    out = subprocess.run(["ldd", str(FLOCK)], capture_output=True, text=True, check=True).stdout
-    libs = [Path(word) for line in out.splitlines() for word in line.split() if word.startswith("/")]
-    return [FLOCK, *dict.fromkeys(libs)]
+    """flock and the shared libraries it loads."""
+    return with_libraries(FLOCK)
 
 
 def build_image() -> None:
     """Build ascend-fleet/npu-sim:latest unless an image with the same content hash exists."""
-    want = image_hash()
-    label = f'{{{{ index .Config.Labels "{IMAGE_HASH_LABEL}" }}}}'
-    have = local_docker("image", "inspect", "-f", label, IMAGE, check=False)
+    build_scratch_image(IMAGE, IMAGE_HASH_LABEL, IMAGE_DIR, flock_files())
+
+
+def content_hash(source_dir: Path, rootfs: list[Path]) -> str:
+    """Content hash of an image's sources (the files of `source_dir`), the busybox binary and the
+    files it copies under rootfs/."""
+    digest = hashlib.sha256()
+    for path in sorted(source_dir.iterdir()):
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(BUSYBOX.read_bytes())
+    for path in rootfs:
+        digest.update(str(path).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build_scratch_image(image: str, hash_label: str, source_dir: Path, rootfs: list[Path]) -> None:
+    """Build `image` from `source_dir` (its Dockerfile and files), busybox and the files of `rootfs`
+    (copied from this machine to the same paths under rootfs/ in the context), unless an image
+    labelled with the same content hash exists."""
+    want = content_hash(source_dir, rootfs)
+    label = f'{{{{ index .Config.Labels "{hash_label}" }}}}'
+    have = local_docker("image", "inspect", "-f", label, image, check=False)
     if have.returncode == 0 and have.stdout.strip() == want:
         return
-    with tempfile.TemporaryDirectory(prefix="npu-sim-build-") as context:
-        for path in IMAGE_DIR.iterdir():
+    with tempfile.TemporaryDirectory(prefix="sim-image-build-") as context:
+        for path in source_dir.iterdir():
             if path.is_file():
                 shutil.copy2(path, context)
         shutil.copy2(BUSYBOX, Path(context) / "busybox")
-        for path in flock_files():
+        for path in rootfs:
             target = Path(context) / "rootfs" / path.relative_to("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path.resolve(), target)
         proc = subprocess.run(
-            [*LOCAL_DOCKER, "build", "-q", "-t", IMAGE, "--label", f"{IMAGE_HASH_LABEL}={want}", context],
+            [*LOCAL_DOCKER, "build", "-q", "-t", image, "--label", f"{hash_label}={want}", context],
             capture_output=True, text=True, env={**local_env(), "DOCKER_BUILDKIT": "0"}, timeout=600,
         )  # fmt: skip
     if proc.returncode != 0:
-        raise SimHostError(f"building {IMAGE} failed:\n{proc.stdout}\n{proc.stderr}")
+        raise SimHostError(f"building {image} failed:\n{proc.stdout}\n{proc.stderr}")

@@ -739,3 +739,62 @@ def test_escape_sequences_and_newlines_in_a_value_are_shown_escaped_and_forge_no
     [row] = [line for line in text.splitlines() if "LOG_FILTER" in line]
     # the table shows the carriage return escaped; markdown, which joins line breaks with a space, a space
     assert "ok\\x1b[2K" in row and "\\x1b[1Aforged" in row and "\\u202e\\x07" in row, row
+
+
+# --- the NPU exporter (metrics.npuExporter) ------------------------------------------------------
+
+
+def prod_plan(metrics: dict[str, Any] | None) -> dict[str, Any]:
+    """Prod's plan JSON as `plan --format json` prints it, with these `metrics` settings."""
+    from allocation.config import parse_fleet
+    from allocation.planner import plan_fleet
+    from records.deployment import deploy
+    from tests.test_npu_exporter import values
+    from views.report import plan_json
+
+    return json.loads(json.dumps(plan_json(deploy(plan_fleet(parse_fleet("prod", values("prod", metrics)))))))
+
+
+EXPORTER = "ascend-fleet-npu-exporter"
+EXPORTER_ON = {"npuExporter": {"image": "registry.example/npu-exporter:v6.0.0"}}
+
+
+def test_a_new_exporter_image_restarts_the_exporter_and_nothing_else():
+    new = prod_plan({"npuExporter": {"image": "registry.example/npu-exporter:v6.0.1"}})
+    diff = diff_plans(prod_plan(EXPORTER_ON), new)
+    assert [(s.host, s.name) for s in diff.recreated()] == [("npu-a", EXPORTER)]
+    (exporter,) = diff.changes()
+    assert exporter.exporter and exporter.restart_reasons == (
+        "image registry.example/npu-exporter:v6.0.0 -> registry.example/npu-exporter:v6.0.1",
+    )
+
+
+def test_a_new_exporter_port_is_the_exporters_port_change_and_restarts_only_it():
+    diff = diff_plans(prod_plan(EXPORTER_ON), prod_plan({**EXPORTER_ON, "npuExporterPort": 9100}))
+    assert [(s.host, s.name) for s in diff.recreated()] == [("npu-a", EXPORTER)]
+    (exporter,) = diff.changes()
+    assert [str(p) for p in exporter.ports] == ["npuExporterPort 8082 -> 9100"]
+    assert exporter.restart_reasons == ()  # its command and health check follow from the port
+
+
+def test_turning_the_exporter_on_adds_one_per_host_and_off_removes_it_restarting_no_model():
+    on = diff_plans(prod_plan(None), prod_plan(EXPORTER_ON))
+    assert [(s.host, s.name, s.status) for s in on.changes()] == [("npu-a", EXPORTER, "added")]
+    assert on.recreated() == []
+    assert on.changes()[0].lines() == [("added", "the host's NPU exporter (metrics.npuExporter)")]
+    off = diff_plans(prod_plan(EXPORTER_ON), prod_plan(None))
+    assert [(s.host, s.name, s.status) for s in off.changes()] == [("npu-a", EXPORTER, "removed")]
+
+
+def test_an_unchanged_exporter_is_no_change():
+    assert not diff_plans(prod_plan(EXPORTER_ON), prod_plan(EXPORTER_ON)).has_changes
+
+
+def test_the_exporters_restart_costs_the_hosts_npu_metrics_not_a_model_load_in_every_format():
+    diff = diff_plans(prod_plan(EXPORTER_ON), prod_plan({**EXPORTER_ON, "npuExporterPort": 9100}))
+    table = render_diff(diff, "table")
+    assert "down for" not in table and "model load" not in table.split("\n", 2)[1]
+    assert "no NPU metrics from npu-a until it is back; no model restarts" in table
+    assert "no NPU metrics from npu-a until it is back; no model restarts" in render_diff(diff, "markdown")
+    (doc,) = [s for s in json.loads(render_diff(diff, "json"))["services"] if s["status"] != "unchanged"]
+    assert (doc["name"], doc["npuExporter"], doc["recreated"]) == (EXPORTER, True, True)

@@ -12,7 +12,7 @@ plans always give the same diff.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
 from allocation import names
@@ -21,6 +21,7 @@ from allocation.windows import BY_KEY, KINDS, ROUTER_KINDS, window_text
 from records.held_cards import HELD_CARDS
 from records.restarts import changed
 from views.diff.container import compact, container_changes, key_change, security_changes
+from views.diff.exporter import PORT_KEY, exporters
 
 # Port fields of a planned service or router, in the order they are reported.
 PORT_FIELDS = tuple(k.key for k in (*KINDS, *ROUTER_KINDS))
@@ -91,6 +92,9 @@ class ServiceDiff:
     """Renamed without a `previousNames` entry for its old name, but its container keeps the old
     one's docker name (a rename back with `previousNames` dropped): to Pulumi a new resource beside
     the old, so its container is re-created."""
+    exporter: bool = False
+    """The host's NPU exporter (`metrics.npuExporter`), not a service: its restart costs the host's
+    NPU metrics for a while, no model."""
 
     @property
     def moved(self) -> bool:
@@ -144,10 +148,11 @@ class ServiceDiff:
         """(kind, detail) pairs, one per fact a reviewer should read."""
         out: list[tuple[str, str]] = []
         of = f"replica of {self.replica_of}, " if self.replica_of not in (None, self.name) else ""
+        what = "the host's NPU exporter (metrics.npuExporter)" if self.exporter else ""
         if self.added:
-            out.append(("added", of + (f"on {self.placement}" if self.placement else "")))
+            out.append(("added", of + (f"on {self.placement}" if self.placement else what)))
         if self.removed:
-            out.append(("removed", of + (f"was on {self.placement}" if self.placement else "")))
+            out.append(("removed", of + (f"was on {self.placement}" if self.placement else what)))
         if self.renamed_from is not None:
             out.append(("renamed", f"{self.renamed_from} -> {self.name}"))
         if self.moved:
@@ -238,6 +243,7 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
             diffs.append(_added_or_removed(name, before, after))
         else:
             diffs.append(_service_diff(name, before, after, renames.get(name), name in unaliased))
+    diffs += _exporter_diffs(old or {}, new)
     diffs.sort(key=lambda d: (d.host, d.name))
     return PlanDiff(
         stack=str(new.get("stack", "")),
@@ -257,6 +263,21 @@ def _added_or_removed(name: str, before: Mapping[str, Any] | None, after: Mappin
         name, svc["host"], added=before is None, removed=after is None, placement=_placement(svc),
         replica_of=svc.get("replicaOf"), kind=svc["kind"],
     )  # fmt: skip
+
+
+def _exporter_diffs(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[ServiceDiff]:
+    """Each host's NPU exporter, added, removed or compared (views.diff.exporter)."""
+    before, after = exporters(old), exporters(new)
+    out = []
+    for host in before.keys() | after.keys():
+        was, now = before.get(host), after.get(host)
+        if was is None or now is None:
+            name = (now or was)["name"]  # type: ignore[index]
+            out.append(ServiceDiff(name, host, added=was is None, removed=now is None, exporter=True))
+        else:
+            diff = _service_diff(now["name"], was, now, port_fields=(PORT_KEY,))
+            out.append(replace(diff, exporter=True))
+    return out
 
 
 def _services(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -319,10 +340,11 @@ def _service_diff(
     after: Mapping[str, Any],
     renamed_from: str | None = None,
     unaliased: bool = False,
+    port_fields: tuple[str, ...] = PORT_FIELDS,
 ) -> ServiceDiff:
     was, now = _placement(before), _placement(after)
     moved = was != now
-    ports = tuple(FieldChange(k, before.get(k), after.get(k)) for k in PORT_FIELDS if before.get(k) != after.get(k))
+    ports = tuple(FieldChange(k, before.get(k), after.get(k)) for k in port_fields if before.get(k) != after.get(k))
     explained = {p.key for p in ports} | ({"devices"} if moved else set())
     old, new = before.get("container") or {}, after.get("container") or {}
     recreate, in_place = changed(old, new)
@@ -348,7 +370,7 @@ def _service_diff(
         recreate_keys=tuple(recreate),
         capacity=capacity,
         replica_of=after.get("replicaOf"),
-        kind=after["kind"],
+        kind=after.get("kind", names.SERVICE),  # an exporter entry has no kind
         renamed_from=renamed_from,
         unaliased=unaliased,
     )

@@ -40,6 +40,8 @@ def _new_stack_note(diff: PlanDiff) -> str:
 
 def _restart_note(s: ServiceDiff) -> str:
     """What a re-created container costs the service it serves."""
+    if s.exporter:
+        return f"no NPU metrics from {s.host} until it is back; no model restarts"
     if s.kind == names.ROUTER:
         return f"router of {s.replica_of}: the endpoint is down until it is back"
     if s.kind == names.REPLICA:
@@ -64,6 +66,8 @@ def _restart_title(diff: PlanDiff) -> str:
     count = len(diff.recreated())
     if not count:
         return "Will restart: no running container."
+    if any(s.exporter for s in diff.recreated()):
+        return f"Will restart: {count} container(s), each at the cost beside it:"
     return f"Will restart: {count} container(s), each down for its model load:"
 
 
@@ -178,6 +182,7 @@ def _service_json(s: ServiceDiff) -> dict[str, Any]:
         "recreatedBy": list(s.recreate_keys),
         "inPlace": list(s.in_place),
         "capacity": [{"key": c.key, "old": c.old, "new": c.new} for c in s.capacity],
+        "npuExporter": s.exporter,
     }
 
 
