@@ -103,6 +103,6 @@ EnvKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=25
 EnvValue = Annotated[str, Field(max_length=65536, pattern=r"^[^\x00]*$")]
 Arg = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_arg)]
 StackName = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\Z")
-"""Python's `$` matches before a final newline too, so every `re` validator here ends in `\Z` and is
+r"""Python's `$` matches before a final newline too, so every `re` validator here ends in `\Z` and is
 called with `fullmatch`. pydantic's `pattern=` runs the Rust regex crate, whose `$` is the end of the
 text (tests/test_hostile_config.py proves both)."""
