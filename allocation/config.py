@@ -9,6 +9,7 @@ unknown keys are errors, so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import Counter
@@ -487,6 +488,11 @@ class Host(Model):
     """The Docker Engine version this host runs (`"28.5"`); default `ascend-fleet:dockerEngine`. It
     decides the host's health probes (`ascend-fleet:healthStartIntervalSeconds`), and the host check
     stops `pulumi up` when the engine found on the host is on the other side of version 25."""
+    shard: int | None = Field(default=None, ge=0, le=9999)
+    """The shard (`ascend-fleet:shards`) this host is deployed by, pinned by `pin` like cards so that
+    adding hosts or services never moves a host to another stack (which would delete and re-create
+    its containers). Unpinned hosts fill the lowest shard with room, in name order. Moving a host on
+    purpose is `pulumi state move` (README "Shards")."""
     docker_host: Text | None = None
     """Docker daemon URL; default `ssh://user@address:sshPort`. Set `unix:///var/run/docker.sock`
     for a daemon on the machine running Pulumi (the dev stack). An `ssh://` or `tcp://` URL must
@@ -817,6 +823,28 @@ class Metrics(Model):
         return self
 
 
+class Shards(Model):
+    """`ascend-fleet:shards`: the fleet is deployed as shards, each a stack of its own that owns a
+    set of hosts (README "Shards"). Every shard plans the whole fleet and deploys its hosts' slice."""
+
+    size: int = Field(default=50, ge=1, le=1000)
+    """At most this many hosts per shard: one docker provider process per host runs during a shard's
+    `pulumi up`, and its state grows with its hosts."""
+
+
+class ShardOf(Model):
+    """`ascend-fleet:shardOf`, written by `python -m allocation shards` into each shard's stack file:
+    which fleet the file was cut from, which shard it deploys, and the fleet's hash at that time, so a
+    shard file edited by hand or cut from another version of the fleet refuses to deploy."""
+
+    fleet: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")]
+    """The fleet's stack name (its file is `Pulumi.<fleet>.yaml`)."""
+    index: int = Field(ge=0, le=9999)
+    """The shard this stack deploys: the hosts whose `shard` is this."""
+    fleet_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    """sha256 of the fleet's keys as the program reads them (`shardOf` left out)."""
+
+
 class FleetConfig(Model):
     """Everything under the `ascend-fleet:` namespace of one stack."""
 
@@ -846,6 +874,11 @@ class FleetConfig(Model):
     12's docker.io (the engine the simulated host runs) and the oldest engine the program supports;
     declaring an old engine is safe on a new one (the short probe interval works everywhere), while a
     new engine declared on an old one would be dropped silently."""
+    shards: Shards | None = None
+    """Deploy the fleet as shards of at most `shards.size` hosts, each its own stack (README
+    "Shards"). The stack that sets it is the fleet: it is planned and pinned, never deployed itself."""
+    shard_of: ShardOf | None = None
+    """Set only in a shard's stack file, by `python -m allocation shards`; never by hand."""
     health_start_interval_seconds: int = Field(default=2, ge=0, le=30)
     """How soon after a model is ready its container turns healthy. Docker Engine 25 and later probe
     every this many seconds while the container starts (`start_interval`), then every 30 s as before;
@@ -855,6 +888,37 @@ class FleetConfig(Model):
     ([Time to serving](deploying.md#time-to-serving-health-probes-per-docker-engine)). `0` turns it
     off: every container probes every 30 s from its start, as before (up to 30 s between ready and
     healthy)."""
+
+    @property
+    def fleet_name(self) -> str:
+        """The fleet's name: the stack's, or for a shard's stack the fleet it was cut from. Containers
+        are labelled with it, so a host moved between shards (`pulumi state move`) keeps its inputs."""
+        return self.stack if self.shard_of is None else self.shard_of.fleet
+
+    def fleet_hash(self) -> str:
+        """sha256 of the fleet as validated, `shardOf` left out: equal for a fleet's stack file and
+        every shard file cut from it, whatever YAML spelling each uses for the same values."""
+        text = self.model_dump_json(by_alias=True, exclude={"shard_of"})
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @model_validator(mode="after")
+    def _shard_of_its_fleet(self) -> FleetConfig:
+        cut = self.shard_of
+        if cut is None:
+            return self
+        if self.shards is None:
+            raise ValueError(
+                f"shardOf names fleet {cut.fleet}, but this stack holds no ascend-fleet:shards: a shard's file "
+                f"holds its whole fleet; write it with `python -m allocation shards --stack {cut.fleet}`"
+            )
+        now = self.fleet_hash()
+        if now != cut.fleet_hash:
+            raise ValueError(
+                f"shardOf says this file was cut from fleet {cut.fleet} at hash {cut.fleet_hash[:12]}, but the fleet "
+                f"it holds hashes to {now[:12]}: a shard's file is written by `python -m allocation shards --stack "
+                f"{cut.fleet}`, never by hand; change Pulumi.{cut.fleet}.yaml and run that command again"
+            )
+        return self
 
     def docker_engine_of(self, host: Host) -> str:
         """The engine version declared for `host`: its own, else the fleet's."""

@@ -233,10 +233,17 @@ class Placer:
     what the rule costs in hosts."""
 
     def __init__(
-        self, fleet: FleetConfig, replica_of: Mapping[str, str] | None = None, keep_off_running: bool = True
+        self,
+        fleet: FleetConfig,
+        replica_of: Mapping[str, str] | None = None,
+        keep_off_running: bool = True,
+        shard_of: Mapping[str, int] | None = None,
     ) -> None:
         self.keep_off_running = keep_off_running
         self.replica_of = replica_of or {}
+        self.shard_of = shard_of or {}
+        """Host -> shard, in a sharded fleet: a replica goes to the shard of the first one placed."""
+        self.group_shard: dict[str, int] = {}
         self.siblings: dict[str, dict[str, set[int]]] = {}
         """Replicated service -> host -> cards its replicas hold there."""
         self.hosts = sorted(fleet.hosts, key=lambda h: h.name)
@@ -306,7 +313,9 @@ class Placer:
     def _candidates(self, s: Service) -> list[Host]:
         if s.host:
             return [self.cards[s.host].host]
-        return [h for h in self.hosts if h.name in s.hosts] if s.hosts else self.hosts
+        hosts = [h for h in self.hosts if h.name in s.hosts] if s.hosts else self.hosts
+        shard = self.group_shard.get(self.replica_of.get(s.name, ""))
+        return hosts if shard is None else [h for h in hosts if self.shard_of[h.name] == shard]
 
     def _avoid(self, s: Service, host: str) -> frozenset[int]:
         """The cards of `host` that other replicas of `s`'s service hold."""
@@ -374,6 +383,8 @@ class Placer:
         self.placed[s.name] = (cards.host.name, block)
         if s.name in self.replica_of:
             self.siblings.setdefault(self.replica_of[s.name], {}).setdefault(cards.host.name, set()).update(block)
+            if self.shard_of:
+                self.group_shard.setdefault(self.replica_of[s.name], self.shard_of[cards.host.name])
         i = self.index[cards.host.name]
         for (tp, alone), tree in self.trees.items():
             tree.update(i, cards.capacity(tp, alone))

@@ -92,6 +92,8 @@ class HostPlan:
     budget: Decimal
     services: tuple[ServicePlan, ...]
     """Sorted by service name."""
+    shard: int | None = None
+    """The shard that deploys this host, in a fleet deployed as shards (allocation.shards)."""
 
     def card_load(self) -> dict[int, list[ServicePlan]]:
         """Services per card, every card of the host present."""
@@ -193,7 +195,8 @@ class Plan:
 
     @property
     def stack(self) -> str:
-        return self.fleet.stack
+        """The fleet's name: a shard's stack plans, labels and reports its whole fleet."""
+        return self.fleet.fleet_name
 
     def services(self) -> list[tuple[HostPlan, ServicePlan]]:
         return [(hp, ps) for hp in self.hosts for ps in hp.services]

@@ -21,6 +21,7 @@ from allocation.placement import Placer
 from allocation.plan import HostPlan, Plan, ServicePlan, RouterPlan
 from allocation.ports import assign_ports
 from allocation.resolved import resolve
+from allocation.shards import assign_shards, split_services
 
 
 def _instances(fleet: FleetConfig) -> Outcome[tuple[list[Instance], frozenset[str]]]:
@@ -67,7 +68,9 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         return outcome.value
 
     every, unsized = kept(_instances(fleet))
-    placed = kept(Placer(fleet, {i.name: i.replica_of for i in every if i.index}).run(every))
+    shard_of = kept(assign_shards(fleet))
+    placed = kept(Placer(fleet, {i.name: i.replica_of for i in every if i.index}, shard_of=shard_of).run(every))
+    kept(split_services(fleet, shard_of, placed))
     router_hosts = _router_hosts(fleet, placed)
     routers, logs = [], resolve(fleet.defaults, fleet.defaults).log_opts
 
@@ -98,7 +101,7 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         planned = kept(_running_totals(host, planned))
         kept(graph_room(host, planned))
         kept(_takeover(host, planned, [r for r in routers if r.host_name == host.name]))
-        host_plans.append(HostPlan(host=host, budget=fleet.budget(host), services=tuple(planned)))
+        host_plans.append(HostPlan(host, fleet.budget(host), tuple(planned), shard_of.get(host.name)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
     kept(_crowded(fleet, placed))

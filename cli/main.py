@@ -24,6 +24,7 @@ from cli.pin import pin_stack_file
 from cli.stack_editor import read_bytes, set_service_keys
 from cli.revision import plan_at_revision
 from cli.safe_write import write_set
+from cli.shards import shard_files, stale
 from cli.stackfile import PROJECT_ROOT, StackFile, locate, stack_values
 
 DASHBOARD = "grafana-dashboard.json"
@@ -77,6 +78,13 @@ def _parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check the live hosts of a stack against the plan (exit 1 on findings)")
     _stack_args(doctor)
     doctor.add_argument("--format", choices=("table", "json"), default="table")
+    doctor.add_argument(
+        "--shard", type=int, metavar="K", help="a fleet deployed as shards: check shard K's hosts only (a shard's stack: its own)"
+    )
+
+    shards = sub.add_parser("shards", help="a fleet deployed as shards: write one stack file per shard beside the fleet's")
+    _stack_args(shards)
+    shards.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every shard file that is not current")
 
     profile = sub.add_parser(
         "profile",
@@ -184,7 +192,14 @@ def _render(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from ops import doctor
 
-    text, code = doctor.run(_deployment(args)[0], args.format)
+    deployment = _deployment(args)[0]
+    fleet = deployment.plan.fleet
+    index = args.shard if args.shard is not None or fleet.shard_of is None else fleet.shard_of.index
+    if index is not None:
+        if fleet.shards is None:
+            raise ConfigError(f"doctor --shard {index}: stack {deployment.stack} is not deployed as shards (no ascend-fleet:shards)")
+        deployment = deployment.shard(index)
+    text, code = doctor.run(deployment, args.format)
     print(text)
     return code
 
@@ -208,7 +223,40 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render, "profile": _profile, "schema": _schema}
+def _shards(args: argparse.Namespace) -> int:
+    stack_file = _locate(args)
+    read = read_bytes(stack_file.path)
+    plan = plan_fleet(parse_fleet(stack_file.stack, stack_values(stack_file, data=read)))
+    files = shard_files(stack_file, read.decode("utf-8-sig"), plan)
+    folder = stack_file.path.parent
+    gone = stale(folder, stack_file.stack, files)
+    if args.check:
+        differ = [n for n, text in files.items() if not (folder / n).is_file() or read_bytes(folder / n) != text.encode()]
+        if differ or gone:
+            print(
+                f"shard files of fleet {stack_file.stack} are not current: "
+                + "; ".join([f"{n} differs from the fleet's cut" for n in differ] + [f"{n} holds no host now" for n in gone])
+                + f"; run python -m allocation shards --stack {stack_file.stack}",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"shard files of fleet {stack_file.stack} are current: {', '.join(files)}")
+        return 0
+    write_set(folder, files)
+    print(f"wrote {', '.join(files)} to {folder}")
+    if gone:
+        print(
+            f"warning: {', '.join(gone)}: no host of fleet {stack_file.stack} is in these shards now; destroy their "
+            "stacks (pulumi destroy) and delete the files",
+            file=sys.stderr,
+        )
+    return 0
+
+
+COMMANDS = {
+    "plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render, "profile": _profile, "schema": _schema,
+    "shards": _shards,
+}  # fmt: skip
 
 
 def _paragraph(text: str) -> str:

@@ -73,6 +73,21 @@ def ssh_private_key(ssh: Ssh, namespace: str = NAMESPACE) -> pulumi.Output[str] 
     return pulumi.Output.secret(text)
 
 
+def _this_stacks_slice(deployment: Deployment) -> Deployment:
+    """The whole fleet's deployment, or a shard's slice of it; a fleet deployed as shards is never
+    deployed as one stack (README "Shards")."""
+    fleet = deployment.plan.fleet
+    if fleet.shard_of is not None:
+        return deployment.shard(fleet.shard_of.index)
+    if fleet.shards is not None:
+        raise pulumi.RunError(
+            f"stack {deployment.stack} is a fleet deployed as shards (ascend-fleet:shards): it is planned and "
+            f"pinned here and deployed by its shards' stacks; run `python -m allocation shards --stack "
+            f"{deployment.stack}`, then `pulumi up` on each {deployment.stack}-shard-K stack it writes"
+        )
+    return deployment
+
+
 def fleet_deployment() -> Deployment:
     """The stack's deployment from the engine's config, or one RunError paragraph. With
     `strictHostKeyChecking: yes`, a host whose key is neither configured nor in known_hosts
@@ -84,6 +99,7 @@ def fleet_deployment() -> Deployment:
         raise pulumi.RunError(str(err)) from None  # the message is complete; no traceback
     for warning in deployment.plan.warnings:
         pulumi.log.warn(warning)
+    deployment = _this_stacks_slice(deployment)
     untrusted = untrusted_hosts(deployment)
     if untrusted:
         raise pulumi.RunError(

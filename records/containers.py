@@ -361,7 +361,7 @@ def container_spec(fleet: FleetConfig, planned: ServicePlan, *, shared: bool = F
     s, a, r = planned.service, planned.assignment, planned.resolved
     host = fleet.host(a.host_name)
     all_devices = r.all_devices or (shared and host.card_sharing == "privileged")
-    env, labels = _env_and_labels(fleet.stack, planned, all_devices)
+    env, labels = _env_and_labels(fleet.fleet_name, planned, all_devices)
     cards = range(host.npus) if all_devices else a.cards
     device_files = tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES
     # A service that mounts its own cache there keeps it (Docker refuses two mounts on one target).

@@ -10,7 +10,7 @@ fleet, so what is deployed, exported and checked cannot drift apart. Pure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Mapping
 
 from allocation import names
@@ -184,6 +184,11 @@ class Deployment:
 
     def services(self) -> Iterator[ServiceDeployment]:
         return (s for h in self.hosts for s in h.services)
+
+    def shard(self, index: int) -> Deployment:
+        """What shard `index` of a fleet deployed as shards deploys: its hosts, with their services,
+        routers and exporters (a replicated service's replicas and router are in one shard)."""
+        return replace(self, hosts=tuple(hd for hd in self.hosts if hd.plan.shard == index))
 
 
 def _service_deployment(

@@ -55,7 +55,7 @@ def exporter_spec(fleet: FleetConfig, host: Host) -> ContainerSpec | None:
     settings, port = fleet.metrics.npu_exporter, fleet.metrics.npu_exporter_port
     if settings is None:
         return None
-    labels = {f"{LABEL_PREFIX}.stack": fleet.stack, f"{LABEL_PREFIX}.service": NAME, f"{LABEL_PREFIX}.host": host.name}
+    labels = {f"{LABEL_PREFIX}.stack": fleet.fleet_name, f"{LABEL_PREFIX}.service": NAME, f"{LABEL_PREFIX}.host": host.name}
     return ContainerSpec(
         name=NAME,
         image=settings.image,

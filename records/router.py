@@ -128,7 +128,7 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
     # --worker-startup-timeout-secs, src/routers/http/router.rs wait_for_healthy_workers).
     probe = http_probe(router.port, "/readiness")
     labels = {
-        f"{LABEL_PREFIX}.stack": fleet.stack,
+        f"{LABEL_PREFIX}.stack": fleet.fleet_name,
         f"{LABEL_PREFIX}.service": router.container_name,
         ROUTER_OF_LABEL: s.original_name,
         f"{LABEL_PREFIX}.host": router.host_name,

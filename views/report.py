@@ -48,6 +48,7 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
             | ({} if hd.exporter is None else {"npuExporter": hd.exporter.to_json()})
             # Only when a pinned service must stop for a card's switch (records.held_cards).
             | ({"mustStop": [h.to_json() for h in hd.held_cards]} if hd.held_cards else {})
+            | ({} if hd.plan.shard is None else {"shard": hd.plan.shard})
         )
     routers = [rd.plan.to_json() | {"endpoint": rd.endpoint, "container": rd.spec.to_json()} for rd in deployment.routers]
     return {"stack": deployment.stack, "hosts": hosts, "routers": routers, "warnings": list(deployment.plan.warnings)}
@@ -137,6 +138,7 @@ def _host_title(hp: HostPlan) -> str:
     shared = hp.shared_cards()
     sharing = f", shared cards {','.join(map(str, shared))} ({hp.host.card_sharing})" if shared else ""
     takeover = f", takes over from {', '.join(hp.host.replaces)}" if hp.host.replaces else ""
+    takeover += f", shard {hp.shard}" if hp.shard is not None else ""
     unit = hp.device_share_cards()
     if hp.host.card_sharing == "deviceShare" and unit != shared:
         sharing += f", device-share mode on cards {','.join(map(str, unit))} (both chips of each NPU)"

@@ -1,0 +1,60 @@
+"""Which shard deploys each host, when the fleet is deployed as shards (`ascend-fleet:shards`).
+
+Cards and ports are per host, so a fleet splits cleanly by host: one plan, many stacks, each owning
+a set of hosts. The one link across hosts is a replicated service (its router waits on every
+replica), so its replicas and router live in one shard; the placer keeps them there and
+`split_services` refuses a pin that splits them. A pinned host keeps its shard; the others fill the
+lowest shard with room, in name order, so the assignment is a function of the config alone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Mapping
+
+from allocation.config import FleetConfig
+from allocation.outcome import Outcome
+
+
+def assign_shards(fleet: FleetConfig) -> Outcome[dict[str, int]]:
+    """Host name -> shard, for every host of a sharded fleet (empty for one that is not); a problem
+    for each shard that pins more hosts than `shards.size`."""
+    if fleet.shards is None:
+        return Outcome({})
+    size = fleet.shards.size
+    held = Counter(h.shard for h in fleet.hosts if h.shard is not None)
+    problems = tuple(
+        f"shard {k}: {n} hosts are pinned to it, more than shards.size {size}; pin some of them to another "
+        "shard (moving a host between shards is `pulumi state move`, README \"Shards\"), or raise shards.size"
+        for k, n in sorted(held.items())
+        if n > size
+    )
+    shard_of = {h.name: h.shard for h in fleet.hosts if h.shard is not None}
+    k = 0
+    for host in sorted((h for h in fleet.hosts if h.shard is None), key=lambda h: h.name):
+        while held[k] >= size:
+            k += 1
+        shard_of[host.name] = k
+        held[k] += 1
+    return Outcome(shard_of, problems)
+
+
+def split_services(
+    fleet: FleetConfig, shard_of: Mapping[str, int], placed: Mapping[str, tuple[str, tuple[int, ...]]]
+) -> Outcome[None]:
+    """A problem for each replicated service whose replicas or router would be deployed by two
+    shards: only a pin can do that, since the placer keeps a service's replicas in one shard."""
+    problems = []
+    for s in (s for s in fleet.services if s.replicated and shard_of):
+        hosts = {placed[n][0] for n in s.replica_names() if n in placed}
+        if s.router and s.router.host:
+            hosts.add(s.router.host)
+        shards = sorted({shard_of[h] for h in hosts})
+        if len(shards) > 1:
+            where = ", ".join(f"{h} (shard {shard_of[h]})" for h in sorted(hosts))
+            problems.append(
+                f"service {s.name}: its replicas and router would be deployed by shards "
+                f"{', '.join(map(str, shards))}: {where}; a replicated service lives in one shard (its router "
+                "waits on every replica), so pin its replicas and router to hosts of one shard"
+            )
+    return Outcome(None, tuple(problems))

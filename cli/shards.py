@@ -1,0 +1,72 @@
+"""`python -m allocation shards`: cut a fleet deployed as shards into one stack file per shard.
+
+Each shard's file is the fleet's file, byte for byte, with one key added: `ascend-fleet:shardOf`,
+naming the fleet, the shard and the fleet's hash. Pulumi reads every shard's config exactly as it
+reads the fleet's (comments, spellings, project defaults and an `encryptionsalt` included), so
+every shard plans the same fleet and deploys its hosts' slice; the hash makes a shard file that
+was edited by hand, or cut from another version of the fleet, refuse to deploy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from allocation.config import NAMESPACE, FleetConfig
+from allocation.errors import ConfigError
+from allocation.plan import Plan
+from cli.stackfile import StackFile
+
+CONFIG_LINE = re.compile(r"^config:[ \t]*(#.*)?$", re.MULTILINE)
+KEY_LINE = re.compile(r"^([ \t]+)[^\s#]", re.MULTILINE)
+
+
+def shard_stack(fleet: str, index: int) -> str:
+    """The stack name of a fleet's shard: `<fleet>-shard-<index>`."""
+    return f"{fleet}-shard-{index}"
+
+
+def shard_files(stack_file: StackFile, text: str, plan: Plan) -> dict[str, str]:
+    """File name -> text, one per shard that holds a host of the plan."""
+    fleet = plan.fleet
+    if fleet.shards is None:
+        raise ConfigError(
+            f"{stack_file.path}: stack {stack_file.stack} sets no ascend-fleet:shards, so it is deployed as one "
+            "stack; add `ascend-fleet:shards: {size: 50}` to deploy it as shards"
+        )
+    if fleet.shard_of is not None:
+        raise ConfigError(
+            f"{stack_file.path} is shard {fleet.shard_of.index} of fleet {fleet.shard_of.fleet}: cut the fleet's "
+            f"own file (--stack {fleet.shard_of.fleet})"
+        )
+    return {
+        f"Pulumi.{shard_stack(stack_file.stack, k)}.yaml": _shard_text(stack_file, text, fleet, k)
+        for k in sorted({hp.shard for hp in plan.hosts if hp.shard is not None})
+    }
+
+
+def _shard_text(stack_file: StackFile, text: str, fleet: FleetConfig, index: int) -> str:
+    """The fleet's text with `shardOf` as the first key of its `config:` block, a comment above it
+    (the file's first line, the schema's, stays first)."""
+    config = CONFIG_LINE.search(text)
+    key = KEY_LINE.search(text, config.end()) if config else None
+    if key is None:
+        raise ConfigError(
+            f"{stack_file.path}: no block `config:` mapping with indented keys to add ascend-fleet:shardOf to; "
+            "write the stack's config as a block mapping (one key per line)"
+        )
+    cut = json.dumps({"fleet": stack_file.stack, "index": index, "fleetHash": fleet.fleet_hash()})
+    line = f"{key.group(1)}{NAMESPACE}:shardOf: {cut}\n"
+    header = (
+        f"# Shard {index} of fleet {stack_file.stack}, written by `python -m allocation shards --stack "
+        f"{stack_file.stack}`: edit Pulumi.{stack_file.stack}.yaml and run it again, never this file.\n"
+    )
+    start, end = config.start(), config.end() + 1
+    return text[:start] + header + text[start:end] + line + text[end:]
+
+
+def stale(folder: Path, fleet: str, files: dict[str, str]) -> list[str]:
+    """Shard files of this fleet in `folder` that the cut no longer writes (their shard has no hosts)."""
+    pattern = re.compile(rf"Pulumi\.{re.escape(fleet)}-shard-[0-9]+\.yaml\Z")
+    return sorted(p.name for p in folder.iterdir() if pattern.fullmatch(p.name) and p.name not in files)

@@ -1,0 +1,70 @@
+"""A fleet deployed as shards (`ascend-fleet:shards`): which shard deploys each host, replicated
+services kept in one shard, and what the plan says about it."""
+
+from __future__ import annotations
+
+import pytest
+
+from allocation.errors import FleetError
+from allocation.planner import plan_fleet
+from records.deployment import deploy
+from tests.fleets import fleet, host, service
+from views.report import plan_json, render_plan
+
+
+def shards_of(plan) -> dict[str, int | None]:
+    return {hp.host.name: hp.shard for hp in plan.hosts}
+
+
+def test_a_fleet_without_shards_plans_no_shard_and_its_json_has_no_shard_key():
+    plan = plan_fleet(fleet([host("a"), host("b")], [service("s")]))
+    assert set(shards_of(plan).values()) == {None}
+    assert all("shard" not in h for h in plan_json(deploy(plan))["hosts"])
+
+
+def test_unpinned_hosts_fill_the_lowest_shard_with_room_in_name_order():
+    hosts = [host(n) for n in ("e", "d", "c", "b", "a")]
+    plan = plan_fleet(fleet(hosts, [service("s")], shards={"size": 2}))
+    assert shards_of(plan) == {"a": 0, "b": 0, "c": 1, "d": 1, "e": 2}
+    assert [h["shard"] for h in plan_json(deploy(plan))["hosts"]] == [0, 0, 1, 1, 2]
+
+
+def test_a_pinned_host_keeps_its_shard_and_adding_hosts_moves_no_pinned_one():
+    pinned = [host("m", shard=0), host("n", shard=0), host("z", shard=1)]
+    plan = plan_fleet(fleet([*pinned, host("a"), host("b")], [service("s")], shards={"size": 2}))
+    assert shards_of(plan) == {"m": 0, "n": 0, "z": 1, "a": 1, "b": 2}
+
+
+def test_a_shard_pinned_over_its_size_is_refused_naming_it():
+    with pytest.raises(FleetError, match=r"shard 0: 3 hosts are pinned to it, more than shards.size 2"):
+        plan_fleet(fleet([host(n, shard=0) for n in "abc"], [service("s")], shards={"size": 2}))
+
+
+def test_the_replicas_of_a_service_are_placed_in_the_shard_of_the_first():
+    """Hosts a and b are shard 0, c and d shard 1; a and b are full, so without the rule the second
+    and third replicas would spread over c and d, and the first sit in shard 0 alone."""
+    hosts = [host(n) for n in "abcd"]
+    full = [service(f"big-{n}", 8, 0.9, host=n) for n in "ab"]
+    one = service("r", 8, 0.5, replicas=2)
+    plan = plan_fleet(fleet(hosts, [*full, one], shards={"size": 2}))
+    placed = {ps.name: hp.host.name for hp in plan.hosts for ps in hp.services}
+    assert {placed["r-1"], placed["r-2"]} == {"c", "d"}
+    three = service("r", 1, 0.05, replicas=3)
+    plan = plan_fleet(fleet([host(n) for n in "abcd"], [three], shards={"size": 2}))
+    shard = shards_of(plan)
+    placed = [hp.host.name for hp in plan.hosts for ps in hp.services]
+    assert len({shard[h] for h in placed}) == 1, placed
+
+
+def test_a_pin_that_splits_a_replicated_service_over_shards_is_refused_naming_it():
+    pins = [{"host": "a"}, {"host": "c"}]
+    values = service("r", 1, 0.5, replicas=2, replicaPins=pins)
+    with pytest.raises(FleetError, match=r"service r: its replicas and router would be deployed by shards 0, 1: a \(shard 0\), c \(shard 1\)"):
+        plan_fleet(fleet([host(n) for n in "abcd"], [values], shards={"size": 2}))
+
+
+def test_the_table_names_each_hosts_shard():
+    plan = plan_fleet(fleet([host("a"), host("b")], [service("s")], shards={"size": 1}))
+    text = render_plan(deploy(plan), "table")
+    assert "a (a.example): 8 NPUs x 64 GiB, 1 service, shard 0" in text
+    assert "b (b.example): 8 NPUs x 64 GiB, 0 services, shard 1" in text
