@@ -1,4 +1,5 @@
-"""Time of the Pulumi program under Pulumi's mocks for fleets of 10, 100 and 1,000 services.
+"""Time of the Pulumi program under Pulumi's mocks for fleets of 10, 100 and 1,000 services,
+and at 1,000 services side by side with the SDK's floor for the same containers.
 
 Run: `.venv/bin/python benchmarks/program_bench.py` (or `make bench`). Each fleet has
 8-NPU hosts with four services each (the seed's mix: two TP=4 models, two small ones
@@ -6,6 +7,13 @@ sharing their cards), half pinned to a host and half placed by the allocator. Th
 covers what `pulumi preview`/`up` spends in the program: config reading, planning,
 every component and resource registration, and the exports, against the mock monitor
 (so no engine, provider or network time). Prints numbers and ratios; asserts nothing.
+
+The floor (`floor_program.py`) registers what the engine needs at the least for the same fleet:
+one docker provider per host and one bare container per service, with the program's two SDK
+tunings. The program registers more per service (its component, the host's check, device-share,
+start-order and image steps), so the ratio is printed per run and per registration.
+`--run KIND N` times one program alone (`program`, `floor` or `plain`, the untuned floor of
+`floor_plain.py`), for timing whole processes from outside.
 """
 
 from __future__ import annotations
@@ -20,7 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from allocation.config import parse_fleet  # noqa: E402
 from allocation.planner import plan_fleet  # noqa: E402
-from tests.pulumi_harness import CONTAINER, run_program  # noqa: E402
+from tests.pulumi_harness import CONTAINER, MAIN, run_program  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+PROGRAMS = {"program": MAIN, "floor": HERE / "floor_program.py", "plain": HERE / "floor_plain.py"}
 
 # Four services per 8-NPU host, like the seed: two TP=4 chat models and two small ones.
 MIX = [(4, 0.85), (4, 0.90), (1, 0.10), (1, 0.05)]
@@ -43,15 +54,35 @@ def fleet(services: int) -> dict:
     }
 
 
+def time_once(values: dict, main: Path = MAIN) -> tuple[float, int, int]:
+    """Seconds, registrations and containers of one run of `main`."""
+    gc.collect()  # not the previous run's garbage: a language host's process ends with its program
+    start = time.perf_counter()
+    run = run_program("bench", values, main=main)
+    return time.perf_counter() - start, len(run.registrations), len(run.of_type(CONTAINER))
+
+
 def time_program(values: dict, repeat: int) -> tuple[float, int, int]:
-    runs, resources, containers = [], 0, 0
-    for _ in range(repeat):
-        gc.collect()  # not the previous run's garbage: a language host's process ends with its program
-        start = time.perf_counter()
-        run = run_program("bench", values)
-        runs.append(time.perf_counter() - start)
-        resources, containers = len(run.registrations), len(run.of_type(CONTAINER))
-    return statistics.median(runs), resources, containers
+    runs = [time_once(values) for _ in range(repeat)]
+    return statistics.median(r[0] for r in runs), runs[-1][1], runs[-1][2]
+
+
+def against_floor(services: int, pairs: int, kind: str) -> None:
+    """The program and a floor in turn, the ratio pair by pair (so drift in the machine's speed
+    cancels), as whole runs and per registration."""
+    values = fleet(services)
+    ratios, per_registration = [], []
+    for _ in range(pairs):
+        program, program_registered, _ = time_once(values)
+        floor, floor_registered, floor_containers = time_once(values, PROGRAMS[kind])
+        assert floor_containers == services, f"{floor_containers} {kind} containers for {services} services"
+        ratios.append(program / floor)
+        per_registration.append((program / program_registered) / (floor / floor_registered))
+        print(f"program {program:.2f}s ({program_registered} resources), {kind} {floor:.2f}s ({floor_registered})")
+    print(
+        f"program / {kind} at {services} services: {statistics.median(ratios):.2f} (median of {pairs}); "
+        f"per registration: {statistics.median(per_registration):.2f}"
+    )
 
 
 def time_plan(values: dict) -> float:
@@ -61,8 +92,17 @@ def time_plan(values: dict) -> float:
     return time.perf_counter() - start
 
 
+def run_one(kind: str, services: int) -> None:
+    run_program("bench", fleet(4), main=PROGRAMS[kind])  # warm-up: imports
+    seconds, registered, _ = time_once(fleet(services), PROGRAMS[kind])
+    print(f"{kind}: {services} services, {registered} resources, {seconds:.2f}s")
+
+
 def main() -> None:
-    run_program("bench", fleet(4))  # warm-up: imports
+    if sys.argv[1:2] == ["--run"]:
+        return run_one(sys.argv[2], int(sys.argv[3]))
+    for program in PROGRAMS.values():
+        run_program("bench", fleet(4), main=program)  # warm-up: imports
     results = {}
     print(f"{'services':>8} {'hosts':>6} {'resources':>9} {'seconds':>9} {'ms/service':>10} {'of which plan':>13}")
     for n in SIZES:
@@ -77,6 +117,8 @@ def main() -> None:
         )
     for small, big in zip(SIZES, SIZES[1:]):
         print(f"time({big}) / time({small}) = {results[big] / results[small]:.1f} (x{big // small} services)")
+    for kind in ("floor", "plain"):
+        against_floor(SIZES[-1], pairs=3, kind=kind)
 
 
 if __name__ == "__main__":

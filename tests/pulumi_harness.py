@@ -222,7 +222,7 @@ def config_from_values(values: dict[str, Any], private_key: Optional[str] = FAKE
 _STACK_SENTINEL = object()
 
 
-def _run_in_context(stack: str, config: dict, secret_keys: list, run: Run) -> None:
+def _run_in_context(stack: str, config: dict, secret_keys: list, run: Run, main: Path) -> None:
     pulumi.runtime.set_all_config(config, secret_keys)
     logger = logging.getLogger(f"ascend-fleet-harness-{id(run)}")
     logger.propagate = False
@@ -236,7 +236,7 @@ def _run_in_context(stack: str, config: dict, secret_keys: list, run: Run) -> No
         monitor=RecordingMonitor(Mocks(), run),
     )  # fmt: skip
     settings.ROOT.set(None)
-    _sync_await(run_in_stack(lambda: runpy.run_path(str(MAIN), run_name="__main__")))
+    _sync_await(run_in_stack(lambda: runpy.run_path(str(main), run_name="__main__")))
 
 
 def known_hosts_of(values: dict[str, Any]) -> str:
@@ -254,9 +254,10 @@ def run_program(
     values: dict[str, Any],
     private_key: Optional[str] = FAKE_PRIVATE_KEY,
     known_hosts: Optional[str] = None,
+    main: Path = MAIN,
 ) -> Run:
-    """Run `__main__.py` for one stack whose `ascend-fleet:` values (namespace stripped)
-    are given; raise what the program raises (e.g. pulumi.RunError). The program runs
+    """Run `__main__.py` (or another program, `main`) for one stack whose `ascend-fleet:` values
+    (namespace stripped) are given; raise what the program raises (e.g. pulumi.RunError). The program runs
     with a HOME whose ~/.ssh/known_hosts is `known_hosts` (default: every host of the values)."""
     config, secret_keys = config_from_values(values, private_key)
     run = Run()
@@ -269,7 +270,7 @@ def run_program(
         # host's process ends with the program, so here each run gets the test process's back.
         thresholds = gc.get_threshold()
         try:
-            contextvars.Context().run(_run_in_context, stack, config, secret_keys, run)
+            contextvars.Context().run(_run_in_context, stack, config, secret_keys, run, main)
         finally:
             gc.set_threshold(*thresholds)
             os.environ["HOME"] = saved if saved is not None else ""
