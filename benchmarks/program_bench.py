@@ -12,6 +12,7 @@ The floor (`floor_program.py`) registers what the engine needs at the least for 
 one docker provider per host and one bare container per service, with the program's two SDK
 tunings. The program registers more per service (its component, the host's check, device-share,
 start-order and image steps), so the ratio is printed per run and per registration.
+Then single shards of a fleet of 1,000 hosts / 4,000 services deployed as shards of 50 hosts.
 `--run KIND N` times one program alone (`program`, `floor` or `plain`, the untuned floor of
 `floor_plain.py`), for timing whole processes from outside.
 """
@@ -92,6 +93,24 @@ def time_plan(values: dict) -> float:
     return time.perf_counter() - start
 
 
+def one_shard(services: int, size: int, shards: tuple[int, ...]) -> None:
+    """The program of single shards of a fleet deployed as shards: each plans the whole fleet and
+    registers only its hosts' slice (docs/shards.md). The allocator packs the unpinned half of the
+    services onto the first hosts, so shard 0 holds the most."""
+    values = fleet(services) | {"shards": {"size": size}}
+    cut = parse_fleet("bench", values).fleet_hash()
+    for k in shards:
+        shard = values | {"shardOf": {"fleet": "bench", "index": k, "fleetHash": cut}}
+        gc.collect()
+        start = time.perf_counter()
+        run = run_program(f"bench-shard-{k}", shard)
+        seconds = time.perf_counter() - start
+        print(
+            f"shard {k} of {len(values['hosts'])} hosts / {services} services (size {size}): "
+            f"{len(run.of_type(CONTAINER))} containers, {len(run.registrations)} resources, {seconds:.2f}s"
+        )
+
+
 def run_one(kind: str, services: int) -> None:
     run_program("bench", fleet(4), main=PROGRAMS[kind])  # warm-up: imports
     seconds, registered, _ = time_once(fleet(services), PROGRAMS[kind])
@@ -119,6 +138,7 @@ def main() -> None:
         print(f"time({big}) / time({small}) = {results[big] / results[small]:.1f} (x{big // small} services)")
     for kind in ("floor", "plain"):
         against_floor(SIZES[-1], pairs=3, kind=kind)
+    one_shard(4000, 50, (0, 7, 19))
 
 
 if __name__ == "__main__":
