@@ -26,8 +26,10 @@ from typing import Any
 import yaml
 from yaml.cyaml import CParser  # libyaml, which the PyYAML wheels of requirements.txt ship
 from yaml.constructor import ConstructorError, SafeConstructor
-from yaml.nodes import MappingNode
+from yaml.nodes import MappingNode, ScalarNode
 from yaml.resolver import BaseResolver
+
+from cli.pulumi_scalars import Refused, Timestamp, program_value
 
 YAMLError = yaml.YAMLError
 
@@ -39,6 +41,15 @@ class Ambiguous(YAMLError):
         super().__init__(problem)
         self.problem, self.line = problem, line
 TAG = "tag:yaml.org,2002:"
+PLAIN_STR = "tag:ascend-fleet,2026:plain-str"
+
+
+class Respelled(float):
+    """A number both readers agree on whose text differs: `1.0` is `1.0` to `plan` but `1` to the
+    program. Harmless where a number is wanted; `cli.stackfile` refuses it where it becomes text (env)."""
+
+    pulumi: str
+    line: int
 
 
 class Resolver12(BaseResolver):
@@ -46,6 +57,11 @@ class Resolver12(BaseResolver):
     yes/no/on/off booleans, no sexagesimals, `0o` octals, and 1.1's `=`, `<<` and timestamps kept."""
 
     yaml_implicit_resolvers: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
+
+    def resolve(self, kind: Any, value: str, implicit: Any) -> str:
+        """A plain scalar read as text gets a tag of its own, so its constructor can check Pulumi's reading."""
+        tag = super().resolve(kind, value, implicit)
+        return PLAIN_STR if kind is ScalarNode and implicit[0] and tag == TAG + "str" else tag
 
 
 for _tag, _pattern, _first in [
@@ -65,7 +81,6 @@ for _tag, _pattern, _first in [
         r"(?:[Tt]|[ \t]+)[0-9][0-9]?:[0-9][0-9]:[0-9][0-9](?:\.[0-9]*)?(?:[ \t]*(?:Z|[-+][0-9][0-9]?(?::[0-9][0-9])?))?",
         "0123456789",
     ),
-    ("value", r"=", "="),
 ]:
     Resolver12.add_implicit_resolver(TAG + _tag, re.compile(f"^(?:{_pattern})$"), list(_first))
 
@@ -90,6 +105,11 @@ class Constructor12(SafeConstructor):
             seen.add(key)
         return super().construct_mapping(node, deep)
 
+    def construct_plain_str(self, node: Any) -> str:
+        text = self.construct_scalar(node)
+        _check(text, text, node)
+        return text
+
     def construct_yaml_bool(self, node: Any) -> bool:
         return self.construct_scalar(node).lower() == "true"
 
@@ -104,17 +124,60 @@ class Constructor12(SafeConstructor):
                 return sign * int(text[2:], base)
         if len(text) > 1 and text.startswith("0"):
             raise Ambiguous(_leading_zero(self.construct_scalar(node), sign, text), node.start_mark.line + 1)
-        return sign * int(text)
+        return _check(sign * int(text), self.construct_scalar(node), node)
 
     def construct_yaml_float(self, node: Any) -> float:
         text = self.construct_scalar(node).replace("_", "").lower()
         sign = -1 if text[:1] == "-" else 1
         text = text[1:] if text[:1] in ("-", "+") else text
         if text == ".inf":
-            return sign * math.inf
-        if text == ".nan":
-            return math.nan
-        return sign * float(text)
+            value = sign * math.inf
+        else:
+            value = math.nan if text == ".nan" else sign * float(text)
+        return _check(value, self.construct_scalar(node), node)
+
+    def refuse_tag(self, node: Any) -> Any:
+        tag = node.tag.replace(TAG, "!!")
+        raise Ambiguous(
+            f"the tag {tag} is read one way by `plan` (a Python {tag[2:]}) and another by the Pulumi CLI "
+            "(gopkg.in/yaml.v3: a set becomes a mapping of keys to null, binary its decoded text, a timestamp "
+            "Go's time text); write the plain list, text or quoted date that is meant",
+            node.start_mark.line + 1,
+        )
+
+
+def _text(value: Any) -> str:
+    """A reading as an env value's text, or as words for a message."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Timestamp):
+        return f"a timestamp ({value.text})" if value.text != "a timestamp" else value.text
+    return "null" if value is None else str(value)
+
+
+def _check(ours: Any, scalar: str, node: Any) -> Any:
+    """`ours`, if the program under `pulumi up` reads the plain scalar as the same value (a `Respelled`
+    float when only the text differs), else Ambiguous with the line and both readings."""
+    if node.style:  # quoted (libyaml gives a plain scalar the style ""): text to both readers
+        return ours
+    theirs = program_value(scalar)
+    line = node.start_mark.line + 1
+    if isinstance(theirs, Refused):
+        raise Ambiguous(f"{scalar} cannot be passed on by the Pulumi CLI: {theirs.why}; quote it or remove it", line)
+    same_kind = isinstance(ours, str) == isinstance(theirs, str) and isinstance(ours, bool) == isinstance(theirs, bool)
+    if same_kind and ours == theirs and not isinstance(theirs, Timestamp):
+        if _text(ours) == _text(theirs):
+            return ours
+        respelled = Respelled(ours)
+        respelled.pulumi, respelled.line = _text(theirs), line
+        return respelled
+    raise Ambiguous(
+        f"the plain value {scalar} is read as {_text(ours)!r} by `plan` but as {_text(theirs)!r} by the Pulumi CLI "
+        "(gopkg.in/yaml.v3, what `pulumi up` hands the program), so the plan and `pulumi up` would disagree; "
+        f"quote it (\"{scalar}\") to mean the text"
+        + (f", or write the number as {_text(theirs)}" if isinstance(theirs, (int, float)) else ""),
+        line,
+    )
 
 
 def _leading_zero(scalar: str, sign: int, digits: str) -> str:
@@ -134,6 +197,10 @@ def _leading_zero(scalar: str, sign: int, digits: str) -> str:
 Constructor12.add_constructor(TAG + "bool", Constructor12.construct_yaml_bool)
 Constructor12.add_constructor(TAG + "int", Constructor12.construct_yaml_int)
 Constructor12.add_constructor(TAG + "float", Constructor12.construct_yaml_float)
+Constructor12.add_constructor(PLAIN_STR, Constructor12.construct_plain_str)
+Constructor12.add_constructor(TAG + "timestamp", Constructor12.construct_plain_str)  # always refused: see _check
+for _tag in ("set", "binary", "omap", "pairs"):
+    Constructor12.add_constructor(TAG + _tag, Constructor12.refuse_tag)
 
 
 class Loader12(CParser, Constructor12, Resolver12):
