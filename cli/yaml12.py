@@ -210,6 +210,46 @@ class Loader12(CParser, Constructor12, Resolver12):
         Resolver12.__init__(self)
 
 
+MAX_EXPANDED = 100_000
+"""Nodes a document may grow to by its aliases beyond ten times its own: a billion-laughs of 684 bytes grows
+to 10**9. The Pulumi CLI refuses such a file too (gopkg.in/yaml.v3 `decode.go`: "document contains excessive
+aliasing"); a stack file without aliases never comes near."""
+
+
+def _expanded(root: Any) -> tuple[int, int]:
+    """The nodes of the graph under `root`, and how many it holds once every alias is followed
+    (each node counted once per path to it), without following any: memoised, iterative."""
+    size: dict[int, int] = {}
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in size and not done:
+            continue
+        children = [c for pair in node.value for c in pair] if isinstance(node, MappingNode) else node.value
+        children = [] if isinstance(node, ScalarNode) else children
+        if done:
+            size[id(node)] = 1 + sum(size.get(id(c), 1) for c in children)  # 1: a node on a cycle
+        else:
+            size[id(node)] = 1  # while open: a cycle back to it counts once
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in size)
+    return len(size), size[id(root)]
+
+
 def load(text: str) -> Any:
-    """The one YAML document in `text`, as YAML 1.2 (and ruamel) reads it."""
-    return yaml.load(text, Loader=Loader12)  # noqa: S506 - Loader12 is a safe loader
+    """The one YAML document in `text`, as YAML 1.2 (and ruamel) reads it; an alias bomb is refused
+    before anything is built from it."""
+    loader = Loader12(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        own, grown = _expanded(node)
+        if grown > max(MAX_EXPANDED, 10 * own):
+            raise YAMLError(
+                f"its aliases expand {own:,} nodes to more than {max(MAX_EXPANDED, 10 * own):,} (an alias bomb?); "
+                "the Pulumi CLI refuses it too (excessive aliasing): write the values out"
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
