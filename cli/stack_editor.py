@@ -234,7 +234,12 @@ def _replace(key: _Node, value: _Node, new: Any, text: str) -> Edit:
     if value.end is not None and not LINE_BREAK.search(text, value.start, value.end) and not block:
         return value.start, value.end, new
     colon = _colon_end(key, text)
-    return key.end, max(colon, value.end or colon), f":{new}" if block else f": {new}"
+    return key.end, max(colon, value.end or colon), ":" + _after_colon(new)
+
+
+def _after_colon(value: str) -> str:
+    """What follows a key's `:`: a space and a flow value, or a block value's own line break."""
+    return value if value.startswith(("\n", "\r")) else f" {value}"
 
 
 def _newline(text: str, at: int) -> str:
@@ -257,7 +262,7 @@ def _insert(entry: _Node, missing: dict[str, Any], text: str) -> Edit:
     indent = " " * entry.children[0].column
     brk = LINE_BREAK.search(text, entry.end)
     newline = _newline(text, entry.end)
-    lines = [f"{indent}{k}: {_value_text(v, len(indent) + len(k) + 2, indent, newline)}" for k, v in missing.items()]
+    lines = [f"{indent}{k}:{_after_colon(_value_text(v, len(indent) + len(k) + 2, indent, newline))}" for k, v in missing.items()]
     if brk:
         return brk.end(), brk.end(), "".join(line + newline for line in lines)
     return len(text), len(text), "".join(newline + line for line in lines)
