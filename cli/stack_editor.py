@@ -44,9 +44,7 @@ from cli.pulumi_scalars import program_value
 from cli.safe_write import replace_if_unchanged
 
 YAMLError = yaml12.YAMLError
-MAX_DEPTH = 64
-"""Deeper than any stack file needs (services sit 4 levels down, their values 2 or 3 more): the editor
-refuses deeper text with one paragraph rather than recurse into it."""
+MAX_DEPTH = yaml12.MAX_DEPTH
 WIDTH = 100
 """A list whose flow text would pass this column, or with more than `FEW` mappings, is written one entry a line."""
 FEW = 4
@@ -321,7 +319,7 @@ def _load(text: str, name: str, what: str = "not valid YAML") -> Any:
     """The document as `plan` reads it (`cli.yaml12`: libyaml, YAML 1.2, aliases bounded)."""
     try:
         return yaml12.load(text)
-    except yaml12.Ambiguous as exc:
+    except yaml12.Located as exc:
         raise ConfigError(f"{name}, line {exc.line}: {exc.problem}") from None
     except YAMLError as exc:
         raise ConfigError(f"{name}: {what}: {' '.join(str(exc).split())}") from None
@@ -381,7 +379,7 @@ def _set_text(text: str, keys: dict[str, dict[str, Any]], name: str, *, every: b
             changed.append(entry["name"])
         expected.append({**entry, **values})
     new = _apply(text, edits)
-    doc["config"][SERVICES] = expected
+    doc = {**doc, "config": {**doc["config"], SERVICES: expected}}  # a new document: `doc` is yaml12's
     check = _load(new, name, "the edit would write text that does not parse; the file is untouched")
     if check != doc:
         raise ConfigError(f"{name}: could not set the keys without changing other content ({_what_changed(check, doc)}); "

@@ -51,7 +51,7 @@ def _read_yaml(path: Path, data: bytes | None = None) -> Any:
     and the line where the parser stopped."""
     try:
         return yaml12.load(path.read_text(encoding="utf-8-sig") if data is None else data.decode("utf-8-sig"))
-    except yaml12.Ambiguous as exc:
+    except yaml12.Located as exc:
         raise ConfigError(f"{path}, line {exc.line}: {exc.problem}") from None
     except yaml12.YAMLError as exc:
         if "maximum nesting depth" in str(exc):  # libyaml stops at 1,000 levels

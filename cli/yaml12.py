@@ -34,14 +34,26 @@ from cli.pulumi_scalars import Refused, Timestamp, program_value
 YAMLError = yaml.YAMLError
 
 
-class Ambiguous(YAMLError):
-    """Valid YAML that another reader of the same file reads otherwise; `line` counts from 1."""
+class Located(YAMLError):
+    """Valid YAML refused at a line (counted from 1), with why."""
 
     def __init__(self, problem: str, line: int) -> None:
         super().__init__(problem)
         self.problem, self.line = problem, line
+
+
+class Ambiguous(Located):
+    """Valid YAML that another reader of the same file reads otherwise."""
+
+
+MAX_DEPTH = 64
+"""Levels of nesting a stack file may use: its services sit 4 levels down and their values 2 or 3 more.
+Deeper text is refused with its line (`plan`, `pin` and `profile` alike) rather than recursed into."""
 TAG = "tag:yaml.org,2002:"
 PLAIN_STR = "tag:ascend-fleet,2026:plain-str"
+
+
+_NUMERIC_START = frozenset("+-.0123456789")
 
 
 class Respelled(float):
@@ -59,9 +71,14 @@ class Resolver12(BaseResolver):
     yaml_implicit_resolvers: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
 
     def resolve(self, kind: Any, value: str, implicit: Any) -> str:
-        """A plain scalar read as text gets a tag of its own, so its constructor can check Pulumi's reading."""
-        tag = super().resolve(kind, value, implicit)
-        return PLAIN_STR if kind is ScalarNode and implicit[0] and tag == TAG + "str" else tag
+        """BaseResolver's, except that a plain scalar read as text gets a tag of its own, so its
+        constructor can check Pulumi's reading (called once a scalar: kept short)."""
+        if kind is ScalarNode and implicit[0]:
+            for tag, regexp in self.yaml_implicit_resolvers.get(value[:1], ()):
+                if regexp.match(value):
+                    return tag
+            return PLAIN_STR
+        return super().resolve(kind, value, implicit)
 
 
 for _tag, _pattern, _first in [
@@ -105,15 +122,55 @@ class Constructor12(SafeConstructor):
             seen.add(key)
         return super().construct_mapping(node, deep)
 
+    def build(self, node: Any, built: dict[int, Any], depth: int = 0) -> Any:
+        """The value of `node`, as `construct_document` makes it but without its generic machinery (a
+        third of a `pin` at 4,000 services): plain maps, lists and scalars here; merge keys and other
+        tags by the base class. `built`: collections already made, so an alias shares its object."""
+        done = built.get(id(node))
+        if done is not None:
+            return done
+        if depth > MAX_DEPTH:
+            raise Located(f"nested more than {MAX_DEPTH} levels deep; a stack file needs a handful: flatten that value",
+                          node.start_mark.line + 1)  # fmt: skip
+        tag = node.tag
+        if isinstance(node, ScalarNode):
+            make = self.yaml_constructors.get(tag)
+            return make(self, node) if make is not None else self.construct_object(node, deep=True)
+        if tag == TAG + "seq":
+            built[id(node)] = out = []
+            for child in node.value:
+                out.append(self.build(child, built, depth + 1))
+            return out
+        if tag != TAG + "map" or any(key.tag == TAG + "merge" for key, _ in node.value):
+            return self.construct_object(node, deep=True)
+        built[id(node)] = mapping = {}
+        for key_node, value_node in node.value:
+            key = self.build(key_node, built, depth + 1)
+            try:
+                duplicate = key in mapping
+            except TypeError:
+                raise ConstructorError("while constructing a mapping", node.start_mark,
+                                       "found unhashable key", key_node.start_mark) from None  # fmt: skip
+            if duplicate:
+                raise ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                )
+            mapping[key] = self.build(value_node, built, depth + 1)
+        return mapping
+
     def construct_plain_str(self, node: Any) -> str:
         text = self.construct_scalar(node)
-        _check(text, text, node)
+        if text[:1] in _NUMERIC_START:  # only these can be something else to the Pulumi CLI (`.inf`, `0X1F`, `2001-1-1`)
+            _check(text, text, node)
         return text
 
     def construct_yaml_bool(self, node: Any) -> bool:
         return self.construct_scalar(node).lower() == "true"
 
     def construct_yaml_int(self, node: Any) -> int:
+        scalar = node.value
+        if scalar.isascii() and scalar.isdigit() and len(scalar) < 19 and (scalar[0] != "0" or scalar == "0"):
+            return int(scalar)  # a plain decimal in int64's range: every reader reads it alike
         text = self.construct_scalar(node).replace("_", "")
         sign = -1 if text[:1] == "-" else 1
         text = text[1:] if text[:1] in ("-", "+") else text
@@ -238,18 +295,31 @@ def _expanded(root: Any) -> tuple[int, int]:
 
 def load(text: str) -> Any:
     """The one YAML document in `text`, as YAML 1.2 (and ruamel) reads it; an alias bomb is refused
-    before anything is built from it."""
+    before anything is built from it. The last text read is remembered (`pin` and `profile` read the
+    stack file for the plan, then again to edit it): callers must not change what they are given."""
+    global _last
+    if _last is not None and _last[0] == text:
+        return _last[1]
+    doc = _load(text)
+    _last = (text, doc)
+    return doc
+
+
+_last: tuple[str, Any] | None = None
+
+
+def _load(text: str) -> Any:
     loader = Loader12(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        own, grown = _expanded(node)
+        own, grown = _expanded(node) if "*" in text else (0, 0)  # no `*`, no alias
         if grown > max(MAX_EXPANDED, 10 * own):
             raise YAMLError(
                 f"its aliases expand {own:,} nodes to more than {max(MAX_EXPANDED, 10 * own):,} (an alias bomb?); "
                 "the Pulumi CLI refuses it too (excessive aliasing): write the values out"
             )
-        return loader.construct_document(node)
+        return loader.build(node, {})
     finally:
         loader.dispose()
