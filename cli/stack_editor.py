@@ -4,8 +4,16 @@
 where each service's mapping and each existing key sit, then changes only those values in place
 (a key that is missing becomes a new line after the service's last line, indented like its other
 keys). Everything else stays byte for byte: comments, indentation, CRLF line ends, a UTF-8 byte
-order mark, number spellings, quotes, long flow lists. Before anything is written, the new text is
-parsed again and must equal the old document with exactly those keys set.
+order mark, number spellings, quotes, long flow lists already there. What it writes is plain text
+only where every reader reads it as that text (YAML 1.1 and 1.2, and the Pulumi CLI, for which
+`2024-6-1` is a date), else quoted; a list whose flow text would pass column 100, or with more
+than four mappings (a replicated service's `replicaPins`), goes in block style, one entry a line.
+Before anything is written, the new text is parsed again and must equal the old document with
+exactly those keys set.
+
+It is linear in the file: libyaml's events locate the nodes, `cli.yaml12` reads the document (the
+plan's reading of the same bytes is reused), and the edits are joined in one pass. Alias bombs and
+nesting past `cli.yaml12.MAX_DEPTH` are refused with one paragraph before any work grows with them.
 
 The file is replaced by `cli.safe_write` (a temporary file beside it, never following a link,
 fsynced, renamed into place) with the old file's mode and owner, under a lock and only if it still
@@ -51,7 +59,7 @@ FEW = 4
 
 BOM = "\ufeff"
 SERVICES = f"{NAMESPACE}:services"
-# What YAML (and ruamel's line count) treats as a line break.
+# What YAML (and libyaml's line count) treats as a line break.
 LINE_BREAK = re.compile(r"\r\n|[\n\r\x85\u2028\u2029]")
 PLAIN_WORD = re.compile(r"[a-z0-9-]+")
 COLON = re.compile(r"[ \t]*:")

@@ -4,15 +4,21 @@ Every `plan` reads the whole stack file, and a fleet of 1,300 hosts and 5,333 se
 file of some 25,000 lines: ruamel's pure-Python loader took about 4 s of a 5-7 s `plan`.
 PyYAML's `CParser` parses with libyaml, in C, and only builds the Python values in Python.
 
-But PyYAML resolves plain scalars as YAML 1.1 does, and ruamel (which read stack files before,
-and still reads them where `pin` and `profile` write them back) as YAML 1.2's core schema does.
-Read by PyYAML's own `SafeLoader`, `yes`, `no`, `on` and `off` would become booleans, `017` the
-octal 15, `1:30` the sexagesimal 90, and a key written twice would silently keep its last value.
-One spelling is refused instead of read: a plain integer with a leading zero, which the Pulumi CLI
-reads as octal (see `_leading_zero`), so `plan` and `pulumi up` would disagree on it.
-So `load` uses libyaml's parser with the 1.2 core schema's resolvers and constructors below and
-refuses duplicate keys, as ruamel does: `tests/test_yaml12.py` checks that the two readers agree,
-value for value, on the scalars where YAML 1.1 and 1.2 differ and on every committed stack file.
+But PyYAML resolves plain scalars as YAML 1.1 does, and ruamel (which read stack files before)
+as YAML 1.2's core schema does. Read by PyYAML's own `SafeLoader`, `yes`, `no`, `on` and `off`
+would become booleans, `017` the octal 15, `1:30` the sexagesimal 90, and a key written twice
+would silently keep its last value. So `load` uses libyaml's parser with the 1.2 core schema's
+resolvers and constructors below and refuses duplicate keys, as ruamel does: `tests/test_yaml12.py`
+checks that the two readers agree, value for value, on the scalars where YAML 1.1 and 1.2 differ
+and on every committed stack file. `pin` and `profile` read (and check what they write) with it too.
+
+The program under `pulumi up` reads the file otherwise: through the Pulumi CLI (gopkg.in/yaml.v3)
+and JSON (`cli.pulumi_scalars`). A plain scalar the two read differently is refused with its line
+and both readings (`_check`; a plain integer with a leading zero, `0X1F`, `1e400`, `.inf`, dates such
+as `2001-1-1`), as are the tags `!!set`, `!!binary`, `!!omap` and `!!pairs`; a number both read alike
+but print differently (`1.0`, which the program gets as `1`) comes back as a `Respelled` float, which
+`cli.stackfile` refuses where it becomes text (env values). Aliases may not grow the document past
+ten times its size (an alias bomb), nor values nest deeper than `MAX_DEPTH`.
 
 Errors are PyYAML's `YAMLError`s, with the line and column where the parser stopped.
 """

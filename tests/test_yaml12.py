@@ -1,7 +1,7 @@
 """Stack files read by libyaml (`cli.yaml12`) mean what they meant when ruamel read them: YAML 1.2.
 
 PyYAML's own loaders read YAML 1.1, where `yes` is a boolean, `017` is octal and `1:30` is 90;
-ruamel (which `pin` and `profile` still use to write files back) reads YAML 1.2's core schema.
+ruamel (which read stack files before) reads YAML 1.2's core schema.
 """
 
 from __future__ import annotations
