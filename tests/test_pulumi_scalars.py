@@ -103,3 +103,19 @@ def test_another_programs_namespace_is_still_ignored(tmp_path):
     path.write_text(path.read_text() + "  docker:host: unix:///var/run/docker.sock\n")
     fleet, _ = load_fleet(config=str(path))
     assert [s.name for s in fleet.services] == ["m"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("address: 10.0.0.1", "address: 2024-6-1"),  # a host name to plan, a date to the Pulumi CLI
+        ("name: h1", "name: 2024-6-1"),
+        ("model: /m\n", "model: /m\n      args: [--seed, 0X1F]\n"),  # text to plan, 31 to the Pulumi CLI
+        ("model: /m\n", "model: /m\n      servedModelName: 0B101\n"),
+    ],
+)
+def test_an_arg_a_name_or_an_address_the_pulumi_cli_reads_otherwise_is_refused_with_its_line(tmp_path, old, new):
+    path = stack(tmp_path, "x")
+    path.write_text(path.read_text().replace(old, new, 1))
+    with pytest.raises(ConfigError, match=r"line \d+: the plain value .* by the Pulumi CLI"):
+        load_fleet(config=str(path))
