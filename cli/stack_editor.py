@@ -208,21 +208,32 @@ def _yaml_text(value: Any) -> str:
 
 
 def _value_text(value: Any, column: int, indent: str, newline: str) -> str:
-    """A value as it follows `key: ` at `column`: flow style, or block style (starting with a line
-    break, entries indented under the key) for a list a reviewer could not read on one line."""
+    """A value as it follows `key:` at `column`: flow style, or block style (starting with a line
+    break, entries indented under the key) for a list or mapping a reviewer could not read on one
+    line: past column `WIDTH`, or a list of more than `FEW` mappings."""
     flow = _yaml_text(value)
     records = isinstance(value, list) and sum(isinstance(v, (dict, list)) for v in value) > FEW
-    if not isinstance(value, list) or not value or (column + len(flow) <= WIDTH and not records):
+    if not isinstance(value, (list, dict)) or not value or (column + len(flow) <= WIDTH and not records):
         return flow
-    item = indent + "  "
+    inner = indent + "  "
+    if isinstance(value, dict):
+        return newline + newline.join(_pairs(value, inner, newline))
     lines = []
     for entry in value:
         if isinstance(entry, dict) and entry:
-            keys = [f"{k}: {_value_text(v, len(item) + 2 + len(k) + 2, item + '  ', newline)}" for k, v in entry.items()]
-            lines.append(f"{item}- " + f"{newline}{item}  ".join(keys))
+            pairs = _pairs(entry, inner + "  ", newline)
+            lines.append(f"{inner}- {pairs[0].lstrip(' ')}")
+            lines += pairs[1:]
         else:
-            lines.append(f"{item}- {_value_text(entry, len(item) + 2, item + '  ', newline)}")
+            lines.append(f"{inner}-{_after_colon(_value_text(entry, len(inner) + 2, inner + '  ', newline))}")
     return newline + newline.join(lines)
+
+
+def _pairs(mapping: dict[str, Any], indent: str, newline: str) -> list[str]:
+    """A mapping's keys in block style, one a line at `indent`; a value too long for its line below it."""
+    return [
+        f"{indent}{k}:{_after_colon(_value_text(v, len(indent) + len(k) + 2, indent, newline))}" for k, v in mapping.items()
+    ]
 
 
 def _same(old: Any, new: Any) -> bool:

@@ -140,3 +140,26 @@ def test_a_plan_json_holding_del_is_the_standard_librarys_text(tmp_path):
                           cwd=ROOT, capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == json.dumps(json.loads(done.stdout), indent=2) + "\n" and "\\u007f" in done.stdout
+
+
+def test_profile_reads_a_model_folder_shared_by_many_services_once_and_writes_a_long_profile_in_block_style(
+    tmp_path, monkeypatch
+):
+    import ops.models
+    from cli.main import main
+    from tests.test_profile import model, stack
+
+    root = tmp_path / "copy"
+    qwen36 = json.loads((ROOT / "tests" / "data" / "qwen3.6-27b" / "config.json").read_text())
+    model(root / "disk2", "qwen", qwen36, index_total=2**30)
+    path = stack(tmp_path, ["qwen"], tp=1, fraction=0.1)
+    path.write_text(path.read_text() + "".join(
+        f"    - name: q{i}\n      model: /disk2/qwen\n      memoryFraction: 0.1\n" for i in range(5)))  # fmt: skip
+    reads = []
+    real = ops.models.read_profile
+    monkeypatch.setattr(ops.models, "read_profile", lambda folder: reads.append(folder) or real(folder))
+    assert main(["profile", "--config", str(path), "--models-root", str(root)]) == 0
+    assert len(reads) == 1
+    text = path.read_text()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "      profile:\n        weightBytes: 1073741824\n        numHiddenLayers: 64\n" in text
