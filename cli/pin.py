@@ -11,19 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml.comments import CommentedSeq
-
 from allocation.config import Service
 from allocation.errors import ConfigError
 from allocation.plan import Plan, ServicePlan, RouterPlan
 from allocation.windows import KINDS, ROUTER_KINDS
 from cli.stack_editor import set_service_keys
-
-
-def _flow(values: list[int]) -> CommentedSeq:
-    seq = CommentedSeq(values)
-    seq.fa.set_flow_style()
-    return seq
 
 
 def pins_of(ps: ServicePlan) -> dict[str, Any]:
@@ -32,14 +24,14 @@ def pins_of(ps: ServicePlan) -> dict[str, Any]:
     # A service that lists candidate `hosts` keeps that key (narrowed to its host): `host` beside it is
     # refused. A replica's pins (`replicaPins`) have only `host`.
     narrowed = ps.service.hosts is not None and not ps.instance.index
-    where: dict[str, Any] = {"hosts": _flow([a.host_name])} if narrowed else {"host": a.host_name}
-    pins: dict[str, Any] = where | {"devices": _flow(list(a.cards))}
+    where: dict[str, Any] = {"hosts": list([a.host_name])} if narrowed else {"host": a.host_name}
+    pins: dict[str, Any] = where | {"devices": list(list(a.cards))}
     if ps.instance.auto_fraction:  # `auto` becomes the number the planner chose
         pins["memoryFraction"] = float(ps.memory_fraction)
     for kind in KINDS:
         if kind.key in a.windows:
             value = kind.value(a.windows[kind.key])
-            pins[kind.key] = _flow(value) if isinstance(value, list) else value
+            pins[kind.key] = list(value) if isinstance(value, list) else value
     return pins
 
 

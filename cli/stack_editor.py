@@ -4,8 +4,16 @@
 where each service's mapping and each existing key sit, then changes only those values in place
 (a key that is missing becomes a new line after the service's last line, indented like its other
 keys). Everything else stays byte for byte: comments, indentation, CRLF line ends, a UTF-8 byte
-order mark, number spellings, quotes, long flow lists. Before anything is written, the new text is
-parsed again and must equal the old document with exactly those keys set.
+order mark, number spellings, quotes, long flow lists already there. What it writes is plain text
+only where every reader reads it as that text (YAML 1.1 and 1.2, and the Pulumi CLI, for which
+`2024-6-1` is a date), else quoted; a list whose flow text would pass column 100, or with more
+than four mappings (a replicated service's `replicaPins`), goes in block style, one entry a line.
+Before anything is written, the new text is parsed again and must equal the old document with
+exactly those keys set.
+
+It is linear in the file: libyaml's events locate the nodes, `cli.yaml12` reads the document (the
+plan's reading of the same bytes is reused), and the edits are joined in one pass. Alias bombs and
+nesting past `cli.yaml12.MAX_DEPTH` are refused with one paragraph before any work grows with them.
 
 The file is replaced by `cli.safe_write` (a temporary file beside it, never following a link,
 fsynced, renamed into place) with the old file's mode and owner, under a lock and only if it still
@@ -24,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-from ruamel.yaml.events import (
+import yaml
+from yaml.cyaml import CParser
+from yaml.events import (
     AliasEvent,
     CollectionEndEvent,
     MappingStartEvent,
@@ -34,14 +42,24 @@ from ruamel.yaml.events import (
     SequenceStartEvent,
     StreamEndEvent,
 )
+from yaml.nodes import ScalarNode
+from yaml.resolver import Resolver as Resolver11
 
 from allocation.config import NAMESPACE
 from allocation.errors import ConfigError
+from cli import yaml12
+from cli.pulumi_scalars import program_value
 from cli.safe_write import replace_if_unchanged
+
+YAMLError = yaml12.YAMLError
+MAX_DEPTH = yaml12.MAX_DEPTH
+WIDTH = 100
+"""A list whose flow text would pass this column, or with more than `FEW` mappings, is written one entry a line."""
+FEW = 4
 
 BOM = "\ufeff"
 SERVICES = f"{NAMESPACE}:services"
-# What YAML (and ruamel's line count) treats as a line break.
+# What YAML (and libyaml's line count) treats as a line break.
 LINE_BREAK = re.compile(r"\r\n|[\n\r\x85\u2028\u2029]")
 PLAIN_WORD = re.compile(r"[a-z0-9-]+")
 COLON = re.compile(r"[ \t]*:")
@@ -71,11 +89,13 @@ class _Node:
         return next(((k, v) for k, v in self.pairs() if k.kind == "scalar" and k.value == key), None)
 
 
-def _node(events: _Events, text: str) -> _Node:
+def _node(events: _Events, text: str, depth: int = 0) -> _Node:
     event = next(events)
     start = event.start_mark
+    if depth > MAX_DEPTH:
+        raise _TooDeep(start.line + 1)
     if isinstance(event, ScalarEvent):
-        empty = event.value == "" and event.style is None
+        empty = event.value == "" and not event.style
         end = None if empty else _trimmed(text, start.index, event.end_mark.index)
         return _Node("scalar", start.index, end, start.column, value=event.value)
     if isinstance(event, AliasEvent):
@@ -91,14 +111,20 @@ def _node(events: _Events, text: str) -> _Node:
             else:
                 node.end = _content_end(node, text)
             return node
-        node.children.append(_node(events, text))
+        node.children.append(_node(events, text, depth + 1))
+
+
+class _TooDeep(Exception):
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
 
 
 class _Events:
-    """The parser's events with one event of look-ahead."""
+    """libyaml's events (marks count characters, as `text` is indexed) with one event of look-ahead."""
 
     def __init__(self, text: str) -> None:
-        self._events = iter(YAML(typ="safe", pure=True).parse(text))
+        self._events = iter(yaml.parse(text, Loader=CParser))
         self._next: Any = None
 
     def __iter__(self) -> _Events:
@@ -155,8 +181,20 @@ def _document(text: str) -> _Node | None:
 # ---- the edits ---------------------------------------------------------------------------
 
 
+def _read_alike(text: str) -> bool:
+    """Whether every reader of the file reads the plain scalar `text` as that text: YAML 1.2 (`plan`),
+    YAML 1.1 (PyYAML, older tools: `yes`, `0x1f`, `1:30`) and the Pulumi CLI (`2024-6-1` is a date there)."""
+    implicit = (True, False)
+    return (
+        Resolver11().resolve(ScalarNode, text, implicit) == yaml12.TAG + "str"
+        and yaml12.Resolver12().resolve(ScalarNode, text, implicit) == yaml12.PLAIN_STR
+        and program_value(text) == text
+    )
+
+
 def _yaml_text(value: Any) -> str:
-    """A pin value in YAML flow style: `7007`, `0.46`, `[0, 1, 2, 3]`, `npu-a`."""
+    """A pin value in YAML flow style: `7007`, `0.46`, `[0, 1, 2, 3]`, `npu-a`; text that any reader
+    would read as something else (`2024-6-1`, `1e3`, `yes`) in double quotes."""
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     if isinstance(value, (int, float)):
@@ -166,8 +204,36 @@ def _yaml_text(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {_yaml_text(v)}" for k, v in value.items()) + "}"
     text = str(value)
-    plain = PLAIN_WORD.fullmatch(text) and YAML(typ="safe", pure=True).load(text) == text
-    return text if plain else json.dumps(text)
+    return text if PLAIN_WORD.fullmatch(text) and _read_alike(text) else json.dumps(text)
+
+
+def _value_text(value: Any, column: int, indent: str, newline: str) -> str:
+    """A value as it follows `key:` at `column`: flow style, or block style (starting with a line
+    break, entries indented under the key) for a list or mapping a reviewer could not read on one
+    line: past column `WIDTH`, or a list of more than `FEW` mappings."""
+    flow = _yaml_text(value)
+    records = isinstance(value, list) and sum(isinstance(v, (dict, list)) for v in value) > FEW
+    if not isinstance(value, (list, dict)) or not value or (column + len(flow) <= WIDTH and not records):
+        return flow
+    inner = indent + "  "
+    if isinstance(value, dict):
+        return newline + newline.join(_pairs(value, inner, newline))
+    lines = []
+    for entry in value:
+        if isinstance(entry, dict) and entry:
+            pairs = _pairs(entry, inner + "  ", newline)
+            lines.append(f"{inner}- {pairs[0].lstrip(' ')}")
+            lines += pairs[1:]
+        else:
+            lines.append(f"{inner}-{_after_colon(_value_text(entry, len(inner) + 2, inner + '  ', newline))}")
+    return newline + newline.join(lines)
+
+
+def _pairs(mapping: dict[str, Any], indent: str, newline: str) -> list[str]:
+    """A mapping's keys in block style, one a line at `indent`; a value too long for its line below it."""
+    return [
+        f"{indent}{k}:{_after_colon(_value_text(v, len(indent) + len(k) + 2, indent, newline))}" for k, v in mapping.items()
+    ]
 
 
 def _same(old: Any, new: Any) -> bool:
@@ -177,27 +243,43 @@ def _same(old: Any, new: Any) -> bool:
 Edit = tuple[int, int, str]  # replace text[start:end] with the string
 
 
-def _replace(key: _Node, value: _Node, new: str, text: str) -> Edit:
+def _replace(key: _Node, value: _Node, new: Any, text: str) -> Edit:
     """Set an existing key: the value in place when it sits on one line, else the key's lines."""
-    if value.end is not None and not LINE_BREAK.search(text, value.start, value.end):
+    assert key.end is not None
+    new = _value_text(new, key.column + len(text[key.start : key.end]) + 2, " " * key.column, _newline(text, key.end))
+    block = new.startswith(("\n", "\r"))
+    if value.end is not None and not LINE_BREAK.search(text, value.start, value.end) and not block:
         return value.start, value.end, new
     colon = _colon_end(key, text)
-    assert key.end is not None
-    return key.end, max(colon, value.end or colon), f": {new}"
+    return key.end, max(colon, value.end or colon), ":" + _after_colon(new)
 
 
-def _insert(entry: _Node, missing: dict[str, str], text: str) -> Edit:
-    """New keys after a service's last line (block style) or before its `}` (flow style)."""
+def _after_colon(value: str) -> str:
+    """What follows a key's `:`: a space and a flow value, or a block value's own line break."""
+    return value if value.startswith(("\n", "\r")) else f" {value}"
+
+
+def _newline(text: str, at: int) -> str:
+    brk = LINE_BREAK.search(text, at) or LINE_BREAK.search(text) or LINE_BREAK.match("\n")
+    return brk.group()
+
+
+def _insert(entry: _Node, missing: dict[str, Any], text: str) -> Edit:
+    """New keys after a service's last line (block style) or after its last entry (flow style: before
+    any comment or trailing comma that follows that entry, which would otherwise swallow them)."""
     if entry.flow:
-        assert entry.close is not None
-        at = len(text[: entry.close].rstrip())  # after the last entry (or `{`, or a trailing comma)
+        last = entry.children[-1] if entry.children else None
+        at = last.end if last is not None and last.end is not None else None
+        if at is None:  # no entries, or an empty last value: before the `}`, as far back as a comma or `{`
+            assert entry.close is not None
+            at = len(text[: entry.close].rstrip())
         sep = {"{": "", ",": " "}.get(text[at - 1], ", ")
-        return at, at, sep + ", ".join(f"{k}: {v}" for k, v in missing.items())
+        return at, at, sep + ", ".join(f"{k}: {_yaml_text(v)}" for k, v in missing.items())
     assert entry.end is not None
     indent = " " * entry.children[0].column
     brk = LINE_BREAK.search(text, entry.end)
-    newline = (brk or LINE_BREAK.search(text) or LINE_BREAK.match("\n")).group()
-    lines = [f"{indent}{k}: {v}" for k, v in missing.items()]
+    newline = _newline(text, entry.end)
+    lines = [f"{indent}{k}:{_after_colon(_value_text(v, len(indent) + len(k) + 2, indent, newline))}" for k, v in missing.items()]
     if brk:
         return brk.end(), brk.end(), "".join(line + newline for line in lines)
     return len(text), len(text), "".join(newline + line for line in lines)
@@ -210,18 +292,21 @@ def _entry_edits(entry: _Node, current: dict[str, Any], pins: dict[str, Any], te
             continue
         own = entry.get(key)
         if own is None:
-            missing[key] = _yaml_text(value)
+            missing[key] = value
         else:
-            edits.append(_replace(*own, _yaml_text(value), text))
+            edits.append(_replace(*own, value, text))
     if missing:
         edits.append(_insert(entry, missing, text))
     return edits
 
 
 def _apply(text: str, edits: list[Edit]) -> str:
-    for start, end, new in sorted(edits, reverse=True):
-        text = text[:start] + new + text[end:]
-    return text
+    """The text with every edit made, in one pass (edits never overlap): linear in the file's size."""
+    parts, at = [], 0
+    for start, end, new in sorted(edits):
+        parts += [text[at:start], new]
+        at = end
+    return "".join(parts) + text[at:]
 
 
 # ---- the file -----------------------------------------------------------------------------
@@ -250,10 +335,15 @@ def _decode(raw: bytes, name: str) -> tuple[str, str]:
 
 
 def _load(text: str, name: str, what: str = "not valid YAML") -> Any:
+    """The document as `plan` reads it (`cli.yaml12`: libyaml, YAML 1.2, aliases bounded)."""
     try:
-        return YAML(typ="safe", pure=True).load(text)
+        return yaml12.load(text)
+    except yaml12.Located as exc:
+        raise ConfigError(f"{name}, line {exc.line}: {exc.problem}") from None
     except YAMLError as exc:
         raise ConfigError(f"{name}: {what}: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise ConfigError(f"{name}: nested too deeply to be a stack file") from None
 
 
 def _services(doc: Any, tree: _Node | None, name: str) -> tuple[list[Any], list[_Node]]:
@@ -286,6 +376,11 @@ def _set_text(text: str, keys: dict[str, dict[str, Any]], name: str, *, every: b
         tree = _document(text)
     except YAMLError as exc:
         raise ConfigError(f"{name}: not valid YAML: {' '.join(str(exc).split())}") from None
+    except _TooDeep as exc:
+        raise ConfigError(
+            f"{name}, line {exc.line}: nested more than {MAX_DEPTH} levels deep; a stack file needs a handful, and "
+            "the editor does not follow deeper text: flatten that value; the file is untouched"
+        ) from None
     services, nodes = _services(doc, tree, name)
     edits, changed, expected = [], [], []
     for entry, node in zip(services, nodes):
@@ -303,14 +398,22 @@ def _set_text(text: str, keys: dict[str, dict[str, Any]], name: str, *, every: b
             changed.append(entry["name"])
         expected.append({**entry, **values})
     new = _apply(text, edits)
-    doc["config"][SERVICES] = expected
+    doc = {**doc, "config": {**doc["config"], SERVICES: expected}}  # a new document: `doc` is yaml12's
     check = _load(new, name, "the edit would write text that does not parse; the file is untouched")
     if check != doc:
-        raise ConfigError(
-            f"{name}: could not set the keys without changing other content (anchors, aliases or "
-            "merge keys in the services?); the file is untouched: write them by hand or simplify the entries"
-        )
+        raise ConfigError(f"{name}: could not set the keys without changing other content ({_what_changed(check, doc)}); "
+                          "the file is untouched: write them by hand or simplify the entries")  # fmt: skip
     return new, changed
+
+
+def _what_changed(check: Any, doc: Any) -> str:
+    """Where the edited text reads otherwise than intended: the first service that differs, or the rest."""
+    new, old = (d.get("config", {}).get(SERVICES) if isinstance(d, dict) else None for d in (check, doc))
+    for entry, wanted in zip(new or [], old or []):
+        if entry != wanted:
+            keys = sorted(k for k in set(entry) | set(wanted) if entry.get(k) != wanted.get(k))
+            return f"service {wanted.get('name')}: {', '.join(map(str, keys))} would read otherwise; anchors or merge keys?"
+    return "outside the services' keys"
 
 
 def _check_writable(name: str, target: Path) -> None:

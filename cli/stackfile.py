@@ -8,6 +8,7 @@ override, key by key, as in Pulumi.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +71,7 @@ def _read_yaml(path: Path, data: bytes | None = None) -> Any:
     and the line where the parser stopped."""
     try:
         return yaml12.load(path.read_text(encoding="utf-8-sig") if data is None else data.decode("utf-8-sig"))
-    except yaml12.Ambiguous as exc:
+    except yaml12.Located as exc:
         raise ConfigError(f"{path}, line {exc.line}: {exc.problem}") from None
     except yaml12.YAMLError as exc:
         if "maximum nesting depth" in str(exc):  # libyaml stops at 1,000 levels
@@ -105,6 +106,33 @@ def _config_block(path: Path, doc: Any) -> dict[str, Any]:
     return block
 
 
+def _misspelt(path: Path, key: str) -> None:
+    """A namespace that looks like ours but is not (`ascend-flet:services`) would leave the stack
+    silently empty; Pulumi would pass it on under its own namespace, which the program never reads."""
+    namespace = key.partition(":")[0]
+    folded = namespace.lower().replace("_", "-")
+    if namespace != NAMESPACE and difflib.SequenceMatcher(None, folded, NAMESPACE).ratio() >= 0.8:
+        raise ConfigError(
+            f"{path}: config key '{key}': the namespace '{namespace}' is not '{NAMESPACE}' (a misspelling?), so "
+            f"neither `plan` nor the program would read it; write '{NAMESPACE}:{key.partition(':')[2]}'"
+        )
+
+
+def _env_as_text(path: Path, values: dict[str, Any]) -> None:
+    """Env values become text; a number whose text the program reads otherwise (`1.0`: `1`) is refused."""
+    services = values.get("services")
+    holders = [values.get("defaults")] + (services if isinstance(services, list) else [])
+    for holder in holders:
+        env = holder.get("env") if isinstance(holder, dict) else None
+        for key, value in env.items() if isinstance(env, dict) else ():
+            if isinstance(value, yaml12.Respelled):
+                raise ConfigError(
+                    f"{path}, line {value.line}: env {key}: the number is read as {value} by `plan` but as "
+                    f"{value.pulumi} by the Pulumi CLI (what `pulumi up` hands the program), and an env value "
+                    f"is text: quote it (\"{value}\") or write {value.pulumi}"
+                )
+
+
 def project_values(path: Path) -> dict[str, Any]:
     """Project-level config of Pulumi.yaml; objects sit under `value:`, as Pulumi requires."""
     out = {}
@@ -133,9 +161,11 @@ def stack_values(stack_file: StackFile, root: Path = PROJECT_ROOT, data: bytes |
             raise ConfigError(
                 f"{stack_file.path}: config key '{key}' has no namespace; write '{NAMESPACE}:{key}'"
             )
+        _misspelt(stack_file.path, key)
         name = _namespaced(key)
         if name is not None:
             values[name] = value
+    _env_as_text(stack_file.path, values)
     return values
 
 

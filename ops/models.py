@@ -13,7 +13,7 @@ script: `cat` and, for headers, `head`/`tail`/`od`), or on this machine under `-
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from pydantic import ValidationError
 
@@ -260,12 +260,29 @@ def _local_folder(model: str, models_root: Path | None) -> Folder:
     return Folder.local(models_root / model.lstrip("/"), models_root)
 
 
+def _read_once(
+    read: dict[tuple[str, str], Any], key: tuple[str, str], profile: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """`profile()`, or what it gave (or raised) the first time for `key`: services that share a model
+    folder share its reading (4,000 services of one model read it once, not 4,000 times)."""
+    if key not in read:
+        try:
+            read[key] = profile()
+        except ProfileError as exc:
+            read[key] = exc
+    done = read[key]
+    if isinstance(done, ProfileError):
+        raise done
+    return dict(done)
+
+
 def profiles(deployment: Deployment, models_root: Path | None) -> dict[str, dict[str, Any]]:
     """Configured service name -> `{"profile": ...}` for every service (a replicated service once, read on
     its first replica's host), read under `models_root` on this machine or on each service's host (one
     SSH round trip per host); ConfigError listing every failure."""
     found: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
+    read: dict[tuple[str, str], dict[str, Any] | ProfileError] = {}  # (host or "", model): each folder read once
     for hd in (h for h in deployment.hosts if h.services):
         wanted = [sd for sd in hd.services if sd.plan.replica_of not in found]
         paths = sorted({sd.plan.service.model for sd in wanted})
@@ -280,7 +297,8 @@ def profiles(deployment: Deployment, models_root: Path | None) -> dict[str, dict
             model = service.model
             try:
                 folder = remote.get(model, Folder(f"{hd.name}:{model}", None)) if remote is not None else None
-                profile = read_profile(folder or _local_folder(model, models_root))
+                profile = _read_once(read, (hd.name if remote is not None else "", model),
+                                     lambda: read_profile(folder or _local_folder(model, models_root)))  # fmt: skip
                 dtype = _kv_cache_dtype(service, sd.plan.resolved.args)
                 if dtype is not None:
                     profile = {k: v for k, v in profile.items() if k != "kvCacheDtype"}

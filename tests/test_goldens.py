@@ -75,6 +75,12 @@ def test_the_plan_json_text_is_the_standard_librarys_indented_text_byte_for_byte
     assert json_text(doc) == json.dumps(doc, indent=2)
 
 
+@pytest.mark.parametrize("code", range(128))
+def test_every_ascii_character_in_a_value_prints_as_the_standard_library_prints_it(code):
+    doc = {"env": {"A": f"x{chr(code)}y"}, f"k{chr(code)}": [chr(code)]}
+    assert json_text(doc) == json.dumps(doc, indent=2)
+
+
 @pytest.mark.parametrize("name", sorted(FLEETS))
 def test_every_golden_plan_takes_orjsons_path(name):
     assert _orjson_prints_alike(plan_json(deploy(plan_fleet(FLEETS[name]))))

@@ -136,7 +136,7 @@ def write(tmp_path: Path, content: bytes) -> str:
         (b"config:\n  ascend-fleet:hosts: [{name: a, address: \xff}]\n", "not UTF-8 text (byte 0xff at offset"),
         (b"config: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
         (b"config:\n  ascend-fleet:hosts: [{name: a, address: x, npus: " + b"9" * 5000 + b"}]\n", "a value cannot be read"),
-        (b"config:\n  ascend-fleet:hosts: [{name: a, address: x, hbmGiB: 1e400}]\n", "hbmGiB"),
+        (b"config:\n  ascend-fleet:hosts: [{name: a, address: x, hbmGiB: 1e400}]\n", "line 2: the plain value 1e400"),
     ],
 )
 def test_unreadable_stack_files_give_one_paragraph(tmp_path, capsys, content, expected):

@@ -249,7 +249,7 @@ def test_pin_pins_every_replica_and_the_routers_ports(tmp_path, cli):
     before = cli("plan", "--config", str(path), "--format", "json").stdout
     assert cli("pin", "--config", str(path)).returncode == 0
     text = path.read_text()
-    assert "replicaPins: [{host: npu-1, devices: [0], apiPort: 8000," in text
+    assert "      replicaPins:\n        - host: npu-1\n          devices: [0]\n          apiPort: 8000\n" in text
     assert "routerPort: 8001" in text and "routerMetricsPort: 8002" in text
     assert cli("plan", "--config", str(path), "--format", "json").stdout == before
     assert "nothing new" in cli("pin", "--config", str(path)).stdout

@@ -168,11 +168,12 @@ def json_text(doc: Any) -> str:
     hosts, against 0.05 s for orjson's C encoder. The two print ASCII text, integers and floats in
     [1e-4, 1e16) alike (same separators, shortest round-trip digits). Elsewhere they differ: the
     standard library writes 1e-05 and NaN, escapes other characters as \\uXXXX and turns integer
-    keys into strings; orjson writes 0.00001 and null, writes UTF-8, and refuses such keys and
-    integers beyond 64 bits. A document holding any of those takes the standard library's path."""
+    keys into strings; orjson writes 0.00001 and null, writes UTF-8 and DEL (0x7f, which the standard
+    library escapes as \\u007f) as they are, and refuses such keys and integers beyond 64 bits. A document
+    holding any of those takes the standard library's path."""
     if _orjson_prints_alike(doc):
         text = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
-        if text.isascii():
+        if text.isascii() and "\x7f" not in text:
             return text
     return json.dumps(doc, indent=2)
 

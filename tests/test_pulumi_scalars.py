@@ -1,0 +1,121 @@
+"""`plan` reads every plain scalar of a stack file as the program under `pulumi up` will, or refuses it.
+
+The referee is the real Pulumi CLI: `tests/data/pulumi_readings.json` is `pulumi config --json` of each
+spelling (re-recorded by `tests/data/record_pulumi_readings.py`, which names the CLI version in it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from allocation.errors import ConfigError
+from cli.pulumi_scalars import Refused, Timestamp, program_value
+from cli.stackfile import load_fleet
+
+RECORDED = json.loads(Path(__file__).with_name("data").joinpath("pulumi_readings.json").read_text())
+READINGS = {r["spelling"]: r for r in RECORDED["readings"]}
+PLAIN = [s for s in READINGS if not s.startswith("!!")]
+
+
+def pulumi_reading(spelling: str) -> object:
+    """What the program decodes from the recorded CLI output (json.loads, as components/stack_config.py)."""
+    nested = READINGS[spelling]["nested"]
+    return json.loads(nested["value"])["env"]["A"] if "value" in nested else Refused(nested["error"])
+
+
+def as_env_text(value: object) -> object:
+    """How the config turns a scalar into an env value's text (allocation/config.py `_scalar_to_str`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if value is None or isinstance(value, str) else str(value)
+
+
+def test_the_fixture_names_the_cli_version_it_was_recorded_with():
+    assert RECORDED["pulumi"].startswith("v3.")
+
+
+@pytest.mark.parametrize("spelling", PLAIN)
+def test_the_emulated_reading_is_what_the_recorded_cli_gives_the_program(spelling):
+    recorded, ours = pulumi_reading(spelling), program_value(spelling)
+    if isinstance(recorded, Refused):
+        assert isinstance(ours, Refused)
+    elif isinstance(ours, Timestamp):
+        assert ours.text in (recorded, "a timestamp") and recorded.endswith(" +0000 UTC")
+    else:
+        assert (ours, type(ours)) == (recorded, type(recorded))
+
+
+def stack(tmp_path: Path, value: str) -> Path:
+    path = tmp_path / "Pulumi.t.yaml"
+    path.write_text(
+        "config:\n  ascend-fleet:hosts:\n    - name: h1\n      address: 10.0.0.1\n  ascend-fleet:services:\n"
+        f"    - name: m\n      model: /m\n      env:\n        A: {value}\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize("spelling", list(READINGS))
+def test_an_env_value_is_the_programs_string_or_the_stack_is_refused_with_the_line_and_both_readings(
+    tmp_path, spelling
+):
+    path = stack(tmp_path, spelling)
+    recorded = pulumi_reading(spelling)
+    try:
+        fleet, _ = load_fleet(config=str(path))
+    except ConfigError as exc:
+        message = str(exc)
+        assert "\n" not in message and "Traceback" not in message
+        if "line 9" not in message:  # refused by the config model (a type `plan` and Pulumi both refuse)
+            assert "env" in message and not isinstance(recorded, Refused), message
+        else:
+            assert "Pulumi" in message, message
+        return
+    env = fleet.services[0].env or {}
+    assert env.get("A") == as_env_text(recorded), (spelling, env, recorded)
+
+
+@pytest.mark.parametrize("tag", ["!!set {a, b}", "!!binary aGVsbG8=", "!!timestamp 2001-01-01"])
+def test_a_tag_the_two_readers_read_otherwise_is_refused_with_its_line(tmp_path, tag):
+    path = stack(tmp_path, "x").with_name("Pulumi.t.yaml")
+    path.write_text(path.read_text().replace("      env:\n        A: x\n", f"      args: {tag}\n"))
+    with pytest.raises(ConfigError, match=r"line 8: .*Pulumi"):
+        load_fleet(config=str(path))
+
+
+def test_a_plain_equals_sign_is_the_string_pulumi_reads(tmp_path):
+    fleet, _ = load_fleet(config=str(stack(tmp_path, "=")))
+    assert fleet.services[0].env == {"A": "="}
+
+
+@pytest.mark.parametrize("namespace", ["ascend-flet", "Ascend-Fleet", "ascendfleet", "ascend_fleet"])
+def test_a_misspelt_namespace_is_refused_not_read_as_no_services(tmp_path, namespace):
+    path = stack(tmp_path, "x")
+    path.write_text(path.read_text().replace("ascend-fleet:services", f"{namespace}:services"))
+    with pytest.raises(ConfigError, match=f"'{namespace}:services'.*ascend-fleet"):
+        load_fleet(config=str(path))
+
+
+def test_another_programs_namespace_is_still_ignored(tmp_path):
+    path = stack(tmp_path, "x")
+    path.write_text(path.read_text() + "  docker:host: unix:///var/run/docker.sock\n")
+    fleet, _ = load_fleet(config=str(path))
+    assert [s.name for s in fleet.services] == ["m"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("address: 10.0.0.1", "address: 2024-6-1"),  # a host name to plan, a date to the Pulumi CLI
+        ("name: h1", "name: 2024-6-1"),
+        ("model: /m\n", "model: /m\n      args: [--seed, 0X1F]\n"),  # text to plan, 31 to the Pulumi CLI
+        ("model: /m\n", "model: /m\n      servedModelName: 0B101\n"),
+    ],
+)
+def test_an_arg_a_name_or_an_address_the_pulumi_cli_reads_otherwise_is_refused_with_its_line(tmp_path, old, new):
+    path = stack(tmp_path, "x")
+    path.write_text(path.read_text().replace(old, new, 1))
+    with pytest.raises(ConfigError, match=r"line \d+: the plain value .* by the Pulumi CLI"):
+        load_fleet(config=str(path))
