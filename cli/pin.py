@@ -62,6 +62,13 @@ def stack_pins(plan: Plan) -> dict[str, dict[str, Any]]:
 
 
 def pin_stack_file(path: Path, plan: Plan, read: bytes | None = None) -> list[str]:
-    """Write the plan's pins into the stack file; return the names of services that changed.
+    """Write the plan's pins into the stack file (and, in a fleet deployed as shards, each host's
+    shard); return the names of services that changed, then `host NAME` for each host.
     `read`: the file's bytes the plan was made from; a file that no longer holds them is not written."""
-    return set_service_keys(path, stack_pins(plan), every=True, read=read)
+    return set_service_keys(path, stack_pins(plan), every=True, read=read, hosts=shard_pins(plan))
+
+
+def shard_pins(plan: Plan) -> dict[str, dict[str, Any]]:
+    """In a fleet deployed as shards, every host's shard: once written, adding hosts or services
+    never moves a host to another shard's stack (allocation.shards)."""
+    return {hp.host.name: {"shard": hp.shard} for hp in plan.hosts if hp.shard is not None}

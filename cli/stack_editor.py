@@ -59,6 +59,9 @@ FEW = 4
 
 BOM = "\ufeff"
 SERVICES = f"{NAMESPACE}:services"
+HOSTS = f"{NAMESPACE}:hosts"
+ENTRY = {SERVICES: "service", HOSTS: "host"}
+"""What one entry of each list the editor sets keys in is called, in messages."""
 # What YAML (and libyaml's line count) treats as a line break.
 LINE_BREAK = re.compile(r"\r\n|[\n\r\x85\u2028\u2029]")
 PLAIN_WORD = re.compile(r"[a-z0-9-]+")
@@ -243,10 +246,12 @@ def _same(old: Any, new: Any) -> bool:
 Edit = tuple[int, int, str]  # replace text[start:end] with the string
 
 
-def _replace(key: _Node, value: _Node, new: Any, text: str) -> Edit:
-    """Set an existing key: the value in place when it sits on one line, else the key's lines."""
+def _replace(key: _Node, value: _Node, new: Any, text: str, flow: bool) -> Edit:
+    """Set an existing key: the value in place when it sits on one line, else the key's lines. In a
+    flow mapping (`flow`) the value stays in flow style: YAML allows no block inside a flow."""
     assert key.end is not None
-    new = _value_text(new, key.column + len(text[key.start : key.end]) + 2, " " * key.column, _newline(text, key.end))
+    column, indent, newline = key.column + len(text[key.start : key.end]) + 2, " " * key.column, _newline(text, key.end)
+    new = _yaml_text(new) if flow else _value_text(new, column, indent, newline)
     block = new.startswith(("\n", "\r"))
     if value.end is not None and not LINE_BREAK.search(text, value.start, value.end) and not block:
         return value.start, value.end, new
@@ -294,7 +299,7 @@ def _entry_edits(entry: _Node, current: dict[str, Any], pins: dict[str, Any], te
         if own is None:
             missing[key] = value
         else:
-            edits.append(_replace(*own, value, text))
+            edits.append(_replace(*own, value, text, entry.flow))
     if missing:
         edits.append(_insert(entry, missing, text))
     return edits
@@ -346,31 +351,33 @@ def _load(text: str, name: str, what: str = "not valid YAML") -> Any:
         raise ConfigError(f"{name}: nested too deeply to be a stack file") from None
 
 
-def _services(doc: Any, tree: _Node | None, name: str) -> tuple[list[Any], list[_Node]]:
-    """The services list as data and as located nodes, or a ConfigError saying why there is none."""
+def _entries(doc: Any, tree: _Node | None, name: str, section: str) -> tuple[list[Any], list[_Node]]:
+    """The list `section` (services or hosts) as data and as located nodes, or a ConfigError saying why
+    there is none."""
     config = doc.get("config") if isinstance(doc, dict) else None
-    services = config.get(SERVICES) if isinstance(config, dict) else None
-    if services is None:
+    entries = config.get(section) if isinstance(config, dict) else None
+    what = ENTRY[section]
+    if entries is None:
         empty = isinstance(doc, dict) and "config" in doc and config is None
         raise ConfigError(
-            f"{name}: {'its config is empty, so it ' if empty else ''}has no '{SERVICES}' list to pin; "
-            "pin writes the stack file only, so services defined in Pulumi.yaml must move to the stack file first"
+            f"{name}: {'its config is empty, so it ' if empty else ''}has no '{section}' list to pin; "
+            f"pin writes the stack file only, so {what}s defined in Pulumi.yaml must move to the stack file first"
         )
     found = tree.get("config") if tree is not None and tree.kind == "map" else None
-    found = found[1].get(SERVICES) if found and found[1].kind == "map" else None
+    found = found[1].get(section) if found and found[1].kind == "map" else None
     nodes = found[1] if found else None
-    if not isinstance(services, list) or nodes is None or nodes.kind != "seq":
-        raise ConfigError(f"{name}: '{SERVICES}' must be a list of services written out in the file")
-    if len(nodes.children) != len(services) or any(
-        n.kind != "map" or not isinstance(s, dict) for n, s in zip(nodes.children, services)
+    if not isinstance(entries, list) or nodes is None or nodes.kind != "seq":
+        raise ConfigError(f"{name}: '{section}' must be a list of {what}s written out in the file")
+    if len(nodes.children) != len(entries) or any(
+        n.kind != "map" or not isinstance(e, dict) for n, e in zip(nodes.children, entries)
     ):
-        raise ConfigError(f"{name}: every entry of '{SERVICES}' must be a mapping written out in the file")
-    return services, nodes.children
+        raise ConfigError(f"{name}: every entry of '{section}' must be a mapping written out in the file")
+    return entries, nodes.children
 
 
-def _set_text(text: str, keys: dict[str, dict[str, Any]], name: str, *, every: bool) -> tuple[str, list[str]]:
-    """The text with each named service's keys set, and the services that changed. With `every`,
-    a service of the file without keys is an error (a plan covers all of them)."""
+def _set_text(text: str, sections: dict[str, dict[str, dict[str, Any]]], name: str, *, every: bool) -> tuple[str, list[str]]:
+    """The text with each named entry's keys set, by list (services, hosts), and the entries that
+    changed. With `every`, a service of the file without keys is an error (a plan covers all of them)."""
     doc = _load(text, name)
     try:
         tree = _document(text)
@@ -381,13 +388,32 @@ def _set_text(text: str, keys: dict[str, dict[str, Any]], name: str, *, every: b
             f"{name}, line {exc.line}: nested more than {MAX_DEPTH} levels deep; a stack file needs a handful, and "
             "the editor does not follow deeper text: flatten that value; the file is untouched"
         ) from None
-    services, nodes = _services(doc, tree, name)
+    edits, changed, config = [], [], dict(doc["config"]) if isinstance(doc, dict) and isinstance(doc.get("config"), dict) else {}
+    for section, keys in sections.items():
+        found, names, config[section] = _section_edits(text, doc, tree, name, section, keys, every and section == SERVICES)
+        edits += found
+        changed += names if section == SERVICES else [f"host {n}" for n in names]
+    new = _apply(text, edits)
+    doc = {**doc, "config": config}  # a new document: `doc` is yaml12's
+    check = _load(new, name, "the edit would write text that does not parse; the file is untouched")
+    if check != doc:
+        raise ConfigError(f"{name}: could not set the keys without changing other content ({_what_changed(check, doc)}); "
+                          "the file is untouched: write them by hand or simplify the entries")  # fmt: skip
+    return new, changed
+
+
+def _section_edits(
+    text: str, doc: Any, tree: _Node | None, name: str, section: str, keys: dict[str, dict[str, Any]], every: bool
+) -> tuple[list[Edit], list[str], list[Any]]:
+    """The edits that set the keys of one list's named entries, the names that change, and the list
+    as it must read afterwards."""
+    entries, nodes = _entries(doc, tree, name, section)
     edits, changed, expected = [], [], []
-    for entry, node in zip(services, nodes):
+    for entry, node in zip(entries, nodes):
         values = keys.get(entry.get("name"))
         if values is None:
             if every:
-                which = f"service {entry['name']}" if "name" in entry else "a service without a name"
+                which = f"{ENTRY[section]} {entry['name']}" if "name" in entry else f"a {ENTRY[section]} without a name"
                 raise ConfigError(f"{name}: {which} is not in the plan; nothing was written")
             expected.append(entry)
             continue
@@ -397,13 +423,7 @@ def _set_text(text: str, keys: dict[str, dict[str, Any]], name: str, *, every: b
             edits += found
             changed.append(entry["name"])
         expected.append({**entry, **values})
-    new = _apply(text, edits)
-    doc = {**doc, "config": {**doc["config"], SERVICES: expected}}  # a new document: `doc` is yaml12's
-    check = _load(new, name, "the edit would write text that does not parse; the file is untouched")
-    if check != doc:
-        raise ConfigError(f"{name}: could not set the keys without changing other content ({_what_changed(check, doc)}); "
-                          "the file is untouched: write them by hand or simplify the entries")  # fmt: skip
-    return new, changed
+    return edits, changed, expected
 
 
 def _what_changed(check: Any, doc: Any) -> str:
@@ -434,16 +454,23 @@ def _check_writable(name: str, target: Path) -> None:
 
 
 def set_service_keys(
-    path: Path, keys: dict[str, dict[str, Any]], *, every: bool = False, read: bytes | None = None, command: str = "pin"
+    path: Path,
+    keys: dict[str, dict[str, Any]],
+    *,
+    every: bool = False,
+    read: bytes | None = None,
+    command: str = "pin",
+    hosts: dict[str, dict[str, Any]] | None = None,
 ) -> list[str]:
-    """Set keys of the named services in the stack file, in its own text; the services that changed.
+    """Set keys of the named services (and `hosts`) in the stack file, in its own text, in one write;
+    the services that changed, then `host NAME` for each host that changed.
     `read`: the bytes `keys` were worked out from (default: the file as this call reads it); the file
     is replaced only if it still holds them (`cli.safe_write.replace_if_unchanged`)."""
     target = Path(os.path.realpath(path))
     name = _name(Path(path), target)
     read = read_bytes(target, name) if read is None else read
     bom, text = _decode(read, name)
-    new, changed = _set_text(text, keys, name, every=every)
+    new, changed = _set_text(text, {SERVICES: keys} | ({HOSTS: hosts} if hosts else {}), name, every=every)
     if new != text:
         _check_writable(name, target)
         replace_if_unchanged(target, (bom + new).encode("utf-8"), read, name, command)

@@ -296,3 +296,24 @@ def test_adding_a_small_tp1_service_to_prod_restarts_no_running_service():
     diff = diff_plans(old, new)
     assert [s.name for s in diff.changes()] == ["e5-small"] and diff.changes()[0].added
     assert diff.recreated() == []
+
+
+def test_a_long_value_set_inside_a_flow_mapping_stays_in_flow_style(tmp_path):
+    """YAML allows no block collection inside a flow one: a flow service's `replicaPins`, however long,
+    is written in flow style (block style is for block entries only)."""
+    path = tmp_path / "Pulumi.flow.yaml"
+    path.write_text(
+        "config:\n"
+        "  ascend-fleet:hosts:\n"
+        "    - {name: npu-c, address: 10.0.0.3}\n"
+        "    - {name: npu-d, address: 10.0.0.4}\n"
+        "  ascend-fleet:services:\n"
+        "    - {name: chat, model: /models/chat, tensorParallelSize: 4, memoryFraction: 0.8, replicas: 2,\n"
+        "       replicaPins: [{host: npu-c}, {host: npu-d}]}\n"
+    )
+    fleet, _ = load_fleet(config=str(path))
+    assert pin_stack_file(path, plan_fleet(fleet)) == ["chat"]
+    written = path.read_text()
+    assert "replicaPins: [{host: npu-c, devices: [0, 1, 2, 3], apiPort: 8000" in written
+    placed = [(ps.name, ps.assignment) for plan in (plan_fleet(fleet),) for _, ps in plan.services()]
+    assert [(ps.name, ps.assignment) for _, ps in plan_fleet(load_fleet(config=str(path))[0]).services()] == placed

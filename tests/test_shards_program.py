@@ -130,3 +130,19 @@ def test_adding_hosts_to_the_fleet_changes_no_existing_shards_resources_once_hos
     after = {k: registered(run_program(f"big-shard-{k}", shard_values(tmp_path, k))) for k in range(4)}
     assert {k: after[k] for k in range(3)} == before
     assert after[3] == []  # npu-0 and npu-f: shard 2 had room for one, the other opens shard 3; no service on either
+
+
+def test_pin_writes_each_hosts_shard_so_hosts_added_later_move_no_host(tmp_path: Path, capsys):
+    fleet = tmp_path / "Pulumi.big.yaml"
+    fleet.write_text(fleet_text("edcba"))
+    assert cli(["pin", "--config", str(fleet)]) == 0, capsys.readouterr().err
+    assert "chat, embed, big, small, host npu-e, host npu-d, host npu-c, host npu-b, host npu-a" in capsys.readouterr().out
+    text = fleet.read_text()
+    assert "{name: npu-a, address: 10.0.0.5, shard: 0}" in text and "{name: npu-e, address: 10.0.0.1, shard: 2}" in text
+    assert cli(["pin", "--config", str(fleet)]) == 0
+    assert "nothing new" in capsys.readouterr().out
+    fleet.write_text(text.replace("  ascend-fleet:services:", "    - {name: npu-0, address: 10.0.0.9}\n  ascend-fleet:services:"))
+    plan = plan_fleet(parse_fleet("big", stack_values(locate(None, str(fleet)))))
+    assert {hp.host.name: hp.shard for hp in plan.hosts} == {
+        "npu-0": 2, "npu-a": 0, "npu-b": 0, "npu-c": 1, "npu-d": 1, "npu-e": 2,
+    }  # fmt: skip
