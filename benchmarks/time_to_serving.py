@@ -3,7 +3,7 @@
 Run as root where the simulated host can start (sim/, dockerd and sshd): `.venv/bin/python
 benchmarks/time_to_serving.py [RUNS [CASE WORD...]]` (default 3 runs of every case). Stand-in models (sim/npu-sim) load in a fixed
 NPU_SIM_LOAD_SECONDS (LOAD_SECONDS below) and then serve /health. Each step is the program's own:
-containers exactly as `ops.render.docker_run_args` creates them from the deployment records (no
+containers exactly as `views.exports.render.docker_run_args` creates them from the deployment records (no
 shortened probes, unlike tests/simhost/probes.py), each waited `healthy` before the next (the
 docker provider's `wait`), in the plan's order. Three cases, each with `healthStartIntervalSeconds`
 0 (today's 30 s probes) and 2 (the default), on this machine's engine only (Debian's dockerd
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from allocation.config import parse_fleet  # noqa: E402
 from allocation.planner import plan_fleet  # noqa: E402
-from ops.render import docker_run_args  # noqa: E402
+from views.exports.render import docker_run_args  # noqa: E402
 from records.containers import ContainerSpec  # noqa: E402
 from records.deployment import deploy  # noqa: E402
 from records.router import ROUTER_OF_LABEL  # noqa: E402

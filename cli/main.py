@@ -2,8 +2,8 @@
 
 `plan`, `pin` and `render` need no credentials and touch no host. Every
 FleetError becomes one readable paragraph on stderr and exit code 1; usage
-errors exit 2. Commands that reach hosts (`doctor`) or write other formats
-(`render`) live in `ops/` and are dispatched to from here.
+errors exit 2. What reaches hosts (`doctor`, `profile`) lives in `ops/`, the formats
+`render` writes in `views/exports/`; both are dispatched to from here.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import sys
 import traceback
 from pathlib import Path
 
-from records.deployment import Deployment, deploy
+from records.deployment import Deployment
+from records.pipeline import deployment_of
 from views.diff import diff_plans, render_diff
-from allocation.config import ModelProfile, parse_fleet
+from allocation.config import ModelProfile
 from allocation.config_errors import field_aliases
 from allocation.errors import ConfigError, FleetError, printable
-from allocation.planner import plan_fleet
 from views.report import FORMATS, plan_json, render_plan
 from cli.pin import pin_stack_file
 from cli.stack_editor import read_bytes, set_service_keys
@@ -128,7 +128,7 @@ def _locate(args: argparse.Namespace) -> StackFile:
 
 def _deployment(args: argparse.Namespace) -> tuple[Deployment, StackFile]:
     stack_file = _locate(args)
-    return deploy(plan_fleet(parse_fleet(stack_file.stack, stack_values(stack_file)))), stack_file
+    return deployment_of(stack_file.stack, stack_values(stack_file)), stack_file
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -148,7 +148,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _pin(args: argparse.Namespace) -> int:
     stack_file = _locate(args)
     read = read_bytes(stack_file.path)  # the pins are written only if the file still holds these bytes
-    deployment = deploy(plan_fleet(parse_fleet(stack_file.stack, stack_values(stack_file, data=read))))
+    deployment = deployment_of(stack_file.stack, stack_values(stack_file, data=read))
     for hd in deployment.hosts:  # once pinned, the newcomer looks as if it ran: say it now
         for held in hd.held_cards:
             print(f"host {hd.name}: must stop: {held.text()}")
@@ -163,8 +163,8 @@ def _pin(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from ops import dashboard, prometheus
-    from ops.render import compose_files, render
+    from views.exports import dashboard, prometheus
+    from views.exports.render import compose_files, render
 
     if args.format == "docker-run":
         if args.output is not None:
@@ -209,8 +209,7 @@ def _profile(args: argparse.Namespace) -> int:
 
     stack_file = _locate(args)
     read = read_bytes(stack_file.path)  # the profiles are written only if the file still holds these bytes
-    fleet = parse_fleet(stack_file.stack, unsized_values(stack_values(stack_file, data=read)))
-    deployment = deploy(plan_fleet(fleet))
+    deployment = deployment_of(stack_file.stack, unsized_values(stack_values(stack_file, data=read)))
     changed = set_service_keys(stack_file.path, profiles(deployment, args.models_root), read=read, command="profile")
     print(f"profiled {stack_file.path}: {', '.join(changed) if changed else 'nothing new'}")
     return 0
@@ -226,7 +225,7 @@ def _schema(args: argparse.Namespace) -> int:
 def _shards(args: argparse.Namespace) -> int:
     stack_file = _locate(args)
     read = read_bytes(stack_file.path)
-    plan = plan_fleet(parse_fleet(stack_file.stack, stack_values(stack_file, data=read)))
+    plan = deployment_of(stack_file.stack, stack_values(stack_file, data=read)).plan
     files = shard_files(stack_file, read.decode("utf-8-sig"), plan)
     folder = stack_file.path.parent
     gone = stale(folder, stack_file.stack, files)

@@ -5,23 +5,26 @@ set with `pulumi config set`) to the program; the program never opens YAML.
 Every key of the namespace is passed on, so a misspelt top-level key reaches
 `parse_fleet` and is reported instead of silently ignored. Program-only keys
 (the SSH private key) are never decoded, logged or handed to the planner.
-`fleet_deployment` then plans and deploys the fleet once, with the host keys
-the system ssh would trust, and refuses hosts no key is known for.
+`fleet_deployment` hands the values to the pipeline the command line runs too
+(`records.pipeline`), with the known_hosts file the system ssh reads, keeps this
+stack's slice of a fleet deployed as shards, and turns a FleetError into a
+`pulumi.RunError`.
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
 
-from allocation.config import NAMESPACE, PROGRAM_ONLY_KEYS, VERBATIM_KEYS, Ssh, parse_fleet
-from records.deployment import Deployment, deploy, untrusted_hosts
+from allocation.config import NAMESPACE, PROGRAM_ONLY_KEYS, VERBATIM_KEYS, Ssh
 from allocation.errors import FleetError
-from allocation.planner import plan_fleet
+from records.deployment import Deployment
+from records.pipeline import deployment_of, trusted
 from ops.ssh import known_hosts_text
 
 SSH_PRIVATE_KEY = "sshPrivateKey"
@@ -88,23 +91,22 @@ def _this_stacks_slice(deployment: Deployment) -> Deployment:
     return deployment
 
 
-def fleet_deployment() -> Deployment:
-    """The stack's deployment from the engine's config, or one RunError paragraph. With
-    `strictHostKeyChecking: yes`, a host whose key is neither configured nor in known_hosts
-    stops the program: the host check's Go client would otherwise trust any key."""
+@contextmanager
+def _as_run_error() -> Iterator[None]:
+    """A FleetError as one RunError paragraph: the message is complete, so no traceback."""
     try:
-        fleet = parse_fleet(pulumi.get_stack(), fleet_values())
-        deployment = deploy(plan_fleet(fleet), known_hosts_text(fleet.ssh))
+        yield
     except FleetError as err:
-        raise pulumi.RunError(str(err)) from None  # the message is complete; no traceback
+        raise pulumi.RunError(str(err)) from None
+
+
+def fleet_deployment() -> Deployment:
+    """The stack's deployment from the engine's config (`records.pipeline`, as the command line
+    builds it), this stack's slice of it, or one RunError paragraph. With `strictHostKeyChecking:
+    yes`, a host of the slice whose key is neither configured nor in known_hosts stops the program."""
+    with _as_run_error():
+        deployment = deployment_of(pulumi.get_stack(), fleet_values(), known_hosts_text)
     for warning in deployment.plan.warnings:
         pulumi.log.warn(warning)
-    deployment = _this_stacks_slice(deployment)
-    untrusted = untrusted_hosts(deployment)
-    if untrusted:
-        raise pulumi.RunError(
-            f"stack {deployment.stack}: no SSH host key known for host(s) {', '.join(untrusted)} while "
-            "ascend-fleet:ssh.strictHostKeyChecking is yes: set the host's hostKey (`ssh-keyscan -p PORT "
-            "ADDRESS`), or add it to the known_hosts file (ssh.knownHostsFile, default ~/.ssh/known_hosts)."
-        )
-    return deployment
+    with _as_run_error():
+        return trusted(_this_stacks_slice(deployment))

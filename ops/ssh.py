@@ -16,10 +16,10 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
-from allocation.config import Host, Ssh
+from allocation.config import Ssh
 from records.deployment import HostDeployment
+from records.ssh_argv import script_argv
 
 # ssh exits 255 when it could not connect or authenticate (or the connection broke).
 SSH_FAILED = 255
@@ -45,24 +45,6 @@ def known_hosts_text(ssh: Ssh) -> str:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
-
-
-def ssh_command(options: Sequence[str], host: Host, remote: str) -> list[str]:
-    """The ssh argv that runs `remote` on `host` with the host's ssh options; `--` ends
-    the options, so the destination is never read as one."""
-    return [
-        "ssh", *options,
-        "-o", "LogLevel=ERROR",
-        "-p", str(host.ssh_port),
-        "--", f"{host.user}@{host.address}",
-        remote,
-    ]  # fmt: skip
-
-
-def script_argv(hd: HostDeployment) -> list[str]:
-    """The argv that runs a POSIX shell script read from stdin on a deployment's host: over ssh
-    with the host's options, or a local shell when its Docker daemon is `unix://`."""
-    return ["sh", "-s"] if hd.host.is_local() else ssh_command(hd.ssh_options or (), hd.host, "sh -s")
 
 
 def run_script(hd: HostDeployment, script: str, *, timeout: float | None = None) -> RemoteResult:

@@ -3,7 +3,7 @@
 It answers what vLLM's OpenAI server answers that a router or Prometheus asks for: `/health`,
 `/v1/models`, chat completions with and without streaming (server-sent events ending in
 `data: [DONE]`), `/v1/embeddings`, and `/metrics` in Prometheus text with vLLM 0.20's metric
-names (ops.metric_names). Every request served is counted in `vllm:request_success_total`, so a
+names (views.exports.metric_names). Every request served is counted in `vllm:request_success_total`, so a
 test can read which replica served what from the outside.
 
     python tests/fake_vllm.py --port 8000 --served-model-name bge-m3 --replica bge-m3-1
@@ -17,7 +17,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ops.metric_names import VLLM
+from views.exports.metric_names import VLLM
 
 
 class _State:

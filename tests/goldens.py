@@ -20,8 +20,8 @@ from allocation.planner import plan_fleet
 from views.report import render_plan
 from cli.pin import stack_pins
 from cli.stackfile import load_fleet
-from ops import dashboard, prometheus
-from ops.render import render
+from views.exports import dashboard, prometheus
+from views.exports.render import render
 from tests.fleets import host, service
 
 GOLDENS = Path(__file__).parent / "data" / "goldens"

@@ -19,7 +19,7 @@ from views.diff import diff_plans, render_diff
 from allocation.errors import AllocationError
 from allocation.planner import plan_fleet
 from views.report import plan_json, render_plan
-from ops.render import render
+from views.exports.render import render
 from tests.fleets import fleet, host, service
 from tests.pulumi_harness import CONTAINER, LOCAL_COMMAND, REMOTE_COMMAND, run_program
 from tests.test_program import values_of

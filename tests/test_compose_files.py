@@ -11,7 +11,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from allocation.planner import plan_fleet
-from ops.render import compose_files, render
+from views.exports.render import compose_files, render
 from records.deployment import deploy
 from tests.conftest import require_binary
 from tests.fleets import fleet, host, service

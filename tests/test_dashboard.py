@@ -1,7 +1,7 @@
 """The Grafana dashboard `render --format prometheus` writes, checked offline.
 
 It parses, its panel ids are unique, and every metric a query names is one the exporters
-really export (ops.metric_names) or one our rules record (ops.prometheus).
+really export (views.exports.metric_names) or one our rules record (views.exports.prometheus).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from records.deployment import deploy
 from allocation.planner import plan_fleet
 from cli.main import DASHBOARD
 from cli.stackfile import load_fleet
-from ops import dashboard
-from ops.metric_names import KNOWN
-from ops.prometheus import HBM_USED, NPU_UTILIZATION
+from views.exports import dashboard
+from views.exports.metric_names import KNOWN
+from views.exports.prometheus import HBM_USED, NPU_UTILIZATION
 
 RECORDED = {HBM_USED, NPU_UTILIZATION}
 # PromQL words that look like metric names: functions, aggregations, keywords, Grafana's variables.
@@ -86,7 +86,7 @@ def test_render_writes_the_dashboard_beside_the_prometheus_files(tmp_path, cli):
 
 
 def test_long_stack_names_that_differ_only_at_the_end_get_different_grafana_uids():
-    from ops.dashboard import uid
+    from views.exports.dashboard import uid
 
     blue, green = uid("production-eu-west-inference-fleet-blue"), uid("production-eu-west-inference-fleet-green")
     assert blue != green and blue.startswith("ascend-fleet-production-eu")

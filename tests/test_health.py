@@ -13,7 +13,7 @@ from ruamel.yaml import YAML
 from allocation.config import Host, parse_fleet
 from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
-from ops.render import docker_run_args, render
+from views.exports.render import docker_run_args, render
 from records.deployment import deploy
 from records.host_check import host_check_script
 from records.restarts import restart_table

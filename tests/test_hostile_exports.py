@@ -26,7 +26,7 @@ from allocation.errors import FleetError
 from allocation.planner import plan_fleet
 from views.report import plan_json, render_plan
 from cli.main import main
-from ops.render import render
+from views.exports.render import render
 from tests.fleets import fleet, host, service
 
 CANARY = "CANARY"

@@ -21,17 +21,21 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def project_imports(path: Path) -> set[str]:
-    """The project modules a file imports, by full name (a package's `from p import m` names p.m)."""
-    tree = ast.parse(path.read_text())
+def imported_names(path: Path) -> set[str]:
+    """Every name a file imports, by full name: modules, and `m.name` for `from m import name`."""
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+    return found
+
+
+def project_imports(path: Path) -> set[str]:
+    """The project modules a file imports, by full name (a package's `from p import m` names p.m)."""
     modules = set(GRAPH_NODES)
-    return {name for name in found if name in modules}
+    return {name for name in imported_names(path) if name in modules}
 
 
 GRAPH_NODES = {module_name(p): p for pkg in LAYERS for p in sorted((ROOT / pkg).rglob("*.py"))}
@@ -87,3 +91,36 @@ def test_the_graph_sees_every_layer_and_their_imports():
     assert {m.split(".")[0] for m in GRAPH} == set(LAYERS)
     assert "allocation.plan" in GRAPH["records.deployment"]
     assert "records.deployment" in GRAPH["views.report"]
+    assert {"records.deployment", "records.ssh_argv"} <= GRAPH["views.exports.render"]
+
+
+def closure(graph: dict[str, set[str]], roots: set[str]) -> set[str]:
+    """The roots and every module they import, directly or not."""
+    seen, todo = set(), list(roots)
+    while todo:
+        if (node := todo.pop()) not in seen:
+            seen.add(node)
+            todo += graph.get(node, ())
+    return seen
+
+
+def test_every_ops_module_reaches_hosts_or_serves_a_module_that_does():
+    """`ops/` is what reaches hosts (a module that runs a process, or a script over `ops.ssh`) and
+    the parsers of what hosts answer; an output written from the plan alone is a view
+    (`views/exports/`), and would be imported here only by the command line."""
+    ops = {m for m in GRAPH if m.split(".")[0] == "ops" and m != "ops"}
+    reaching = {m for m in ops if "subprocess" in imported_names(GRAPH_NODES[m]) or "ops.ssh" in GRAPH[m]}
+    assert {"ops.ssh", "ops.doctor", "ops.models"} <= reaching
+    assert sorted(ops - closure(GRAPH, reaching)) == []
+
+
+PIPELINE = {"allocation.planner.plan_fleet", "records.deployment.deploy", "records.deployment.untrusted_hosts"}
+
+
+def test_the_program_and_the_command_line_build_the_pipeline_in_one_place():
+    """Parse, plan, deploy and the trust check: `records.pipeline`, which the Pulumi program and the
+    command line both call, so neither builds a deployment its own way."""
+    above = [m for m in GRAPH if layer(m) == LAYERS["cli"]]
+    builders = {m: sorted(imported_names(GRAPH_NODES[m]) & PIPELINE) for m in above}
+    assert {m: names for m, names in builders.items() if names} == {}
+    assert "records.pipeline" in GRAPH["cli.main"] and "records.pipeline" in GRAPH["components.stack_config"]

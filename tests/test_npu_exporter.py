@@ -14,11 +14,11 @@ from allocation.config import parse_fleet
 from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
 from cli.stackfile import StackFile, stack_values
-from ops import prometheus
+from views.exports import prometheus
 from ops.doctor import drift
 from ops.doctor.facts import HostFacts, LiveContainer
 from ops.doctor.findings import host_findings, planned
-from ops.render import compose_files, docker_run_args, render
+from views.exports.render import compose_files, docker_run_args, render
 from records.deployment import deploy
 from records.exporter import ENTRYPOINT, NAME
 from views.report import plan_json

@@ -2,7 +2,7 @@
 
 promtool (Debian's `prometheus` package, which `.ci/run` installs) checks the config and the
 rules, and `promtool test rules` evaluates each alert on series shaped like the real exporters'
-(names and labels in ops/metric_names.py, with their sources).
+(names and labels in views/exports/metric_names.py, with their sources).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import yaml
 from records.deployment import deploy
 from allocation.planner import plan_fleet
 from cli.stackfile import load_fleet
-from ops import prometheus
-from ops.metric_names import NPU, ROUTER, VLLM
+from views.exports import prometheus
+from views.exports.metric_names import NPU, ROUTER, VLLM
 from tests.conftest import Result, require_binary
 
 

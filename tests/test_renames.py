@@ -24,7 +24,7 @@ from allocation.planner import plan_fleet
 from views.report import plan_json
 from cli.pin import pin_stack_file, stack_pins
 from cli.stackfile import StackFile, stack_values
-from ops.render import render
+from views.exports.render import render
 from tests import test_doctor
 from tests.fleets import host, service
 from tests.pulumi_harness import CONTAINER, MODEL_SERVICE, PROJECT, PROJECT_ROOT, ROUTER, Registration, Run, run_program

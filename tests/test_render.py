@@ -10,7 +10,7 @@ from ruamel.yaml import YAML
 from records.deployment import deploy
 from allocation.planner import plan_fleet
 from cli.stackfile import load_fleet
-from ops.render import docker_run_args, render
+from views.exports.render import docker_run_args, render
 
 
 def prod():

@@ -13,7 +13,7 @@ from views.diff import diff_plans, render_diff
 from allocation.planner import plan_fleet
 from views.report import plan_json
 from cli.pin import stack_pins
-from ops import prometheus
+from views.exports import prometheus
 from tests.goldens import PROFILE
 from tests.fleets import host, service
 

@@ -17,7 +17,7 @@ import pytest
 from allocation.config import Mount
 from records.containers import ContainerSpec, HealthCheck
 from records.restarts import BY_KEY, CONSTANT_PROVIDER_INPUTS, INPUTS, restart_table
-from ops.render import compose_service, docker_run_args
+from views.exports.render import compose_service, docker_run_args
 from tests.provider_readback import FORCE_NEW, UPDATED_IN_PLACE, attribute
 from tests.test_program import stack_run
 

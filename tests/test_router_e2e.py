@@ -41,12 +41,12 @@ from allocation.config import parse_fleet
 from records.deployment import Deployment, deploy
 from allocation.planner import plan_fleet
 from cli.safe_write import write_set
-from ops import prometheus
+from views.exports import prometheus
 from ops.doctor.facts import HostFacts
 from ops.doctor.findings import host_findings
 from records import rollout
 from records.rollout import WORKERS_ENV
-from ops.metric_names import NPU
+from views.exports.metric_names import NPU
 from sim.host import free_port
 from tests.conftest import live_container, require_binary
 

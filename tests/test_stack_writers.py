@@ -64,14 +64,14 @@ def test_a_file_saved_while_pin_works_is_not_overwritten_and_pin_says_what_chang
     path = tmp_path / "Pulumi.t.yaml"
     path.write_text(SEED_UNPINNED)
     edited = SEED_UNPINNED.replace("memoryFraction: 0.85", "memoryFraction: 0.8")
-    real = cli.main.plan_fleet
+    real = cli.main.deployment_of
 
-    def plan_then_save(fleet):
-        plan = real(fleet)
+    def plan_then_save(*args):
+        deployment = real(*args)
         path.write_text(edited)
-        return plan
+        return deployment
 
-    monkeypatch.setattr(cli.main, "plan_fleet", plan_then_save)
+    monkeypatch.setattr(cli.main, "deployment_of", plan_then_save)
     assert cli.main.main(["pin", "--config", str(path)]) != 0
     assert path.read_text() == edited
     err = capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -23,6 +24,9 @@ PURE_IMPORTS = {
     "hashlib", "hmac", "ipaddress", "json", "orjson",
     "pydantic", "re", "records", "shlex", "textwrap", "types", "typing", "unicodedata", "views",
 }  # fmt: skip
+EXPORTS = "views.exports"
+EXPORT_IMPORTS = {"io", "ruamel", "grafana_foundation_sdk"}
+"""What the exports may import besides: in-memory text and the emitters made for their formats (YAML, Grafana's SDK)."""
 MAX_FUNCTION_LINES = 60
 
 
@@ -32,11 +36,14 @@ def source_files(*, tests: bool = False) -> list[Path]:
 
 
 def pure_modules() -> list[str]:
-    """Every module of the planner, its records and views but `allocation.__main__`, which only
-    forwards to `cli`."""
-    return sorted(
-        f"{pkg}.{p.stem}" for pkg in PURE_PACKAGES for p in (ROOT / pkg).glob("*.py") if p.stem != "__main__"
-    )
+    """Every module of the planner, its records and views, in subpackages too (the diff, the
+    exports), but `allocation.__main__`, which only forwards to `cli`."""
+    paths = [p.relative_to(ROOT).with_suffix("") for pkg in PURE_PACKAGES for p in (ROOT / pkg).rglob("*.py")]
+    return sorted(".".join(p.parts) for p in paths if p.stem != "__main__")
+
+
+def is_export(module: str) -> bool:
+    return module.startswith(EXPORTS + ".")
 
 
 @pytest.mark.parametrize("module", pure_modules())
@@ -44,19 +51,32 @@ def test_every_planner_record_and_view_module_imports_only_pure_modules(module):
     tree = ast.parse((ROOT / module.replace(".", "/")).with_suffix(".py").read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert {m.split(".")[0] for m in imported} <= PURE_IMPORTS
+    assert {m.split(".")[0] for m in imported} <= PURE_IMPORTS | (EXPORT_IMPORTS if is_export(module) else set())
 
 
-def test_importing_the_planner_records_and_views_loads_no_pulumi_process_or_higher_layer():
+def loaded_by(modules: list[str], bad: tuple[str, ...]) -> list[str]:
+    """The modules of the `bad` packages that importing `modules` loads, in a fresh interpreter."""
     code = (
-        "import importlib, sys\n"
-        f"for m in {pure_modules()!r}: importlib.import_module(m)\n"
-        "bad = ('pulumi', 'pulumi_docker', 'pulumi_command', 'subprocess', 'ruamel', 'cli', 'ops', 'components')\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in bad))\n"
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {bad!r})))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    return json.loads(result.stdout)
+
+
+HOST_REACHING = ("pulumi", "pulumi_docker", "pulumi_command", "subprocess", "cli", "ops", "components")
+
+
+def test_importing_the_planner_records_and_views_loads_no_pulumi_process_or_higher_layer():
+    assert loaded_by([m for m in pure_modules() if not is_export(m)], (*HOST_REACHING, "ruamel")) == []
+
+
+def test_importing_the_exports_loads_no_pulumi_process_or_host_reaching_code():
+    exports = [m for m in pure_modules() if is_export(m)]
+    assert {"views.exports.render", "views.exports.prometheus", "views.exports.dashboard"} <= set(exports)
+    assert loaded_by(exports, HOST_REACHING) == []
 
 
 def test_each_windows_env_label_and_key_is_written_once_in_the_code_in_the_table():

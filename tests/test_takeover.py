@@ -19,7 +19,7 @@ import pytest
 from allocation.config import parse_fleet
 from allocation.errors import AllocationError, ConfigError
 from allocation.planner import plan_fleet
-from ops.render import render
+from views.exports.render import render
 from records.deployment import deploy
 from records.host_check import host_check_script
 from records.takeover import takeover_script

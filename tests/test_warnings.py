@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 
-PROJECT_MODULES = ["allocation.config", "records.deployment", "views.report", "ops.dashboard", "cli.main",
-                   "components.ascend_host", "sim.host", "tests.test_warnings", "__main__"]  # fmt: skip
+PROJECT_MODULES = ["allocation.config", "records.deployment", "views.report", "views.exports.dashboard", "cli.main",
+                   "ops.doctor", "components.ascend_host", "sim.host", "tests.test_warnings", "__main__"]  # fmt: skip
 
 
 def _warn_as(module: str, category: type[Warning]) -> None:

@@ -1,7 +1,7 @@
 """doctor against the simulated 910B host: real sshd, real dockerd, real npu-sim containers.
 
 The planned containers are started with the `docker run` arguments that
-ops/render.py builds from the deployment's container specs, so what runs is what the plan says;
+views/exports/render.py builds from the deployment's container specs, so what runs is what the plan says;
 doctor then has to find it clean, and find each problem made by hand after.
 """
 
@@ -20,7 +20,7 @@ from records.deployment import deploy
 from allocation.planner import plan_fleet
 from cli.stackfile import load_fleet
 from ops import doctor
-from ops.render import docker_run_args
+from views.exports.render import docker_run_args
 from sim.host import CLAIMS_DIR, DCMI_DIR, IMAGE, SimHost, free_port
 from tests.simhost.probes import probed_often
 

@@ -15,7 +15,7 @@ import subprocess
 from allocation.config import parse_fleet
 from records.deployment import deploy
 from allocation.planner import plan_fleet
-from ops.render import docker_run_args
+from views.exports.render import docker_run_args
 from sim.host import SimHost
 from tests.simhost.probes import probed_often
 from tests.simhost.test_start_gate import start_prod

@@ -2,10 +2,10 @@
 
 Prod's stack file with `metrics.npuExporter` on (pointed at the simulated host, as
 tests/simhost/test_prod_layout.py does) plans one exporter container for its one host; the test
-runs exactly that container's `docker run` arguments (ops.render.docker_run_args of the record the
+runs exactly that container's `docker run` arguments (views.exports.render.docker_run_args of the record the
 Pulumi program uses) over SSH, with the stand-in image (sim/exporter.py) in place of the one the
 operator builds. Debian's `prometheus` then reads the files `render --format prometheus` writes,
-scrapes the `npu-exporter` job there, and every card panel of the dashboard (ops/dashboard.py)
+scrapes the `npu-exporter` job there, and every card panel of the dashboard (views/exports/dashboard.py)
 returns data; the HBM in use it reports is the simulated card's, set by a running npu-sim service.
 
 THIS MACHINE CANNOT START `--privileged` CONTAINERS: its root lacks CAP_SYS_RESOURCE in the
@@ -29,8 +29,8 @@ from allocation.config import parse_fleet
 from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
 from cli.safe_write import write_set
-from ops import dashboard, prometheus
-from ops.render import docker_run_args
+from views.exports import dashboard, prometheus
+from views.exports.render import docker_run_args
 from records.deployment import Deployment, deploy
 from sim.exporter import IMAGE, as_this_daemon_allows, build_exporter_image, npu_state_in_driver
 from sim.host import CLAIMS_DIR, SimHost, free_port

@@ -4,7 +4,7 @@ Three replicas of one service on three cards of the simulated host, and its rout
 vllm-router 0.1.17 in the stand-in router image (sim/router_image.py; on a real host the
 program's build script makes that image, here it finds the tag and skips the build). Every
 step is the program's own: the deployment records (`records.deployment.deploy`), the
-containers as `ops.render.docker_run_args` creates them, the router's build and workers
+containers as `views.exports.render.docker_run_args` creates them, the router's build and workers
 scripts and each replica's serve and drain scripts (`records.rollout`), run over SSH on
 the host as the program's commands run them. The order is the program's own: the real
 `__main__.py` runs under Pulumi's mocks (tests/pulumi_harness.py) and its resources for the
@@ -48,7 +48,7 @@ from records.containers import ContainerSpec
 from records.deployment import Deployment, RouterDeployment, deploy
 from allocation.planner import plan_fleet
 from records.rollout import workers_dir
-from ops.render import docker_run_args
+from views.exports.render import docker_run_args
 from sim.host import CLAIMS_DIR, DOCKER_SOCKET, IMAGE, ContainerFailed, SimHost
 from components.router import SERVES_SUFFIX
 from sim.router_image import build_router_image

@@ -18,7 +18,7 @@ from allocation.config import parse_fleet
 from records.command import START_GATE_NAME
 from records.deployment import deploy
 from allocation.planner import plan_fleet
-from ops.render import docker_run_args
+from views.exports.render import docker_run_args
 from sim.host import SimHost
 from tests.simhost.test_prod_layout import prod_on_the_simulated_host
 from tests.simhost.loads import now, stretched_loads, wait_for_any_log

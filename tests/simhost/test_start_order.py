@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from allocation.config import parse_fleet
 from allocation.planner import plan_fleet
-from ops.render import docker_run_args
+from views.exports.render import docker_run_args
 from records.containers import LOCK_DIR_HOST, START_WAIT_ENV
 from records.deployment import deploy
 from records.device_share import BOOT_SCRIPT as DEVICE_SHARE_BOOT

@@ -16,7 +16,7 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from records.deployment import Deployment, HostDeployment
-from ops.metric_names import NPU, ROUTER, VLLM
+from views.exports.metric_names import NPU, ROUTER, VLLM
 
 VLLM_TARGETS = "targets-vllm.json"
 ROUTER_TARGETS = "targets-router.json"

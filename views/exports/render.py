@@ -23,7 +23,7 @@ from allocation.config import Mount
 from records.containers import ContainerSpec, created_on_host
 from records.deployment import Deployment, HostDeployment
 from records.takeover import DISABLE
-from ops.ssh import script_argv
+from records.ssh_argv import script_argv
 
 # Ends the here-documents that feed a host its device-share, start-order and router-image scripts; they never contain it.
 _END = "ASCEND_FLEET_DEVICE_SHARE_END"

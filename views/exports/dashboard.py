@@ -2,7 +2,7 @@
 
 One row per replicated service (or service), showing each replica's queue, KV cache use
 and latency next to the HBM and utilisation of its cards, which the recording rules of
-`ops.prometheus` join to services. Queries filter on the plan's labels (`stack`,
+`views.exports.prometheus` join to services. Queries filter on the plan's labels (`stack`,
 `replica_of`), chosen with the dashboard's variables.
 """
 
@@ -17,8 +17,8 @@ from grafana_foundation_sdk.models import units
 from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
 from records.deployment import Deployment
-from ops.metric_names import ROUTER, VLLM
-from ops.prometheus import HBM_USED, NPU_UTILIZATION
+from views.exports.metric_names import ROUTER, VLLM
+from views.exports.prometheus import HBM_USED, NPU_UTILIZATION
 
 UID_LENGTH = 40
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
