@@ -41,9 +41,13 @@ def _digest(value: Any) -> str:
 
 
 def _values() -> dict[str, tuple[str, dict]]:
-    """Fleet name -> (stack, its `ascend-fleet:` values): the stack files and the synthetic fleets."""
+    """Fleet name -> (stack, its `ascend-fleet:` values): the stack files, the synthetic fleets, prod with the
+    NPU exporter."""
     stacks = {s: (s, stack_values(StackFile(s, PROJECT_ROOT / f"Pulumi.{s}.yaml"))) for s in goldens.STACKS}
-    return stacks | {name: (SYNTHETIC_STACK, values) for name, values in goldens._synthetic().items()}
+    # No committed fleet deploys the NPU exporter, whose container names the runtime too.
+    exporter = {**stacks["prod"][1], "metrics": {"npuExporter": {"image": "registry.example/npu-exporter:v6.0.0"}}}
+    synthetic = {name: (SYNTHETIC_STACK, values) for name, values in goldens._synthetic().items()}
+    return stacks | synthetic | {"prod with the NPU exporter": ("prod", exporter)}
 
 
 def digests(stack: str, values: dict) -> dict[str, str]:
