@@ -82,18 +82,19 @@ def docker_strings(tree: ast.AST) -> list[tuple[int, str]]:
         and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
     }  # fmt: skip
     # A bare string right after an assignment documents it (the attribute docstrings of this codebase).
+    bodies = [node.body for node in ast.walk(tree) if isinstance(getattr(node, "body", None), list)]
     docstrings |= {
         id(b.value)
-        for node in ast.walk(tree)
-        for a, b in zip(getattr(node, "body", []), getattr(node, "body", [])[1:])
+        for body in bodies
+        for a, b in zip(body, body[1:])
         if isinstance(a, (ast.Assign, ast.AnnAssign)) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
     }  # fmt: skip
-    return [
+    return sorted(
         (node.lineno, node.value)
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
         and DOCKER_CLI.search(node.value)
-    ]  # fmt: skip
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("path", sorted(p for p in RECORDS.glob("*.py") if p != HOME), ids=lambda p: p.name)
