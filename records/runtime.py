@@ -74,7 +74,8 @@ def stand_in(root: str = "") -> list[str]:
 def inspect_containers(template: str, *, stopped: bool = False, wrap: str = " ") -> str:
     """A pipeline printing `template` for every running container (and stopped ones with `stopped`);
     `wrap`: what stands between the format flag and the template (a line break for long lines)."""
-    return f"{SH} ps -{'a' if stopped else ''}q 2>/dev/null </dev/null | xargs -r {SH} inspect --format{wrap}{shlex.quote(template)}"
+    ids = f"{SH} ps -{'a' if stopped else ''}q 2>/dev/null </dev/null"
+    return f"{ids} | xargs -r {SH} inspect --format{wrap}{shlex.quote(template)}"
 
 
 def inspect(template: str, cli: str = CLI, flag: str = "-f") -> str:
@@ -116,7 +117,8 @@ def no_restart(cli: str = CLI) -> str:
 
 
 def logs(name: str = "") -> str:
-    return f"{CLI} logs {name}".rstrip()
+    """A container's log; without `name`, the words an operator completes."""
+    return f"{CLI} logs {name}" if name else f"{CLI} logs"
 
 
 def remove(name: str = "NAME") -> str:
