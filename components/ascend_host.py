@@ -18,6 +18,7 @@ import pulumi_docker as docker
 
 from records.deployment import HostDeployment
 from records.durations import go_duration
+from records.runtime import logs
 from ops.ssh import run_script
 
 LOG_LINES = 20
@@ -104,7 +105,7 @@ class AscendHost(pulumi.ComponentResource):
     def last_log_lines(self, container: str, lines: int = LOG_LINES) -> str:
         """A container's last log lines on this host (`docker logs --tail`, over SSH like `doctor`),
         or why they could not be read. For the error hook of a container that did not start."""
-        script = f"docker logs --tail {int(lines)} {shlex.quote(container)} 2>&1\n"
+        script = f"{logs()} --tail {int(lines)} {shlex.quote(container)} 2>&1\n"
         result = run_script(self._hd, script)
         if not result.reachable:
             return f"(its log could not be read: {result.error})"

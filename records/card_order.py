@@ -52,6 +52,7 @@ from allocation.config import Host
 from allocation.errors import FleetError
 from allocation.plan import HostPlan
 from records.containers import BOOT_ID_FILE, LOCK_DIR_HOST, ORDER_PREFIX, SETTLED, STARTED_PREFIX
+from records.runtime import DAEMON_UNIT, RUNNING, SH, info, inspect
 from records.start_order import card_ranks
 
 UNIT = "ascend-fleet-start-order.service"
@@ -91,12 +92,12 @@ def boot_script(*, root: str = "") -> str:
         f"dir={shlex.quote(d)}",
         f"boot=$(cat {BOOT_ID_FILE})",
         "tries=0",
-        'until "${docker:-docker}" info >/dev/null 2>&1 </dev/null; do',
+        f"until {info()} >/dev/null 2>&1 </dev/null; do",
         f'  tries=$((tries + 1)); [ "$tries" -lt {BOOT_WAIT_SECONDS} ] || break; sleep 1',
         "done",
         f'for name in $(cat "$dir"/{ORDER_PREFIX}* 2>/dev/null | sort -u); do',
         "  case $name in '' | *[!A-Za-z0-9_.-]*) continue ;; esac",
-        "  until [ \"$(\"${docker:-docker}\" inspect -f '{{.State.Running}}' \"$name\" 2>/dev/null </dev/null)\" != true ] ||",
+        f'  until [ "$({inspect(RUNNING, SH)} "$name" 2>/dev/null </dev/null)" != true ] ||',
         f'    [ "$(cat "$dir/{STARTED_PREFIX}$name" 2>/dev/null)" = "$boot" ]; do',
         f'    tries=$((tries + 1)); [ "$tries" -lt {BOOT_WAIT_SECONDS} ] || break',
         "    sleep 1",
@@ -114,8 +115,8 @@ def boot_unit() -> str:
     return "\n".join([
         "[Unit]",
         "Description=ascend-fleet: tell the start gates that Docker has restarted its containers",
-        "Wants=docker.service",
-        "After=docker.service",
+        f"Wants={DAEMON_UNIT}",
+        f"After={DAEMON_UNIT}",
         "",
         "[Service]",
         "Type=oneshot",

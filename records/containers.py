@@ -18,6 +18,7 @@ from allocation.plan import ServicePlan
 from allocation.windows import KINDS, window_text
 from records.command import behind_gate
 from records.health import probe_timing
+from records.runtime import logs
 
 LABEL_PREFIX = "ascend-fleet"
 # The seed's tuning; defaults' and services' env override it.
@@ -134,7 +135,7 @@ START_GATE = "; ".join((
     "waited=0; until [ -e \"$held\" ]; do "
     "if [ -e \"$held.failed\" ]; then "
     f"echo \"ascend-fleet: start gate: cards ${CARDS_ENV} still locked after ${{wait_s}}s by an instance that neither "
-    "served nor stopped; check the other containers on these cards (npu-smi info, docker logs)\" >&2; exit 1; fi; "
+    f"served nor stopped; check the other containers on these cards (npu-smi info, {logs()})\" >&2; exit 1; fi; "
     f"[ \"$waited\" -ne 1 ] || echo \"ascend-fleet: start gate: waiting for cards ${CARDS_ENV}: another instance "
     "is loading on one of them\"; "
     "sleep 1 & wait $!; waited=$((waited + 1)); done",

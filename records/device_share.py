@@ -33,7 +33,9 @@ from typing import Sequence
 
 from allocation.config import Host, npu_chip
 from records.containers import NPU_SMI
-from records.takeover import DISABLE
+from records.runtime import (
+    DAEMON_UNIT, DEVICES, DISABLE, NAME, PRIVILEGED, SH, inspect_containers, start, stand_in, stop,
+)  # fmt: skip
 
 CHIP = 0  # one chip per 910B card
 UNIT = "ascend-fleet-device-share.service"
@@ -46,14 +48,15 @@ UNSUPPORTED = "does not support"
 # `$docker` is set only by tests (a CLI under their stand-in root), so they never see this machine's
 # containers. `without "LIST" NAME...`: the names not in the space-separated LIST (the plan's own
 # containers here, the host's `replaces` in the host check).
-HOLDERS = """holders() {
-  command -v "${docker:-docker}" >/dev/null 2>&1 || return 0
-  "${docker:-docker}" ps -q 2>/dev/null </dev/null | xargs -r "${docker:-docker}" inspect --format \\
-    '{{.Name}} {{.HostConfig.Privileged}} {{range .HostConfig.Devices}}{{.PathOnHost}} {{end}}' 2>/dev/null |
-    awk -v dev="/dev/davinci$1" '{ for (i = 3; i <= NF; i++) if ($i == dev) { print substr($1, 2); next } } $2 == "true" { print substr($1, 2) }' |
+_CONTAINERS = inspect_containers(f"{NAME} {PRIVILEGED} {DEVICES}", wrap=" \\\n    ")
+"""Each running container's name, whether it is privileged, and its devices."""
+HOLDERS = f"""holders() {{
+  command -v {SH} >/dev/null 2>&1 || return 0
+  {_CONTAINERS} 2>/dev/null |
+    awk -v dev="/dev/davinci$1" '{{ for (i = 3; i <= NF; i++) if ($i == dev) {{ print substr($1, 2); next }} }} $2 == "true" {{ print substr($1, 2) }}' |
     tr '\\n' ' ' | sed 's/ $//'
-}
-without() { skip=" $1 "; shift; out=; for n in "$@"; do case $skip in *" $n "*) ;; *) out="${out:+$out }$n" ;; esac; done; printf '%s' "$out"; }
+}}
+without() {{ skip=" $1 "; shift; out=; for n in "$@"; do case $skip in *" $n "*) ;; *) out="${{out:+$out }}$n" ;; esac; done; printf '%s' "$out"; }}
 """
 # Shared by the deploy-time run, the host check and the boot unit. `enable CARD` leaves the card in
 # device-share mode, or prints why not and returns 1; with held=stopHolders it first stops the
@@ -78,14 +81,14 @@ enable() {{
   who=$(holders "$1")
   others=$(without "$own" $who)
   if [ "$held" = stopHolders ] && [ -n "$who" ] && [ -n "$others" ]; then
-    echo "card $1 is held by $others, outside the plan: pulumi up stops only the plan's own containers; take them out of service for good (docker update --restart=no NAME && docker stop NAME), or list them under the host's replaces"
+    echo "card $1 is held by $others, outside the plan: pulumi up stops only the plan's own containers; take them out of service for good ({DISABLE}), or list them under the host's replaces"
     return 1
   fi
   if [ "$held" = stopHolders ] && [ -n "$who" ]; then
     echo "card $1: stopping $who to switch it to device-share mode"
-    "${{docker:-docker}}" stop $who </dev/null >/dev/null 2>&1
+    {stop(SH)} $who </dev/null >/dev/null 2>&1
     switch "$1"; switched=$?
-    "${{docker:-docker}}" start $who </dev/null >/dev/null 2>&1 || echo "card $1: could not start $who again: docker start them"
+    {start(SH)} $who </dev/null >/dev/null 2>&1 || echo "card $1: could not start $who again: {start()} them"
     if [ "$switched" -eq 0 ]; then echo "card $1: device-share on; $who started again"; return 0; fi
     who="$who (stopped and started again)"
   fi
@@ -141,7 +144,7 @@ def boot_unit() -> str:
     return "\n".join([
         "[Unit]",
         "Description=ascend-fleet: put shared NPU cards into device-share mode before Docker starts",
-        "Before=docker.service",
+        f"Before={DAEMON_UNIT}",
         "",
         "[Service]",
         "Type=oneshot",
@@ -149,7 +152,7 @@ def boot_unit() -> str:
         "RemainAfterExit=yes",
         "",
         "[Install]",
-        "WantedBy=multi-user.target docker.service",
+        f"WantedBy=multi-user.target {DAEMON_UNIT}",
     ]) + "\n"  # fmt: skip
 
 
@@ -162,7 +165,7 @@ def device_share_script(host: Host, cards: Sequence[int], *, own: Sequence[str] 
     script, unit = root + BOOT_SCRIPT, root + UNIT_PATH
     advice = (
         "The mode can only change while no container uses the card, and only root may change it: "
-        f"take the containers named out of service for good ({DISABLE}; a bare docker stop lasts until the "
+        f"take the containers named out of service for good ({DISABLE}; a bare {stop()} lasts until the "
         "next reboot), or set the host's heldCards to stopHolders for the plan's own, or give the services "
         "cards of their own, or set the host's cardSharing to privileged; then run pulumi up again."
     )
@@ -171,7 +174,7 @@ def device_share_script(host: Host, cards: Sequence[int], *, own: Sequence[str] 
         f"npu_smi={q(root + NPU_SMI)}",
         f"held={q(host.held_cards)}",
         f"own={q(' '.join(own))}",
-        *([f"docker={q(root + '/bin/docker')}"] if root else []),
+        *stand_in(root),
         for_board(_FUNCTIONS, host.board),
         'if [ "$(id -u)" -ne 0 ]; then',
         f"  echo {q(f'ascend-fleet: host {host.name}: setting device-share mode needs root; connect as root.')} >&2",

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from allocation.config import EXPORTER_CONTAINER, FleetConfig, Host, Mount
 from allocation.defaults import DEFAULT_IPC_MODE, DEFAULT_RESTART, LOG_OPTS
 from records.containers import DRIVER_DIR, LABEL_PREFIX, ContainerSpec, health_check
+from records.runtime import EXPORTER_MODE, STATE_DIR
 
 NAME = EXPORTER_CONTAINER
 """Its container on every host; the config refuses a service of this name while the exporter is on."""
@@ -30,7 +31,7 @@ MOUNTS = (
     Mount(source=DRIVER_DIR, target=DRIVER_DIR),
     Mount(source="/usr/local/dcmi", target="/usr/local/dcmi"),
     Mount(source="/etc/localtime", target="/etc/localtime"),
-    Mount(source="/var/run/docker", target="/var/run/docker"),
+    Mount(source=STATE_DIR, target=STATE_DIR),
 )
 STEADY = (30, 10, 3)
 START_SECONDS = 120
@@ -40,7 +41,7 @@ STOP_GRACE_SECONDS = 30
 def exporter_command(port: int) -> tuple[str, ...]:
     """The script bash runs: the DaemonSet's `umask 027` (its log files), then the exporter as the
     shell's process (`exec`), so `docker stop` reaches it."""
-    flags = ["-port", str(port), "-ip", "0.0.0.0", "-containerMode", "docker"]
+    flags = ["-port", str(port), "-ip", "0.0.0.0", "-containerMode", EXPORTER_MODE]
     return (f"umask 027; exec npu-exporter {shlex.join(flags)}",)
 
 

@@ -23,15 +23,18 @@ import shlex
 from typing import Sequence
 
 from allocation.config import A3_CHIPS, Host
-from records.containers import DRIVER_MOUNTS, LOCK_DIR_HOST, NPU_SMI, ContainerSpec, created_on_host
+from records.containers import DRIVER_MOUNTS, LABEL_PREFIX, LOCK_DIR_HOST, NPU_SMI, ContainerSpec, created_on_host
 from records.host_requirements import DEVICE, cards_of, requirements
 from records.device_share import HOLDERS, STATUS_KEY, UNSUPPORTED, for_board
-from records.takeover import DISABLE
+from records.runtime import (
+    DAEMON_CONFIG, DEVICES, DISABLE, NAME, PORTS, PRIVILEGED, PROVIDER, RESTART_POLICY, SERVER_VERSION, STATUS,
+    inspect_containers, label, path, remove, stand_in, version,
+)  # fmt: skip
 from records.health import START_INTERVAL_ENGINE, has_start_interval
 from allocation.plan import ServicePlan
 from allocation.windows import KINDS
 
-DAEMON_JSON = "/etc/docker/daemon.json"
+DAEMON_JSON = DAEMON_CONFIG
 RANGE_ENV = tuple(k.env for k in KINDS if k.hccl_range and k.env)
 DMI_PRODUCT = "/sys/class/dmi/id/product_name"
 # CANN's env-var reference (envref_07_0143/0144): on Atlas A2 the socket-range variables are
@@ -117,7 +120,7 @@ def _daemon_log_check(containers: Containers, root: str) -> list[str]:
         "  extra=$(printf '%s' \"$opts\" | grep -o '\"[^\"]*\"[[:space:]]*:' | tr -d '\":[:blank:]' | "
         + "grep -vx " + " ".join(f"-e {_q(k)}" for k in own) + " | tr '\\n' ' ')",
         '  if [ "${driver:-json-file}" = json-file ] && [ -n "$extra" ]; then',
-        f'    missing "{DAEMON_JSON} sets log-opts $extra for every json-file container; the docker provider '
+        f'    missing "{DAEMON_JSON} sets log-opts $extra for every json-file container; the {PROVIDER} '
         + "reads them back as a change and would replace every container on every pulumi up: remove them there, "
         + 'or set the same keys in ascend-fleet:defaults.logOpts"',
         "  fi",
@@ -182,13 +185,8 @@ def _sharing_checks(host: Host, shared_cards: Sequence[int], root: str) -> list[
 # label) are pulumi's own: those it removes go after it creates, and a plan that reuses their cards or
 # ports says so in `plan --against`. The awk program reads its settings from the environment, where
 # no escape sequence is interpreted (awk -v would).
-_INSPECT = (
-    '"${docker:-docker}" ps -aq 2>/dev/null </dev/null | xargs -r "${docker:-docker}" inspect --format '
-    "'{{.Name}}|{{.State.Status}}|{{.HostConfig.RestartPolicy.Name}}|{{.HostConfig.Privileged}}|"
-    "{{range .HostConfig.Devices}}{{.PathOnHost}} {{end}}|"
-    "{{range $p, $b := .HostConfig.PortBindings}}{{range $b}}{{.HostPort}} {{end}}{{end}}|"
-    '{{index .Config.Labels "ascend-fleet.stack"}}\' 2>/dev/null'
-)
+_FIELDS = (NAME, STATUS, RESTART_POLICY, PRIVILEGED, DEVICES, PORTS, label(f"{LABEL_PREFIX}.stack"))
+_INSPECT = inspect_containers("|".join(_FIELDS), stopped=True) + " 2>/dev/null"
 _HOLDING = (
     "awk -F'|' '"
     '{ name = substr($1, 2); label = $7; for (i = 8; i <= NF; i++) label = label "|" $i; '
@@ -211,7 +209,7 @@ def _foreign_checks(host: Host, stack: str, containers: Containers, ports: Seque
     `replaces` them. `docker stop` alone is not a way out: a reboot would start them again."""
     cards = sorted({d for _, spec in containers for d in spec.device_files if d.removeprefix("/dev/davinci").isdigit()})
     advice = (
-        f": take it out of service for good ({DISABLE}, or docker rm -f NAME), or list it under host "
+        f": take it out of service for good ({DISABLE}, or {remove()}), or list it under host "
         f"{host.name}'s replaces to let pulumi up do that"
     )
     settings = {
@@ -326,7 +324,6 @@ def _engine_check(host: Host, declared: str, root: str) -> list[str]:
     Declared older but 25+ found: the containers probe every few seconds for their whole life where
     they need not. Either stops `pulumi up`; a version that cannot be read only warns (the docker
     provider reports an unreachable daemon itself)."""
-    docker = _q(root + "/bin/docker") if root else "docker"
     new = has_start_interval(declared)
     key = (
         f"Set dockerEngine on host {host.name} in ascend-fleet:hosts"
@@ -344,7 +341,7 @@ def _engine_check(host: Host, declared: str, root: str) -> list[str]:
     after = f": {why}. {key} to the version it runs (a quoted string), or change the engine; then run pulumi up again"
     wrong = f'[ "$engine_major" -lt {START_INTERVAL_ENGINE} ]' if new else f'[ "$engine_major" -ge {START_INTERVAL_ENGINE} ]'
     return [
-        f"engine=$({docker} version --format '{{{{.Server.Version}}}}' 2>/dev/null </dev/null)",
+        f"engine=$({version(SERVER_VERSION, path(root))} 2>/dev/null </dev/null)",
         'engine_major=${engine%%.*}',
         'case $engine_major in',
         f"  ''|*[!0-9]*) echo {_q(f'ascend-fleet: warning: could not read the Docker Engine version of host {host.name}; its health probes assume the declared {declared}')} >&2 ;;",
@@ -386,7 +383,7 @@ def host_check_script(
         "problems=''",
         "sharing=''",
         'missing() { problems="$problems\n  - $1"; }',
-        *([f"docker={_q(root + '/bin/docker')}"] if root else []),
+        *stand_in(root),
         *_path_checks(needs, root),
         *_daemon_log_check(containers, root),
         *_board_warning(root),

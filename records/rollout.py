@@ -26,6 +26,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Sequence
 
+from records.runtime import RUNNING, exec_argv, inspect, logs, run_argv
+
 WORKERS_DIR = "/var/lib/ascend-fleet/routers"
 """On the host: one directory per router, holding its `workers` file."""
 WORKERS_MOUNT = "/etc/ascend-fleet/router"
@@ -129,7 +131,7 @@ class Handover:
 
 
 def _control(router: str, mode: str, port: int, *args: object) -> str:
-    argv = ["docker", "exec", router, "python3", "-c", CONTROL, mode, str(port), *map(str, args)]
+    argv = exec_argv(router, "python3", "-c", CONTROL, mode, str(port), *map(str, args))
     return shlex.join(argv)
 
 
@@ -162,7 +164,7 @@ def _stopped(router: str, replica: str, url: str, wait: int) -> str:
         f"ascend-fleet: replica {replica} ({url}) does not serve through router {router} within {wait}s "
         "(its start timeout plus the router's health checks; the cause is above). The rolling "
         "replacement stops here: the replicas after it are not touched and keep serving the old "
-        f"version. Look at docker logs {replica} on its host and docker logs {router}; fix the image "
+        f"version. Look at {logs(replica)} on its host and {logs(router)}; fix the image "
         "or the config, or roll back, and run pulumi up again."
     )
 
@@ -175,11 +177,11 @@ def workers_script(router: str, image: str, port: int, urls: Sequence[str]) -> s
     that is not running reads the file when it starts."""
     directory = workers_dir(router)
     lines = "".join(f"{u}\n" for u in urls)
-    write = shlex.join([
-        "docker", "run", "--rm", "-i", "--network", "none", "--entrypoint", "/bin/sh",
+    write = shlex.join(run_argv(
+        "--rm", "-i", "--network", "none", "--entrypoint", "/bin/sh",
         "-v", f"{directory}:/w", image, "-c", "cat > /w/workers.new && mv /w/workers.new /w/workers",
-    ])  # fmt: skip
-    running = f"docker inspect -f '{{{{.State.Running}}}}' {shlex.quote(router)} 2>/dev/null"
+    ))  # fmt: skip
+    running = f"{inspect(RUNNING)} {shlex.quote(router)} 2>/dev/null"
     return (
         "set -eu\n"
         f"printf '%s' {shlex.quote(lines)} | {write}\n"

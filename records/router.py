@@ -16,6 +16,7 @@ from allocation.config import FleetConfig, Mount, Router, Service
 from records.containers import LABEL_PREFIX, ContainerSpec, health_check, http_probe
 from allocation.plan import RouterPlan
 from allocation.defaults import DEFAULT_IPC_MODE, DEFAULT_RESTART, REQUEST_TIMEOUT_SECONDS
+from records.runtime import IMAGE_ID, build, image_inspect
 from records.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
 from allocation.windows import ROUTER_KINDS
 from allocation.kv_cache import Engine
@@ -78,12 +79,12 @@ def build_script(base_image: str) -> str:
     tag = shlex.quote(image_tag(base_image))
     return (
         "set -eu\n"
-        f"if ! docker image inspect {tag} >/dev/null 2>&1; then\n"
-        f"  docker build --pull=false -t {tag} - <<'ASCEND_FLEET_ROUTER_DOCKERFILE'\n"
+        f"if ! {image_inspect()} {tag} >/dev/null 2>&1; then\n"
+        f"  {build(tag)} <<'ASCEND_FLEET_ROUTER_DOCKERFILE'\n"
         f"{dockerfile(base_image)}"
         "ASCEND_FLEET_ROUTER_DOCKERFILE\n"
         "fi\n"
-        f"docker image inspect -f '{{{{.Id}}}}' {tag}\n"
+        f"{image_inspect(IMAGE_ID)} {tag}\n"
     )
 
 

@@ -25,9 +25,7 @@ import shlex
 from typing import Sequence
 
 from allocation.config import Host
-
-DISABLE = "docker update --restart=no NAME && docker stop NAME"
-"""How an operator takes a container out of service so that no reboot brings it back."""
+from records.runtime import DISABLE, RESTART_POLICY, STATUS, VAR, assign, inspect, no_restart, remove, stop
 
 
 def takeover_script(host: Host, names: Sequence[str], *, root: str = "") -> str:
@@ -36,23 +34,23 @@ def takeover_script(host: Host, names: Sequence[str], *, root: str = "") -> str:
     header = f"ascend-fleet: host {host.name} cannot take over from {', '.join(names)}:"
     advice = (
         "pulumi up changed no container on this host. Disable them by hand "
-        f"({DISABLE}), or remove them (docker rm -f NAME), then run pulumi up again."
+        f"({DISABLE}), or remove them ({remove()}), then run pulumi up again."
     )
     return "\n".join([
         f"# ascend-fleet takeover for {host.name}: generated from the plan, do not edit.",
-        f"docker={q(root + '/bin/docker') if root else 'docker'}",
+        assign(root),
         "problems=''",
         f"for name in {' '.join(q(n) for n in names)}; do",
-        '  if ! before=$("$docker" inspect --format \'{{.State.Status}}, restart {{.HostConfig.RestartPolicy.Name}}\' '
+        f'  if ! before=$({inspect(f"{STATUS}, restart {RESTART_POLICY}", VAR, "--format")} '
         '-- "$name" 2>/dev/null </dev/null); then',
         f'    echo "ascend-fleet: host {host.name}: $name is not here (removed already): nothing to take over"',
         "    continue",
         "  fi",
-        '  if ! out=$("$docker" update --restart=no -- "$name" 2>&1 </dev/null); then',
-        '    problems="$problems\n  - $name ($before): docker update --restart=no failed: $out"; continue',
+        f'  if ! out=$({no_restart(VAR)} -- "$name" 2>&1 </dev/null); then',
+        f'    problems="$problems\n  - $name ($before): {no_restart()} failed: $out"; continue',
         "  fi",
-        '  if ! out=$("$docker" stop -- "$name" 2>&1 </dev/null); then',
-        '    problems="$problems\n  - $name ($before): restart policy now no, but docker stop failed: $out"; continue',
+        f'  if ! out=$({stop(VAR)} -- "$name" 2>&1 </dev/null); then',
+        f'    problems="$problems\n  - $name ($before): restart policy now no, but {stop()} failed: $out"; continue',
         "  fi",
         f'  echo "ascend-fleet: host {host.name}: took over from $name (was $before): restart policy no, stopped, kept"',
         "done",
