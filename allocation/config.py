@@ -344,10 +344,31 @@ class ContainerSettings(Model):
     """Extra environment; merged over the tuning defaults (defaults' env, then the service's). Every
     container gets the seed's tuning environment, which `env` may override: `HCCL_BUFFSIZE=512`,
     `OMP_PROC_BIND=false`, `OMP_NUM_THREADS=1`, `TASK_QUEUE_ENABLE=1`,
-    `PYTORCH_NPU_ALLOC_CONF=expandable_segments:True`, and `VLLM_WORKER_MULTIPROC_METHOD=spawn` when TP > 1."""
+    `PYTORCH_NPU_ALLOC_CONF=expandable_segments:True`, and `VLLM_WORKER_MULTIPROC_METHOD=spawn` when TP > 1.
+    It may not set the start gate's own variables, which the plan writes for each container:
+    `ASCEND_FLEET_CONTAINER` (its name), `ASCEND_FLEET_CARDS` (its cards), `ASCEND_FLEET_HEALTH_URL` (its
+    health URL) and `ASCEND_FLEET_START_WAIT_SECONDS` (its start wait); such a stack is refused, naming the
+    service (or `defaults`) and the variable."""
     args: list[Arg] | None = None
     """Extra `vllm serve` arguments, appended after the generated ones (defaults' first). Flags the
-    plan sets (`--port`, `--tensor-parallel-size`, `--gpu-memory-utilization`...) are refused."""
+    plan sets (`--port`, `--tensor-parallel-size`, `--gpu-memory-utilization`...) are refused.
+
+    The plan reads them (the defaults' then the service's) as `vllm serve` does, in one place
+    (`allocation/vllm_args.py`, after vLLM's `FlexibleArgumentParser.parse_args` and
+    `_compute_kwargs`), for the capacity check, the router policy, the NPU graph pool, `profile`'s
+    `--kv-cache-dtype` and the diff. Underscores in an option's name (up to its first `.`) are dashes
+    (`--enable_prefix_caching`); values are never changed. Booleans have a `--no-` form and take no
+    value (`--enforce-eager=true` and `--enforce-eager true` are refused, as vLLM refuses them).
+    `--block-size 16` and `--block-size=16` are the same; of a repeated option the last one wins.
+    `--speculative-config` takes JSON or dotted keys (`--speculative-config.num_speculative_tokens
+    3`), which replace the JSON wherever it stands. Whole numbers are read with Python's `int()`, as
+    vLLM's argparse does: `١٦` and `1_6` are 16, `¹⁶` is refused; `--block-size None` leaves the block
+    size unset. An abbreviation of an option the plan reads (`--enable-prefix`) is refused: vLLM
+    (argparse's `allow_abbrev`) may read it as that option. Not read: short options other than `-tp`,
+    and `--config FILE` (options set in a file inside the container are not seen by the capacity
+    check or the router policy). Arguments vLLM would refuse are a config error naming the service
+    and the option (`service chat: args: --block-size '¹⁶' is not a block size: vLLM reads it with
+    int(), which refuses it`)."""
     mounts: list[Mount] | None = None
     """Extra bind mounts (defaults' and the service's are both applied)."""
     shm_size_mib: int | None = Field(
@@ -599,7 +620,8 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     (docker's container name, the default `--served-model-name`, labels), since the docker provider
     re-creates a container whose name changes; drop that entry and the container is re-created.
     A rename back lists the whole history, the current name first: `a` renamed `b`, then `a` again,
-    is `name: a` with `previousNames: [a, b]`, which keeps the container `a` and its served model name."""
+    is `name: a` with `previousNames: [a, b]`, which keeps the container `a` and its served model name.
+    Previous names are unique in the stack, none the name of another current service, replica or router."""
     model: AbsPath
     """Absolute path of the weights on the host, mounted read-only at the same path."""
     host: Name | None = None

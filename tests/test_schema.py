@@ -20,6 +20,7 @@ from allocation.planner import plan_fleet
 from allocation.schema import stack_schema
 from cli import schema as command
 from records.deployment import deploy
+from tests.fleets import fleet, host, service
 from tests.goldens import GOLDENS, _synthetic, fleets
 from views.plan_schema import plan_schema
 from views.report import plan_json
@@ -159,3 +160,32 @@ def test_pin_keeps_the_schema_line(tmp_path):
     assert done.returncode == 0 and "bge-m3" in done.stdout, done.stderr
     assert stack.read_text().splitlines()[0] == command.SCHEMA_LINE
     assert stack.read_text().count("apiPort:") == pinned.count("apiPort:")
+
+
+def test_the_plan_schema_states_kind_must_stop_and_shard_and_refuses_them_of_another_shape():
+    """A replicated service's replicas and router, a card a pinned service holds alone, and shards:
+    the keys only such plans write are in the schema with their shapes."""
+    pins = [{"host": "npu-a", "devices": [0]}, {"host": "npu-b", "devices": [0]}]
+    services = [service("r", 1, 0.6, replicas=2, replicaPins=pins), service("c", 1, 0.3), service("s", 1, 0.3)]
+    hosts = [host("npu-a", npus=1), host("npu-b", npus=1), host("npu-c", npus=1)]
+    plan = json.loads(json.dumps(plan_json(deploy(plan_fleet(fleet(hosts, services, shards={"size": 2}))))))
+    first = plan["hosts"][0]
+    assert {e["kind"] for h in plan["hosts"] for e in h["services"]} | {r["kind"] for r in plan["routers"]} == {
+        "service", "replica", "router"
+    }  # fmt: skip
+    assert first["mustStop"] and [h["shard"] for h in plan["hosts"]] == [0, 0, 1]
+    assert [e.message for e in PLAN.iter_errors(plan)] == []
+    broken = [
+        ("services", lambda h: h["services"][0].update(kind="container")),
+        ("routers", lambda p: p["routers"][0].update(kind="replica")),
+        ("services", lambda h: h["services"][0].pop("kind")),
+        ("mustStop", lambda h: h["mustStop"][0].update(card="4")),
+        ("mustStop", lambda h: h["mustStop"][0].update(joinedBy="c")),
+        ("mustStop", lambda h: h["mustStop"][0].pop("reason")),
+        ("shard", lambda h: h.update(shard=-1)),
+        ("shard", lambda h: h.update(shard="0")),
+    ]
+    for key, edit in broken:
+        copy = json.loads(json.dumps(plan))
+        edit(copy if key == "routers" else copy["hosts"][0])
+        assert not PLAN.is_valid(copy), (key, copy["hosts"][0] if key != "routers" else copy["routers"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from allocation import names
 from allocation.windows import KINDS, ROUTER_KINDS
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -29,6 +30,11 @@ RANGE = {"description": "`[first, last]`, inclusive", "type": "array", "prefixIt
 def _object(required: dict[str, Any], optional: dict[str, Any] | None = None, description: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {"type": "object", "properties": required | (optional or {}), "required": list(required)}
     return ({"description": description} if description else {}) | out
+
+
+def _kind(*kinds: str) -> dict[str, Any]:
+    """An entry's `kind` (allocation.names): what it is, so a reader never parses a name."""
+    return {"description": "What the entry is: " + ", ".join(f"`{k}`" for k in kinds) + ".", "enum": list(kinds)}
 
 
 def _window(shape: str) -> dict[str, Any]:
@@ -66,12 +72,20 @@ CAPACITY = {
 }
 SERVICE = _object(
     {
-        "name": TEXT, "previousNames": TEXTS, "replicaOf": TEXT, "host": TEXT, "devices": CARDS,
+        "name": TEXT, "kind": _kind(names.SERVICE, names.REPLICA), "previousNames": TEXTS, "replicaOf": TEXT,
+        "host": TEXT, "devices": CARDS,
         "tensorParallelSize": INT, "memoryFraction": NUMBER, "gpuMemoryUtilization": NUMBER,
         **{k.key: _window(k.shape) for k in KINDS}, "capacity": CAPACITY, "container": CONTAINER,
     },
     description="One container of a service: the service itself, or one of its replicas (`replicaOf` names the service).",
 )  # fmt: skip
+MUST_STOP = {
+    "description": "Only on a host where the plan stops a running (pinned) service while a card switches to "
+    "device-share mode (`records.held_cards`), ascending by card.",
+    "type": "array",
+    "items": _object({"card": {"type": "integer", "minimum": 0}, "holder": TEXT, "joinedBy": TEXTS, "reason": TEXT}),
+}
+SHARD = {"description": "Only in a fleet deployed as shards: the shard that deploys the host.", "type": "integer", "minimum": 0}
 HOST = _object(
     {
         "name": TEXT, "address": TEXT, "npus": INT, "board": {"enum": ["a2", "a3"]}, "hbmGiB": INT, "hbmBytes": INT,
@@ -79,11 +93,11 @@ HOST = _object(
         "cardSharing": {"enum": ["deviceShare", "privileged", "refuse"]}, "heldCards": {"enum": ["refuse", "stopHolders"]},
         "replaces": TEXTS, "services": {"type": "array", "items": SERVICE},
     },
-    {"npuExporter": CONTAINER},
+    {"npuExporter": CONTAINER, "mustStop": MUST_STOP, "shard": SHARD},
 )  # fmt: skip
 ROUTER = _object(
     {
-        "service": TEXT, "name": TEXT, "previousNames": TEXTS, "host": TEXT,
+        "service": TEXT, "name": TEXT, "kind": _kind(names.ROUTER), "previousNames": TEXTS, "host": TEXT,
         **{k.key: _window(k.shape) for k in ROUTER_KINDS}, "replicas": TEXTS, "endpoint": TEXT, "container": CONTAINER,
     },
     description="The router in front of a replicated service's replicas.",
