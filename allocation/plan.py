@@ -125,8 +125,8 @@ class RouterPlan:
     host_name: str
     windows: Mapping[str, PortWindow]
     """Router window kind key (`allocation.windows.ROUTER_KINDS`) -> its window, published on the host."""
-    replicas: tuple[str, ...]
-    """Its replicas' names, in order."""
+    replicas: tuple[ServicePlan, ...]
+    """Its replicas' plans, in replica order (the very objects of the host plans)."""
     log_opts: Mapping[str, str]
     """The defaults' log options, resolved: a router has no container settings of its own."""
 
@@ -160,16 +160,6 @@ class RouterPlan:
         """The names the router had under the service's previous names."""
         return names.previous_router_names(self.service.previous_names)
 
-    @property
-    def earlier_replica_names(self) -> tuple[list[str], ...]:
-        """Per replica, in order, the names it had under the service's previous names and no longer
-        has: what its resources get aliases to."""
-        old, indexes = self.service.previous_names, names.instance_indexes(len(self.replicas))
-        return tuple(
-            names.earlier_names(replica, names.previous_instance_names(old, i))
-            for replica, i in zip(self.replicas, indexes, strict=True)
-        )
-
     def to_json(self) -> dict[str, Any]:
         return {
             "service": self.service.name,
@@ -178,7 +168,7 @@ class RouterPlan:
             "previousNames": list(self.previous_names),
             "host": self.host_name,
             **{k.key: k.value(self.windows[k.key]) for k in ROUTER_KINDS},
-            "replicas": list(self.replicas),
+            "replicas": [ps.name for ps in self.replicas],
         }
 
 

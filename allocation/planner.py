@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 from decimal import Decimal
+from typing import Mapping
 
+from allocation import names
 from allocation.capacity import auto_fraction, gib, runtime_total, size_service
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service
 from allocation.errors import AllocationError, listing
@@ -22,6 +24,7 @@ from allocation.plan import HostPlan, Plan, ServicePlan, RouterPlan
 from allocation.ports import assign_ports
 from allocation.resolved import resolve
 from allocation.shards import assign_shards, split_services
+from allocation.windows import PortWindow
 
 
 def _instances(fleet: FleetConfig) -> Outcome[tuple[list[Instance], frozenset[str]]]:
@@ -72,7 +75,7 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
     placed = kept(Placer(fleet, {i.name: i.replica_of for i in every if i.index}, shard_of=shard_of).run(every))
     kept(split_services(fleet, shard_of, placed))
     router_hosts = _router_hosts(fleet, placed)
-    routers, logs = [], resolve(fleet.defaults, fleet.defaults).log_opts
+    router_windows: dict[str, tuple[str, Mapping[str, PortWindow]]] = {}
 
     per_host: dict[str, list[tuple[Instance, tuple[int, ...]]]] = {h.name: [] for h in fleet.hosts}
     for i in every:
@@ -85,11 +88,8 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         placed_here = sorted(per_host[host.name], key=lambda p: p[0].name)
         mine = router_hosts.get(host.name, [])
         exporter = fleet.metrics.npu_exporter_port
-        assignments, router_windows = kept(assign_ports(host, placed_here, fleet.ports, mine, exporter))
-        routers += [
-            RouterPlan(s, resolve(s, fleet.defaults), host.name, router_windows[s.name], tuple(s.replica_names()), logs)
-            for s in mine
-        ]
+        assignments, windows = kept(assign_ports(host, placed_here, fleet.ports, mine, exporter))
+        router_windows |= {s.name: (host.name, windows[s.name]) for s in mine}
         planned = []
         for (i, _), a in zip(placed_here, assignments):
             if host.board != "a2":  # the image's default is the board's build
@@ -100,19 +100,39 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
             planned.append(ServicePlan(i, a, kept(replace(sized, problems=()) if i.name in unsized else sized)))
         planned = kept(_running_totals(host, planned))
         kept(graph_room(host, planned))
-        kept(_takeover(host, planned, [r for r in routers if r.host_name == host.name]))
+        kept(_takeover(host, planned, mine))
         host_plans.append(HostPlan(host, fleet.budget(host), tuple(planned), shard_of.get(host.name)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
     kept(_crowded(fleet, placed))
-    routers.sort(key=lambda r: r.service.name)
-    return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=tuple(routers))
+    return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=_routers(fleet, host_plans, router_windows))
 
 
-def _takeover(host: Host, planned: list[ServicePlan], routers: list[RouterPlan]) -> Outcome[None]:
+def _routers(
+    fleet: FleetConfig, host_plans: list[HostPlan], windows: Mapping[str, tuple[str, Mapping[str, PortWindow]]]
+) -> tuple[RouterPlan, ...]:
+    """One router per replicated service, by service name, holding its replicas' plans in replica order."""
+    replicas: dict[str, list[ServicePlan]] = {}
+    for hp in host_plans:
+        for ps in hp.services:
+            replicas.setdefault(ps.service.name, []).append(ps)
+    logs = resolve(fleet.defaults, fleet.defaults).log_opts
+    return tuple(
+        RouterPlan(s, resolve(s, fleet.defaults), *windows[s.name], _in_order(replicas[s.name]), logs)
+        for s in sorted(fleet.services, key=lambda s: s.name)
+        if s.name in windows
+    )
+
+
+def _in_order(replicas: list[ServicePlan]) -> tuple[ServicePlan, ...]:
+    return tuple(sorted(replicas, key=lambda ps: ps.instance.index))
+
+
+def _takeover(host: Host, planned: list[ServicePlan], routed: list[Service]) -> Outcome[None]:
     """A container the host `replaces` is stopped for good by `pulumi up`: it cannot also be one the
-    plan creates there (Docker names are unique per host, and the takeover would stop the new one)."""
-    own = {ps.instance.original_name for ps in planned} | {r.container_name for r in routers}
+    plan creates there (Docker names are unique per host, and the takeover would stop the new one).
+    `routed`: the replicated services whose router runs there."""
+    own = {ps.instance.original_name for ps in planned} | {names.router_name(s.original_name) for s in routed}
     clash = [name for name in host.replaces if name in own]
     return Outcome(None, tuple(
         f"host {host.name} replaces {name}, a name the plan gives one of its own containers there: "

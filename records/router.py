@@ -12,8 +12,8 @@ import hashlib
 import shlex
 from types import MappingProxyType
 
-from allocation.config import FleetConfig, Mount, Router, Service
-from records.containers import LABEL_PREFIX, ContainerSpec, health_check, http_probe
+from allocation.config import Mount, Router, Service
+from records.containers import LABEL_PREFIX, ContainerSpec, Site, health_check, http_probe
 from allocation.plan import RouterPlan
 from allocation.defaults import DEFAULT_IPC_MODE, DEFAULT_RESTART, REQUEST_TIMEOUT_SECONDS
 from records.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
@@ -100,7 +100,7 @@ def _default_policy(service: Service, args: tuple[str, ...]) -> str:
     return "cache_aware" if prefix_caching(list(args), hybrid) else "round_robin"
 
 
-def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> ContainerSpec:
+def router_spec(router: RouterPlan, site: Site, load_seconds: int) -> ContainerSpec:
     """The router's container. Its command names no worker: `LAUNCH` passes the URLs in its worker
     file as `--worker-urls` (records.rollout), so replicas come and go without a restart.
     `load_seconds`: the replicas' start timeout, which the router's wait for its workers must outlast."""
@@ -128,7 +128,7 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
     # --worker-startup-timeout-secs, src/routers/http/router.rs wait_for_healthy_workers).
     probe = http_probe(router.port, "/readiness")
     labels = {
-        f"{LABEL_PREFIX}.stack": fleet.fleet_name,
+        f"{LABEL_PREFIX}.stack": site.stack,
         f"{LABEL_PREFIX}.service": router.container_name,
         ROUTER_OF_LABEL: s.original_name,
         f"{LABEL_PREFIX}.host": router.host_name,
@@ -144,7 +144,7 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
         metrics_port=router.metrics_port,
         labels=MappingProxyType(labels),
         # After a reboot the router waits for a replica to load before it binds its port.
-        healthcheck=health_check(fleet, fleet.host(router.host_name), ("CMD-SHELL", probe), (10, 5, 3), wait),
+        healthcheck=health_check(site, ("CMD-SHELL", probe), (10, 5, 3), wait),
         privileged=False,
         restart=DEFAULT_RESTART,
         shm_size_mib=64,
