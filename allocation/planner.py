@@ -22,7 +22,7 @@ from allocation.outcome import Outcome, T
 from allocation.placement import Placer
 from allocation.plan import HostPlan, Plan, ServicePlan, RouterPlan
 from allocation.ports import assign_ports
-from allocation.resolved import resolve
+from allocation.resolved import resolve, resolve_router
 from allocation.shards import assign_shards, split_services
 from allocation.windows import PortWindow
 
@@ -116,16 +116,17 @@ def _routers(
     for hp in host_plans:
         for ps in hp.services:
             replicas.setdefault(ps.service.name, []).append(ps)
-    logs = resolve(fleet.defaults, fleet.defaults).log_opts
-    return tuple(
-        RouterPlan(s, resolve(s, fleet.defaults), *windows[s.name], _in_order(replicas[s.name]), logs)
-        for s in sorted(fleet.services, key=lambda s: s.name)
-        if s.name in windows
-    )
+    routed = sorted((s for s in fleet.services if s.name in windows), key=lambda s: s.name)
+    return tuple(_router(fleet, s, *windows[s.name], replicas[s.name]) for s in routed)
 
 
-def _in_order(replicas: list[ServicePlan]) -> tuple[ServicePlan, ...]:
-    return tuple(sorted(replicas, key=lambda ps: ps.instance.index))
+def _router(
+    fleet: FleetConfig, s: Service, host: str, windows: Mapping[str, PortWindow], replicas: list[ServicePlan]
+) -> RouterPlan:
+    """The router of `s` on `host`, resolved once, in front of `replicas` (put in replica order)."""
+    in_order = tuple(sorted(replicas, key=lambda ps: ps.instance.index))
+    settings = resolve_router(s, fleet.defaults, max(ps.resolved.start_timeout_seconds for ps in in_order))
+    return RouterPlan(s, settings, host, windows, in_order)
 
 
 def _takeover(host: Host, planned: list[ServicePlan], routed: list[Service]) -> Outcome[None]:

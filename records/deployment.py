@@ -211,12 +211,12 @@ def _service_deployment(
 def _router_deployment(plan: Plan, router: RouterPlan, services: Mapping[int, ServiceDeployment]) -> RouterDeployment:
     """`services`: every service's deployment, by the identity of its plan."""
     replicas = tuple(services[id(ps)] for ps in router.replicas)
-    base = router.base_image
+    base = router.settings.base_image
     host = plan.fleet.host(router.host_name)
     workers = tuple(sd.url for sd in replicas)
     return RouterDeployment(
         plan=router,
-        spec=router_spec(router, Site.of(plan.fleet, host), max(sd.spec.start_timeout_seconds for sd in replicas)),
+        spec=router_spec(router, Site.of(plan.fleet, host)),
         endpoint=f"http://{host.url_address()}:{router.port}/v1",
         replicas=replicas,
         base_image=base,

@@ -21,7 +21,8 @@ from allocation.errors import AllocationError, ConfigError
 from allocation.planner import plan_fleet
 from views.report import plan_json
 from records.rollout import LAUNCH, SERVE_MARGIN_SECONDS, WORKERS_ENV, WORKERS_MOUNT
-from records.router import VERSION, image_tag, prefix_caching
+from allocation.kv_cache import prefix_caching
+from records.router import VERSION, image_tag
 from cli.pin import stack_pins
 from cli.stackfile import load_fleet
 from components.router import SERVES_SUFFIX
