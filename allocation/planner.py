@@ -19,6 +19,7 @@ from allocation.errors import AllocationError, listing
 from allocation.graph_room import graph_room
 from allocation.instance import Instance, instances
 from allocation.outcome import Outcome, T
+from allocation.placeable import Placement
 from allocation.placement import Placer
 from allocation.plan import HostPlan, Plan, ServicePlan, RouterPlan
 from allocation.ports import assign_ports
@@ -47,14 +48,24 @@ def _instances(fleet: FleetConfig) -> Outcome[tuple[list[Instance], frozenset[st
     return Outcome((out, frozenset(unsized)), tuple(problems))
 
 
-def _router_hosts(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, list[Service]]:
+def _replicas(placed: list[Placement[Instance]]) -> dict[str, list[Placement[Instance]]]:
+    """Replicated service -> the placements of its replicas placed, in replica order."""
+    out: dict[str, list[Placement[Instance]]] = {}
+    for p in sorted(placed, key=lambda p: p.instance.index):
+        if p.instance.group is not None:
+            out.setdefault(p.instance.group, []).append(p)
+    return out
+
+
+def _router_hosts(fleet: FleetConfig, replicas: Mapping[str, list[Placement[Instance]]]) -> dict[str, list[Service]]:
     """Host -> the replicated services whose router runs there: `router.host`, else the first
     replica's host. A service whose first replica found no room has no router (already a problem)."""
     hosts: dict[str, list[Service]] = {}
     for s in fleet.services:
         if not s.replicated:
             continue
-        host = s.router.host if s.router and s.router.host else placed.get(s.replica_names()[0], (None,))[0]
+        first = next((p for p in replicas.get(s.name, ()) if p.instance.index == 1), None)
+        host = s.router.host if s.router and s.router.host else first.host.name if first else None
         if host is not None:
             hosts.setdefault(host, []).append(s)
     return hosts
@@ -72,26 +83,24 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
 
     every, unsized = kept(_instances(fleet))
     shard_of = kept(assign_shards(fleet))
-    placed = kept(Placer(fleet, {i.name: i.replica_of for i in every if i.index}, shard_of=shard_of).run(every))
-    kept(split_services(fleet, shard_of, placed))
-    router_hosts = _router_hosts(fleet, placed)
+    placed = kept(Placer(fleet, shard_of=shard_of).run(every))
+    replicas = _replicas(placed)
+    kept(split_services(fleet, shard_of, replicas))
+    router_hosts = _router_hosts(fleet, replicas)
     router_windows: dict[str, tuple[str, Mapping[str, PortWindow]]] = {}
-
-    per_host: dict[str, list[tuple[Instance, tuple[int, ...]]]] = {h.name: [] for h in fleet.hosts}
-    for i in every:
-        if i.name in placed:
-            host, group = placed[i.name]
-            per_host[host].append((i, group))
+    per_host: dict[str, list[Placement[Instance]]] = {h.name: [] for h in fleet.hosts}
+    for p in placed:
+        per_host[p.host.name].append(p)
 
     host_plans = []
     for host in sorted(fleet.hosts, key=lambda h: h.name):
-        placed_here = sorted(per_host[host.name], key=lambda p: p[0].name)
+        placed_here = sorted(per_host[host.name], key=lambda p: p.instance.name)
         mine = router_hosts.get(host.name, [])
         exporter = fleet.metrics.npu_exporter_port
         assignments, windows = kept(assign_ports(host, placed_here, fleet.ports, mine, exporter))
         router_windows |= {s.name: (host.name, windows[s.name]) for s in mine}
         planned = []
-        for (i, _), a in zip(placed_here, assignments):
+        for i, a in zip((p.instance for p in placed_here), assignments):
             if host.board != "a2":  # the image's default is the board's build
                 i = replace(i, resolved=resolve(i.service, fleet.defaults, host.board))
             kept(_image_for_board(host, i))
@@ -104,7 +113,7 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         host_plans.append(HostPlan(host, fleet.budget(host), tuple(planned), shard_of.get(host.name)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
-    kept(_crowded(fleet, placed))
+    kept(_crowded(fleet, replicas))
     return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=_routers(fleet, host_plans, router_windows))
 
 
@@ -155,11 +164,11 @@ def _image_for_board(host: Host, i: Instance) -> Outcome[None]:
     ))  # fmt: skip
 
 
-def _crowded(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]]) -> Outcome[None]:
+def _crowded(fleet: FleetConfig, replicas: Mapping[str, list[Placement[Instance]]]) -> Outcome[None]:
     """A warning for each replicated service with two replicas on one host: losing it loses both."""
     notes = []
     for s in (s for s in fleet.services if s.replicated):
-        hosts = [placed[n][0] for n in s.replica_names() if n in placed]
+        hosts = [p.host.name for p in replicas.get(s.name, ())]
         shared = sorted({h for h in hosts if hosts.count(h) > 1})
         if shared:
             notes.append(
