@@ -253,7 +253,8 @@ def _sized(fleet: FleetConfig, instance: Instance, total: int, fraction: Decimal
 def size_service(fleet: FleetConfig, host: Host, instance: Instance) -> Outcome[Capacity | None]:
     """The capacity of a service with a profile on its host; why vLLM would refuse to start, or
     what runs but not as configured."""
-    name, profile = instance.name, instance.service.profile
+    name, s = instance.name, instance.service
+    profile = s.profile
     if profile is None:
         return Outcome(None)
     total = runtime_total(host)
@@ -269,7 +270,7 @@ def size_service(fleet: FleetConfig, host: Host, instance: Instance) -> Outcome[
         return Outcome(None, (f"service {name}: {cap}",))
     where = (
         f"service {name} (memoryFraction {instance.memory_fraction} of {gib(total)} GiB "
-        f"on each of {instance.service.tensor_parallel_size} card(s))"
+        f"on each of {s.tensor_parallel_size} card(s))"
     )
     if cap.kv_bytes_per_card <= 0:
         advice = "raise memoryFraction, add cards (tensorParallelSize) or lower runtimeOverheadGiB if measured"
@@ -277,14 +278,14 @@ def size_service(fleet: FleetConfig, host: Host, instance: Instance) -> Outcome[
     if not cap.fits:
         return Outcome(cap, (
             f"{where}: its KV cache holds {cap.kv_blocks} blocks, fewer than the {cap.blocks_per_request} one "
-            f"request of maxModelLen {instance.service.max_model_len} needs ({gib(cap.bytes_per_request or 0)} GiB per card), "
+            f"request of maxModelLen {s.max_model_len} needs ({gib(cap.bytes_per_request or 0)} GiB per card), "
             f"and vLLM refuses to start then: {cap.arithmetic()}; raise memoryFraction or lower maxModelLen",
         ))  # fmt: skip
     notes = []
     if cap.queues:
-        wanted = (instance.service.max_num_seqs or 1) * (cap.blocks_per_request or 0)
+        wanted = (s.max_num_seqs or 1) * (cap.blocks_per_request or 0)
         notes.append(
-            f"{where}: maxNumSeqs {instance.service.max_num_seqs} requests of maxModelLen {instance.service.max_model_len} need "
+            f"{where}: maxNumSeqs {s.max_num_seqs} requests of maxModelLen {s.max_model_len} need "
             f"{wanted} blocks, more than its KV cache of {cap.kv_blocks}: {cap.max_concurrency:.2f} requests "
             "of maxModelLen at once, the rest queue"
         )
@@ -304,14 +305,18 @@ def auto_fraction(fleet: FleetConfig, instance: Instance) -> Outcome[Decimal | N
     cache holds `maxNumSeqs` (default 1) requests of `maxModelLen` (an encoder-only model: its weights
     and the allowance); else why none does. A service the allocator places is sized for the smallest
     card of its candidate hosts (`host`, else `hosts`, else every host), so it fits wherever it lands."""
-    candidates = [instance.host] if instance.host else instance.service.hosts
+    s = instance.service
+    candidates = [instance.host] if instance.host else s.hosts
     hosts = [h for h in fleet.hosts if candidates is None or h.name in candidates]
     totals = [runtime_total(h) for h in hosts]
     if None in totals:
-        why = f"service {instance.name}: memoryFraction auto needs every candidate host's hbmBytes (64 and 32 GiB are known)"
+        why = (
+            f"service {instance.name}: memoryFraction auto needs every candidate host's hbmBytes "
+            "(64 and 32 GiB are known)"
+        )
         return Outcome(None, (why,))
     total = min(t for t in totals if t is not None)
-    seqs = instance.service.max_num_seqs or 1
+    seqs = s.max_num_seqs or 1
     budget = min(fleet.budget(h) for h in hosts)
     cap = None
     for hundredths in range(1, int(budget * 100) + 1):
@@ -324,12 +329,12 @@ def auto_fraction(fleet: FleetConfig, instance: Instance) -> Outcome[Decimal | N
         if cap.fits and (cap.encoder or cap.kv_blocks >= seqs * (cap.blocks_per_request or 0)):
             return Outcome(fraction)
     at = f"at {Decimal(int(budget * 100)) / 100}, {cap.arithmetic()}" if isinstance(cap, Capacity) else "the budget is below 0.01"
-    encoder = instance.service.profile is not None and instance.service.profile.attention == "encoder"
+    encoder = s.profile is not None and s.profile.attention == "encoder"
     wants = (
         "holds its weights and the runtime allowance" if encoder
-        else f"holds {seqs} request(s) of maxModelLen {instance.service.max_model_len} (maxNumSeqs x maxModelLen)"
+        else f"holds {seqs} request(s) of maxModelLen {s.max_model_len} (maxNumSeqs x maxModelLen)"
     )  # fmt: skip
     return Outcome(None, (
         f"service {instance.name}: no memoryFraction within the per-card budget {budget} {wants} "
-        f"on {instance.service.tensor_parallel_size} card(s): {at}",
+        f"on {s.tensor_parallel_size} card(s): {at}",
     ))  # fmt: skip

@@ -114,7 +114,8 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
     kept(_crowded(fleet, replicas))
-    return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=_routers(fleet, host_plans, router_windows))
+    routers = _routers(fleet, host_plans, router_windows)
+    return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=routers)
 
 
 def _routers(

@@ -397,7 +397,9 @@ def container_spec(planned: ServicePlan, site: Site, *, shared: bool = False) ->
         mounts=mounts,
         api_port=a.api_port,
         labels=MappingProxyType(labels),
-        healthcheck=health_check(site, ("CMD-SHELL", http_probe(a.api_port, "/health")), HEALTH_STEADY, r.start_timeout_seconds),
+        healthcheck=health_check(
+            site, ("CMD-SHELL", http_probe(a.api_port, "/health")), HEALTH_STEADY, r.start_timeout_seconds
+        ),
         privileged=all_devices,
         ipc_mode=r.ipc_mode,
         stop_grace_seconds=r.stop_grace_seconds,
