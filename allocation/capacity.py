@@ -223,37 +223,38 @@ def _gated_delta_net(profile: ModelProfile) -> GatedDeltaNet:
     )
 
 
-def engine_for(fleet: FleetConfig, service: Instance) -> Engine | str:
+def engine_for(fleet: FleetConfig, instance: Instance) -> Engine | str:
     """The engine the service runs: its vLLM-Ascend version and the defaults' then the service's `args`."""
-    return engine_of(list(service.resolved.args), service.resolved.vllm_ascend_version)
+    return engine_of(list(instance.resolved.args), instance.resolved.vllm_ascend_version)
 
 
-def _sized(fleet: FleetConfig, service: Instance, total: int, fraction: Decimal) -> Capacity | Unsized | str:
+def _sized(fleet: FleetConfig, instance: Instance, total: int, fraction: Decimal) -> Capacity | Unsized | str:
     """The service's capacity at `fraction` of a card of `total` bytes; `Unsized` or why vLLM refuses."""
-    assert service.profile is not None
-    shape, engine = shape_of(service.profile), engine_for(fleet, service)
+    assert instance.service.profile is not None
+    shape, engine = shape_of(instance.service.profile), engine_for(fleet, instance)
     if isinstance(engine, str):
         return f"args: {engine}"
     if isinstance(shape, Unsized):
         return shape
-    overhead = service.runtime_overhead_gi_b
+    overhead = instance.service.runtime_overhead_gi_b
     overhead = fleet.runtime_overhead_gi_b if overhead is None else overhead
     return capacity(
         shape,
-        tp=service.tensor_parallel_size,
+        tp=instance.service.tensor_parallel_size,
         fraction=fraction,
         total_bytes=total,
         overhead_bytes=int(overhead * GIB),
-        max_model_len=service.max_model_len,
-        max_num_seqs=service.max_num_seqs,
+        max_model_len=instance.service.max_model_len,
+        max_num_seqs=instance.service.max_num_seqs,
         engine=engine,
     )
 
 
-def size_service(fleet: FleetConfig, host: Host, service: Instance) -> Outcome[Capacity | None]:
+def size_service(fleet: FleetConfig, host: Host, instance: Instance) -> Outcome[Capacity | None]:
     """The capacity of a service with a profile on its host; why vLLM would refuse to start, or
     what runs but not as configured."""
-    name, profile = service.name, service.profile
+    name, s = instance.name, instance.service
+    profile = s.profile
     if profile is None:
         return Outcome(None)
     total = runtime_total(host)
@@ -262,14 +263,14 @@ def size_service(fleet: FleetConfig, host: Host, service: Instance) -> Outcome[C
             f"service {name}: host {host.name}'s hbmGiB {host.hbm_gi_b} is not a card ascend-fleet knows "
             "(64, 32): set the host's hbmBytes to the total the runtime reports",
         ))  # fmt: skip
-    cap = _sized(fleet, service, total, service.memory_fraction)
+    cap = _sized(fleet, instance, total, instance.memory_fraction)
     if isinstance(cap, Unsized):
         return Outcome(None, warnings=(f"service {name}: not sized: {cap.why}",))
     if isinstance(cap, str):
         return Outcome(None, (f"service {name}: {cap}",))
     where = (
-        f"service {name} (memoryFraction {service.memory_fraction} of {gib(total)} GiB "
-        f"on each of {service.tensor_parallel_size} card(s))"
+        f"service {name} (memoryFraction {instance.memory_fraction} of {gib(total)} GiB "
+        f"on each of {s.tensor_parallel_size} card(s))"
     )
     if cap.kv_bytes_per_card <= 0:
         advice = "raise memoryFraction, add cards (tensorParallelSize) or lower runtimeOverheadGiB if measured"
@@ -277,20 +278,20 @@ def size_service(fleet: FleetConfig, host: Host, service: Instance) -> Outcome[C
     if not cap.fits:
         return Outcome(cap, (
             f"{where}: its KV cache holds {cap.kv_blocks} blocks, fewer than the {cap.blocks_per_request} one "
-            f"request of maxModelLen {service.max_model_len} needs ({gib(cap.bytes_per_request or 0)} GiB per card), "
+            f"request of maxModelLen {s.max_model_len} needs ({gib(cap.bytes_per_request or 0)} GiB per card), "
             f"and vLLM refuses to start then: {cap.arithmetic()}; raise memoryFraction or lower maxModelLen",
         ))  # fmt: skip
     notes = []
     if cap.queues:
-        wanted = (service.max_num_seqs or 1) * (cap.blocks_per_request or 0)
+        wanted = (s.max_num_seqs or 1) * (cap.blocks_per_request or 0)
         notes.append(
-            f"{where}: maxNumSeqs {service.max_num_seqs} requests of maxModelLen {service.max_model_len} need "
+            f"{where}: maxNumSeqs {s.max_num_seqs} requests of maxModelLen {s.max_model_len} need "
             f"{wanted} blocks, more than its KV cache of {cap.kv_blocks}: {cap.max_concurrency:.2f} requests "
             "of maxModelLen at once, the rest queue"
         )
     if profile.unverified:
         notes.append(f"service {name}: sized with an unverified profile: {profile.unverified}")
-    engine = engine_for(fleet, service)
+    engine = engine_for(fleet, instance)
     if isinstance(engine, Engine) and engine.speculative_tokens and not cap.encoder:
         notes.append(
             f"service {name}: its cache counts --speculative-config's {engine.speculative_tokens} tokens but not "
@@ -299,37 +300,41 @@ def size_service(fleet: FleetConfig, host: Host, service: Instance) -> Outcome[C
     return Outcome(cap, warnings=("; ".join(notes),) if notes else ())
 
 
-def auto_fraction(fleet: FleetConfig, service: Instance) -> Outcome[Decimal | None]:
+def auto_fraction(fleet: FleetConfig, instance: Instance) -> Outcome[Decimal | None]:
     """`memoryFraction: auto`: the smallest fraction, in hundredths, at which vLLM starts and the
     cache holds `maxNumSeqs` (default 1) requests of `maxModelLen` (an encoder-only model: its weights
     and the allowance); else why none does. A service the allocator places is sized for the smallest
     card of its candidate hosts (`host`, else `hosts`, else every host), so it fits wherever it lands."""
-    candidates = [service.host] if service.host else service.hosts
+    s = instance.service
+    candidates = [instance.host] if instance.host else s.hosts
     hosts = [h for h in fleet.hosts if candidates is None or h.name in candidates]
     totals = [runtime_total(h) for h in hosts]
     if None in totals:
-        why = f"service {service.name}: memoryFraction auto needs every candidate host's hbmBytes (64 and 32 GiB are known)"
+        why = (
+            f"service {instance.name}: memoryFraction auto needs every candidate host's hbmBytes "
+            "(64 and 32 GiB are known)"
+        )
         return Outcome(None, (why,))
     total = min(t for t in totals if t is not None)
-    seqs = service.max_num_seqs or 1
+    seqs = s.max_num_seqs or 1
     budget = min(fleet.budget(h) for h in hosts)
     cap = None
     for hundredths in range(1, int(budget * 100) + 1):
         fraction = Decimal(hundredths) / 100
-        cap = _sized(fleet, service, total, fraction)
+        cap = _sized(fleet, instance, total, fraction)
         if isinstance(cap, Unsized):
-            return Outcome(None, (f"service {service.name}: memoryFraction auto: not sized: {cap.why}",))
+            return Outcome(None, (f"service {instance.name}: memoryFraction auto: not sized: {cap.why}",))
         if isinstance(cap, str):
-            return Outcome(None, (f"service {service.name}: {cap}",))
+            return Outcome(None, (f"service {instance.name}: {cap}",))
         if cap.fits and (cap.encoder or cap.kv_blocks >= seqs * (cap.blocks_per_request or 0)):
             return Outcome(fraction)
     at = f"at {Decimal(int(budget * 100)) / 100}, {cap.arithmetic()}" if isinstance(cap, Capacity) else "the budget is below 0.01"
-    encoder = service.profile is not None and service.profile.attention == "encoder"
+    encoder = s.profile is not None and s.profile.attention == "encoder"
     wants = (
         "holds its weights and the runtime allowance" if encoder
-        else f"holds {seqs} request(s) of maxModelLen {service.max_model_len} (maxNumSeqs x maxModelLen)"
+        else f"holds {seqs} request(s) of maxModelLen {s.max_model_len} (maxNumSeqs x maxModelLen)"
     )  # fmt: skip
     return Outcome(None, (
-        f"service {service.name}: no memoryFraction within the per-card budget {budget} {wants} "
-        f"on {service.tensor_parallel_size} card(s): {at}",
+        f"service {instance.name}: no memoryFraction within the per-card budget {budget} {wants} "
+        f"on {s.tensor_parallel_size} card(s): {at}",
     ))  # fmt: skip

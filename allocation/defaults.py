@@ -19,6 +19,14 @@ DEFAULT_IPC_MODE = "private"
 LOG_OPTS = MappingProxyType({"max-size": "100m", "max-file": "5"})
 REQUEST_TIMEOUT_SECONDS = 3600
 """A router's bound on one request (`router.requestTimeoutSeconds`): long contexts take long."""
+ROUTER_HEALTH_INTERVAL_SECONDS = 10
+"""How often a router probes each replica (`--health-check-interval-secs`)."""
+ROUTER_HEALTH_FAILURES = 3
+"""Failed probes in a row before a router stops sending a replica requests."""
+ROUTER_STARTUP_MARGIN_SECONDS = 300
+"""How much longer than the slowest replica's load a router waits for its first worker."""
+ROUTER_STOP_GRACE_SECONDS = 30
+ROUTER_SHM_SIZE_MIB = 64
 DEFAULT_GRAPH_MEMORY_GIB = Decimal("2.5")
 """Per-card NPU graph pool a service captures outside its fraction (`graphMemoryGiB`). No size is
 published for a 64-layer model: the largest published, 0.68 GiB for the 27-layer DeepSeek-V2-Lite-W8A8

@@ -14,7 +14,7 @@ from functools import cached_property
 from decimal import Decimal
 
 from allocation import names
-from allocation.config import ContainerSettings, ModelProfile, ReplicaPins, Service
+from allocation.config import ContainerSettings, ReplicaPins, Service
 from allocation.resolved import Resolved, resolve
 from allocation.windows import PortWindow, WindowKind
 
@@ -88,34 +88,24 @@ class Instance:
     def pinned(self, kind: WindowKind, size: int) -> PortWindow | None:
         return self.pins.pinned(kind, size)
 
-    # What placement and sizing read of the service, the same for each of its instances.
+    # The rest of the placement protocol (allocation.placement.Placeable), in its words: the same for
+    # each instance of a service. Sizing reads the service itself.
     @property
-    def hosts(self) -> list[str] | None:
-        return self.service.hosts
-
-    @property
-    def tensor_parallel_size(self) -> int:
+    def tp_size(self) -> int:
         return self.service.tensor_parallel_size
 
     @property
-    def hccl_port_ranges(self) -> bool:
+    def hccl_ranges(self) -> bool:
         return self.service.hccl_port_ranges
 
     @property
-    def profile(self) -> ModelProfile | None:
-        return self.service.profile
+    def allowed_hosts(self) -> list[str] | None:
+        return self.service.hosts
 
     @property
-    def max_model_len(self) -> int | None:
-        return self.service.max_model_len
-
-    @property
-    def max_num_seqs(self) -> int | None:
-        return self.service.max_num_seqs
-
-    @property
-    def runtime_overhead_gi_b(self) -> Decimal | None:
-        return self.service.runtime_overhead_gi_b
+    def group(self) -> str | None:
+        """A replica's service, whose replicas keep apart; None for a service of its own."""
+        return self.service.name if self.index else None
 
 
 def instances(service: Service, defaults: ContainerSettings) -> list[Instance]:

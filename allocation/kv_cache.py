@@ -86,6 +86,13 @@ class Engine:
         return not hybrid if self.prefix_caching is None else self.prefix_caching
 
 
+def prefix_caching(args: Sequence[str], hybrid: bool = False) -> bool:
+    """Whether vLLM caches prefixes for a service with these `args` (valid ones: the config checked
+    them), read as vLLM reads them (`allocation.vllm_args`: either spelling, the last flag wins), by
+    `Engine.caches_prefixes`: the one decision the capacity check and the router's policy share."""
+    return Engine(prefix_caching=read_args(args).prefix_caching).caches_prefixes(hybrid)
+
+
 def engine_of(args: Sequence[str], version: tuple[int, int] | None) -> Engine | str:
     """The engine a service's `vllm serve` arguments ask for, read as vLLM reads them
     (`allocation.vllm_args`); or what in them vLLM would refuse."""

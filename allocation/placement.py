@@ -25,9 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service, units
+from allocation.config import FRACTION_SCALE, FleetConfig, Host, units
 from allocation.outcome import Outcome
 from allocation.ports import PinnedPorts
+from allocation.placeable import P, Placeable, Placement
 from allocation.windows import KINDS
 
 Block = tuple[int, ...]
@@ -51,7 +52,7 @@ class Cards:
     ports: PinnedPorts | None = None
     """The windows pinned here so far; None when ports play no part (`benchmarks/plan_bench.py`)."""
     free: list[int] = field(init=False)
-    users: list[list[Service]] = field(init=False)
+    users: list[list[Placeable]] = field(init=False)
     sole: list[bool] = field(init=False)
     """Per card: it holds a service that shares it with no one (see `alone`)."""
     pinned: list[bool] = field(init=False)
@@ -78,7 +79,7 @@ class Cards:
     def aligned_blocks(self, tp: int) -> list[Block]:
         return [tuple(range(start, start + tp)) for start in range(0, self.host.npus - tp + 1, tp)]
 
-    def refusal(self, card: int, service: Service, avoid: frozenset[int] = frozenset(), group: str = "") -> str | None:
+    def refusal(self, card: int, service: Placeable, avoid: frozenset[int] = frozenset(), group: str = "") -> str | None:
         """Why `card` cannot take `service`, in words for the operator; None when it can. This is
         the fit rule: every placement asks it, and a pinned service that does not fit is told its
         answer. `avoid`: cards other replicas of its service (`group`) hold."""
@@ -91,7 +92,7 @@ class Cards:
                 f"so {service.name} cannot share it (give it other devices, or set cardSharing to "
                 "deviceShare or privileged)"
             )
-        if self.sole[card] or (users and not service.hccl_port_ranges):
+        if self.sole[card] or (users and not service.hccl_ranges):
             return (
                 f"{self.host.name} card {card} is held by {_names(users)}; a service without HCCL port "
                 "ranges keeps port 16666 and cannot share a card"
@@ -106,15 +107,15 @@ class Cards:
             )
         return None
 
-    def fits(self, block: Block, service: Service, avoid: frozenset[int] = frozenset()) -> bool:
+    def fits(self, block: Block, service: Placeable, avoid: frozenset[int] = frozenset()) -> bool:
         return all(self.refusal(c, service, avoid) is None for c in block)
 
-    def port_refusal(self, service: Service) -> str | None:
+    def port_refusal(self, service: Placeable) -> str | None:
         """Why the host cannot take `service` for a window it pins (or HCCL's default NPU port it
         keeps); None when it can. Only a service bound to ports (`binds_ports`) can be refused."""
         return self.ports.refusal(service) if self.ports is not None and binds_ports(service) else None
 
-    def best_block(self, service: Service, avoid: frozenset[int] = frozenset(), unheld: bool = False) -> Block | None:
+    def best_block(self, service: Placeable, avoid: frozenset[int] = frozenset(), unheld: bool = False) -> Block | None:
         """The aligned block leaving the least memory unused, none of its cards in `avoid` (nor, with
         `unheld`, held by a pinned service); the lowest cards on a tie."""
         if self.port_refusal(service) is not None:
@@ -122,14 +123,14 @@ class Cards:
         need = units(service.memory_fraction)
         fitting = [
             g
-            for g in self.aligned_blocks(service.tensor_parallel_size)
+            for g in self.aligned_blocks(service.tp_size)
             if self.fits(g, service, avoid) and not (unheld and any(self.pinned[c] for c in g))
         ]
         return min(fitting, key=lambda g: (sum(self.free[c] - need for c in g), g), default=None)
 
-    def take(self, block: Block, service: Service) -> None:
+    def take(self, block: Block, service: Placeable) -> None:
         need = units(service.memory_fraction)
-        sole = self.host.card_sharing == "refuse" or not service.hccl_port_ranges
+        sole = self.host.card_sharing == "refuse" or not service.hccl_ranges
         for c in block:
             self.free[c] -= need
             self.users[c].append(service)
@@ -160,12 +161,12 @@ class Cards:
         return " ".join(parts)
 
 
-def binds_ports(service: Service) -> bool:
+def binds_ports(service: Placeable) -> bool:
     """It pins a window, or keeps HCCL's default NPU port: where it goes depends on other ports."""
-    return not service.hccl_port_ranges or any(service.pinned(kind, kind.size) is not None for kind in KINDS)
+    return not service.hccl_ranges or any(service.pinned(kind, kind.size) is not None for kind in KINDS)
 
 
-def _names(services: list[Service]) -> str:
+def _names(services: list[Placeable]) -> str:
     return ", ".join(u.name for u in services)
 
 
@@ -208,23 +209,23 @@ def _unheld_capacity(cards: Cards, tp: int, alone: bool) -> int:
     return cards.capacity(tp, alone, unheld=True) if cards.in_use else -1
 
 
-def _order(service: Service) -> tuple:
+def _order(service: Placeable) -> tuple:
     pin_rank = 0 if service.devices is not None else 1 if service.host is not None else 2
-    return (pin_rank, -units(service.memory_fraction), -service.tensor_parallel_size, service.name)
+    return (pin_rank, -units(service.memory_fraction), -service.tp_size, service.name)
 
 
-def _need_text(service: Service) -> str:
+def _need_text(service: Placeable) -> str:
     return (
-        f"{service.tensor_parallel_size} card{'s' if service.tensor_parallel_size > 1 else ''} "
+        f"{service.tp_size} card{'s' if service.tp_size > 1 else ''} "
         f"with {service.memory_fraction} free each"
-        + (" and no other service on them (hcclPortRanges: false)" if not service.hccl_port_ranges else "")
+        + (" and no other service on them (hcclPortRanges: false)" if not service.hccl_ranges else "")
     )
 
 
 class Placer:
     """Places every service of a fleet on cards; says why for each one it leaves out instead of stopping.
 
-    Replicas of one service (`replica_of`) go to the hosts with the fewest of its replicas first,
+    Replicas of one service (one `group`) go to the hosts with the fewest of its replicas first,
     so to hosts without one while one has room, and never on a sibling's card: losing a host or a
     card loses as few replicas as the fleet allows.
 
@@ -235,12 +236,10 @@ class Placer:
     def __init__(
         self,
         fleet: FleetConfig,
-        replica_of: Mapping[str, str] | None = None,
         keep_off_running: bool = True,
         shard_of: Mapping[str, int] | None = None,
     ) -> None:
         self.keep_off_running = keep_off_running
-        self.replica_of = replica_of or {}
         self.shard_of = shard_of or {}
         """Host -> shard, in a sharded fleet: a replica goes to the shard of the first one placed."""
         self.group_shard: dict[str, int] = {}
@@ -254,15 +253,15 @@ class Placer:
         self.index = {h.name: i for i, h in enumerate(self.hosts)}
         self.trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
         self.unheld_trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
-        self.placed: dict[str, tuple[str, Block]] = {}
+        self.placed: list[Placement] = []
         self.max_budget = max(c.budget for c in self.cards.values())
 
-    def run(self, services: list[Service]) -> Outcome[dict[str, tuple[str, Block]]]:
-        """Service name -> (host, cards) for each service placed; why, for each one left out."""
-        refusals = tuple(why for service in sorted(services, key=_order) if (why := self._place(service)))
+    def run(self, instances: list[P]) -> Outcome[list[Placement[P]]]:
+        """Where each instance placed goes, in the order placed; why, for each one left out."""
+        refusals = tuple(why for i in sorted(instances, key=_order) if (why := self._place(i)))
         return Outcome(self.placed, refusals)
 
-    def _place(self, s: Service) -> str | None:
+    def _place(self, s: Placeable) -> str | None:
         """Places `s`; else says why it has no room."""
         need = units(s.memory_fraction)
         budget = self.cards[s.host].budget if s.host else self.max_budget
@@ -274,7 +273,7 @@ class Placer:
             )
         if s.devices is not None:
             return self._place_pinned(s, tuple(sorted(s.devices)))
-        if s.host is None and (s.hosts is not None or s.name in self.replica_of):
+        if s.host is None and (s.allowed_hosts is not None or s.group is not None):
             return self._place_among(s)
         if s.host is not None:
             cards = self.cards[s.host]
@@ -288,7 +287,7 @@ class Placer:
             return None
         if binds_ports(s):
             return self._place_among(s)  # the trees know memory, not ports: ask each host, in the same order
-        tp, alone = s.tensor_parallel_size, not s.hccl_port_ranges
+        tp, alone = s.tp_size, not s.hccl_ranges
         i = self._unheld_tree(tp, alone).first_at_least(need) if self.keep_off_running else None
         if i is not None:
             cards = self.cards[self.hosts[i].name]
@@ -310,40 +309,39 @@ class Placer:
             f"(aligned); free per card: {shown}{more}"
         )
 
-    def _candidates(self, s: Service) -> list[Host]:
+    def _candidates(self, s: Placeable) -> list[Host]:
         if s.host:
             return [self.cards[s.host].host]
-        hosts = [h for h in self.hosts if h.name in s.hosts] if s.hosts else self.hosts
-        shard = self.group_shard.get(self.replica_of.get(s.name, ""))
+        hosts = [h for h in self.hosts if h.name in s.allowed_hosts] if s.allowed_hosts else self.hosts
+        shard = self.group_shard.get(s.group) if s.group is not None else None
         return hosts if shard is None else [h for h in hosts if self.shard_of[h.name] == shard]
 
-    def _avoid(self, s: Service, host: str) -> frozenset[int]:
+    def _avoid(self, s: Placeable, host: str) -> frozenset[int]:
         """The cards of `host` that other replicas of `s`'s service hold."""
-        group = self.replica_of.get(s.name)
-        return frozenset(self.siblings.get(group, {}).get(host, ())) if group else frozenset()
+        return frozenset(self.siblings.get(s.group, {}).get(host, ())) if s.group is not None else frozenset()
 
-    def _place_among(self, s: Service) -> str | None:
+    def _place_among(self, s: Placeable) -> str | None:
         """A replica or a service limited to `hosts`: the first allowed host, by name, with room,
         among those with the fewest replicas of its service (none first), so replicas spread evenly."""
         candidates = self._candidates(s)
-        group = self.siblings.get(self.replica_of.get(s.name, ""), {})
+        group = self.siblings.get(s.group, {}) if s.group is not None else {}
         held = {h.name: len(group.get(h.name, ())) for h in candidates}
         for fewest in sorted(set(held.values())):  # hosts with fewer replicas first, name order within
             choice = self._choose(s, [h for h in candidates if held[h.name] == fewest])
             if choice is not None:
                 self._commit(s, *choice)
                 return None
-        where = f"hosts {', '.join(h.name for h in candidates)}" if s.hosts else "any host"
+        where = f"hosts {', '.join(h.name for h in candidates)}" if s.allowed_hosts else "any host"
         shown = "; ".join(f"{h.name}: {self.cards[h.name].describe()}" for h in candidates[:5])
         ports = [why for h in candidates if (why := self.cards[h.name].port_refusal(s))][:5]
         return (
             f"no room for service {s.name} on {where}: it needs {_need_text(s)} on one host (aligned)"
-            + (", on cards no other replica of its service uses" if s.name in self.replica_of else "")
+            + (", on cards no other replica of its service uses" if s.group is not None else "")
             + (f", where its pinned ports are free ({'; '.join(ports)})" if ports else "")
             + f"; free per card: {shown}"
         )
 
-    def _choose(self, s: Service, hosts: list[Host]) -> tuple[Cards, Block] | None:
+    def _choose(self, s: Placeable, hosts: list[Host]) -> tuple[Cards, Block] | None:
         """Where `s` goes among `hosts` (in order of preference): the best-fitting block of cards no
         pinned service holds on the first host in use that has one; else the best-fitting block on the
         first host with room."""
@@ -359,11 +357,11 @@ class Placer:
                 return cards, block
         return None
 
-    def _place_pinned(self, s: Service, block: Block) -> str | None:
+    def _place_pinned(self, s: Placeable, block: Block) -> str | None:
         """On the first candidate host whose cards `block` all take it; else a problem with every
         card's refusal on the first five candidates."""
         details: list[str] = []
-        group = self.replica_of.get(s.name, "")
+        group = s.group or ""
         for i, host in enumerate(self._candidates(s)):
             cards, avoid = self.cards[host.name], self._avoid(s, host.name)
             refusals = [r for c in block if c < host.npus and (r := cards.refusal(c, s, avoid, group)) is not None]
@@ -378,13 +376,13 @@ class Placer:
             + ("; ".join(details) if details else "no host has that many cards")
         )
 
-    def _commit(self, s: Service, cards: Cards, block: Block) -> None:
+    def _commit(self, s: Placeable, cards: Cards, block: Block) -> None:
         cards.take(block, s)
-        self.placed[s.name] = (cards.host.name, block)
-        if s.name in self.replica_of:
-            self.siblings.setdefault(self.replica_of[s.name], {}).setdefault(cards.host.name, set()).update(block)
+        self.placed.append(Placement(s, cards.host, block))
+        if s.group is not None:
+            self.siblings.setdefault(s.group, {}).setdefault(cards.host.name, set()).update(block)
             if self.shard_of:
-                self.group_shard.setdefault(self.replica_of[s.name], self.shard_of[cards.host.name])
+                self.group_shard.setdefault(s.group, self.shard_of[cards.host.name])
         i = self.index[cards.host.name]
         for (tp, alone), tree in self.trees.items():
             tree.update(i, cards.capacity(tp, alone))

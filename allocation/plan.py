@@ -14,7 +14,7 @@ from allocation import names
 from allocation.capacity import GIB, Capacity
 from allocation.config import FleetConfig, Host, Service
 from allocation.instance import Instance
-from allocation.resolved import Resolved
+from allocation.resolved import Resolved, ResolvedRouter
 from allocation.windows import API, ENDPOINT, KINDS, METRICS, ROUTER_KINDS, PortWindow
 
 
@@ -120,15 +120,13 @@ class RouterPlan:
 
     service: Service
     """The replicated service, as configured."""
-    resolved: Resolved
-    """Its settings over the defaults."""
+    settings: ResolvedRouter
+    """What it runs with, every default applied."""
     host_name: str
     windows: Mapping[str, PortWindow]
     """Router window kind key (`allocation.windows.ROUTER_KINDS`) -> its window, published on the host."""
-    replicas: tuple[str, ...]
-    """Its replicas' names, in order."""
-    log_opts: Mapping[str, str]
-    """The defaults' log options, resolved: a router has no container settings of its own."""
+    replicas: tuple[ServicePlan, ...]
+    """Its replicas' plans, in replica order (the very objects of the host plans)."""
 
     @property
     def port(self) -> int:
@@ -139,11 +137,6 @@ class RouterPlan:
     def metrics_port(self) -> int:
         """Prometheus metrics."""
         return self.windows[METRICS.key][0]
-
-    @property
-    def base_image(self) -> str:
-        """The image the router's image is built from: `router.baseImage`, else the service's."""
-        return (self.service.router.base_image if self.service.router else None) or self.resolved.image
 
     @property
     def name(self) -> str:
@@ -160,16 +153,6 @@ class RouterPlan:
         """The names the router had under the service's previous names."""
         return names.previous_router_names(self.service.previous_names)
 
-    @property
-    def earlier_replica_names(self) -> tuple[list[str], ...]:
-        """Per replica, in order, the names it had under the service's previous names and no longer
-        has: what its resources get aliases to."""
-        old, indexes = self.service.previous_names, names.instance_indexes(len(self.replicas))
-        return tuple(
-            names.earlier_names(replica, names.previous_instance_names(old, i))
-            for replica, i in zip(self.replicas, indexes, strict=True)
-        )
-
     def to_json(self) -> dict[str, Any]:
         return {
             "service": self.service.name,
@@ -178,7 +161,7 @@ class RouterPlan:
             "previousNames": list(self.previous_names),
             "host": self.host_name,
             **{k.key: k.value(self.windows[k.key]) for k in ROUTER_KINDS},
-            "replicas": list(self.replicas),
+            "replicas": [ps.name for ps in self.replicas],
         }
 
 

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 from decimal import Decimal
+from typing import Mapping
 
+from allocation import names
 from allocation.capacity import auto_fraction, gib, runtime_total, size_service
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service
 from allocation.errors import AllocationError, listing
 from allocation.graph_room import graph_room
 from allocation.instance import Instance, instances
 from allocation.outcome import Outcome, T
+from allocation.placeable import Placement
 from allocation.placement import Placer
 from allocation.plan import HostPlan, Plan, ServicePlan, RouterPlan
 from allocation.ports import assign_ports
-from allocation.resolved import resolve
+from allocation.resolved import resolve, resolve_router
 from allocation.shards import assign_shards, split_services
+from allocation.windows import PortWindow
 
 
 def _instances(fleet: FleetConfig) -> Outcome[tuple[list[Instance], frozenset[str]]]:
@@ -44,14 +48,24 @@ def _instances(fleet: FleetConfig) -> Outcome[tuple[list[Instance], frozenset[st
     return Outcome((out, frozenset(unsized)), tuple(problems))
 
 
-def _router_hosts(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, list[Service]]:
+def _replicas(placed: list[Placement[Instance]]) -> dict[str, list[Placement[Instance]]]:
+    """Replicated service -> the placements of its replicas placed, in replica order."""
+    out: dict[str, list[Placement[Instance]]] = {}
+    for p in sorted(placed, key=lambda p: p.instance.index):
+        if p.instance.group is not None:
+            out.setdefault(p.instance.group, []).append(p)
+    return out
+
+
+def _router_hosts(fleet: FleetConfig, replicas: Mapping[str, list[Placement[Instance]]]) -> dict[str, list[Service]]:
     """Host -> the replicated services whose router runs there: `router.host`, else the first
     replica's host. A service whose first replica found no room has no router (already a problem)."""
     hosts: dict[str, list[Service]] = {}
     for s in fleet.services:
         if not s.replicated:
             continue
-        host = s.router.host if s.router and s.router.host else placed.get(s.replica_names()[0], (None,))[0]
+        first = next((p for p in replicas.get(s.name, ()) if p.instance.index == 1), None)
+        host = s.router.host if s.router and s.router.host else first.host.name if first else None
         if host is not None:
             hosts.setdefault(host, []).append(s)
     return hosts
@@ -69,29 +83,24 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
 
     every, unsized = kept(_instances(fleet))
     shard_of = kept(assign_shards(fleet))
-    placed = kept(Placer(fleet, {i.name: i.replica_of for i in every if i.index}, shard_of=shard_of).run(every))
-    kept(split_services(fleet, shard_of, placed))
-    router_hosts = _router_hosts(fleet, placed)
-    routers, logs = [], resolve(fleet.defaults, fleet.defaults).log_opts
-
-    per_host: dict[str, list[tuple[Instance, tuple[int, ...]]]] = {h.name: [] for h in fleet.hosts}
-    for i in every:
-        if i.name in placed:
-            host, group = placed[i.name]
-            per_host[host].append((i, group))
+    placed = kept(Placer(fleet, shard_of=shard_of).run(every))
+    replicas = _replicas(placed)
+    kept(split_services(fleet, shard_of, replicas))
+    router_hosts = _router_hosts(fleet, replicas)
+    router_windows: dict[str, tuple[str, Mapping[str, PortWindow]]] = {}
+    per_host: dict[str, list[Placement[Instance]]] = {h.name: [] for h in fleet.hosts}
+    for p in placed:
+        per_host[p.host.name].append(p)
 
     host_plans = []
     for host in sorted(fleet.hosts, key=lambda h: h.name):
-        placed_here = sorted(per_host[host.name], key=lambda p: p[0].name)
+        placed_here = sorted(per_host[host.name], key=lambda p: p.instance.name)
         mine = router_hosts.get(host.name, [])
         exporter = fleet.metrics.npu_exporter_port
-        assignments, router_windows = kept(assign_ports(host, placed_here, fleet.ports, mine, exporter))
-        routers += [
-            RouterPlan(s, resolve(s, fleet.defaults), host.name, router_windows[s.name], tuple(s.replica_names()), logs)
-            for s in mine
-        ]
+        assignments, windows = kept(assign_ports(host, placed_here, fleet.ports, mine, exporter))
+        router_windows |= {s.name: (host.name, windows[s.name]) for s in mine}
         planned = []
-        for (i, _), a in zip(placed_here, assignments):
+        for i, a in zip((p.instance for p in placed_here), assignments):
             if host.board != "a2":  # the image's default is the board's build
                 i = replace(i, resolved=resolve(i.service, fleet.defaults, host.board))
             kept(_image_for_board(host, i))
@@ -100,19 +109,41 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
             planned.append(ServicePlan(i, a, kept(replace(sized, problems=()) if i.name in unsized else sized)))
         planned = kept(_running_totals(host, planned))
         kept(graph_room(host, planned))
-        kept(_takeover(host, planned, [r for r in routers if r.host_name == host.name]))
+        kept(_takeover(host, planned, mine))
         host_plans.append(HostPlan(host, fleet.budget(host), tuple(planned), shard_of.get(host.name)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
-    kept(_crowded(fleet, placed))
-    routers.sort(key=lambda r: r.service.name)
-    return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=tuple(routers))
+    kept(_crowded(fleet, replicas))
+    routers = _routers(fleet, host_plans, router_windows)
+    return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=routers)
 
 
-def _takeover(host: Host, planned: list[ServicePlan], routers: list[RouterPlan]) -> Outcome[None]:
+def _routers(
+    fleet: FleetConfig, host_plans: list[HostPlan], windows: Mapping[str, tuple[str, Mapping[str, PortWindow]]]
+) -> tuple[RouterPlan, ...]:
+    """One router per replicated service, by service name, holding its replicas' plans in replica order."""
+    replicas: dict[str, list[ServicePlan]] = {}
+    for hp in host_plans:
+        for ps in hp.services:
+            replicas.setdefault(ps.service.name, []).append(ps)
+    routed = sorted((s for s in fleet.services if s.name in windows), key=lambda s: s.name)
+    return tuple(_router(fleet, s, *windows[s.name], replicas[s.name]) for s in routed)
+
+
+def _router(
+    fleet: FleetConfig, s: Service, host: str, windows: Mapping[str, PortWindow], replicas: list[ServicePlan]
+) -> RouterPlan:
+    """The router of `s` on `host`, resolved once, in front of `replicas` (put in replica order)."""
+    in_order = tuple(sorted(replicas, key=lambda ps: ps.instance.index))
+    settings = resolve_router(s, fleet.defaults, max(ps.resolved.start_timeout_seconds for ps in in_order))
+    return RouterPlan(s, settings, host, windows, in_order)
+
+
+def _takeover(host: Host, planned: list[ServicePlan], routed: list[Service]) -> Outcome[None]:
     """A container the host `replaces` is stopped for good by `pulumi up`: it cannot also be one the
-    plan creates there (Docker names are unique per host, and the takeover would stop the new one)."""
-    own = {ps.instance.original_name for ps in planned} | {r.container_name for r in routers}
+    plan creates there (Docker names are unique per host, and the takeover would stop the new one).
+    `routed`: the replicated services whose router runs there."""
+    own = {ps.instance.original_name for ps in planned} | {names.router_name(s.original_name) for s in routed}
     clash = [name for name in host.replaces if name in own]
     return Outcome(None, tuple(
         f"host {host.name} replaces {name}, a name the plan gives one of its own containers there: "
@@ -134,11 +165,11 @@ def _image_for_board(host: Host, i: Instance) -> Outcome[None]:
     ))  # fmt: skip
 
 
-def _crowded(fleet: FleetConfig, placed: dict[str, tuple[str, tuple[int, ...]]]) -> Outcome[None]:
+def _crowded(fleet: FleetConfig, replicas: Mapping[str, list[Placement[Instance]]]) -> Outcome[None]:
     """A warning for each replicated service with two replicas on one host: losing it loses both."""
     notes = []
     for s in (s for s in fleet.services if s.replicated):
-        hosts = [placed[n][0] for n in s.replica_names() if n in placed]
+        hosts = [p.host.name for p in replicas.get(s.name, ())]
         shared = sorted({h for h in hosts if hosts.count(h) > 1})
         if shared:
             notes.append(

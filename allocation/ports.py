@@ -18,10 +18,10 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from allocation.config import Host, Ports, PortRange, Service
-from allocation.instance import Instance
+from allocation.placeable import Placeable, Placement
 from allocation.outcome import Outcome
 from allocation.plan import Assignment
 from allocation.windows import HCCL_DEFAULT_NPU_PORT, KINDS, MAX_PORT, ROUTER_KINDS, PortWindow, WindowKind, window_text
@@ -91,7 +91,7 @@ class PinnedPorts:
             pins.taken.add(exporter_port, exporter_port, EXPORTER_OWNER)
         return pins
 
-    def _wanted(self, s: Instance) -> list[tuple[PortWindow, str]]:
+    def _wanted(self, s: Placeable) -> list[tuple[PortWindow, str]]:
         """The windows `s` pins, each with its owner's words; HCCL's default NPU port if it keeps it."""
         out = [
             (window, f"{kind.key} of {s.name}")
@@ -99,11 +99,11 @@ class PinnedPorts:
             if (window := s.pinned(kind, self.policy.size(kind))) is not None
         ]
         default = (HCCL_DEFAULT_NPU_PORT, HCCL_DEFAULT_NPU_PORT)
-        if not s.hccl_port_ranges and self.taken.clash(*default) != (*default, KEPT_DEFAULT):
+        if not s.hccl_ranges and self.taken.clash(*default) != (*default, KEPT_DEFAULT):
             out.append((default, KEPT_DEFAULT))
         return out
 
-    def refusal(self, s: Instance) -> str | None:
+    def refusal(self, s: Placeable) -> str | None:
         """Why `s` cannot go on this host for its ports, in `assign_ports`' words; None if it can."""
         for window, owner in self._wanted(s):
             other = self.taken.clash(*window)
@@ -111,24 +111,36 @@ class PinnedPorts:
                 return f"host {self.host}: {owner} {window_text(window)} overlaps {other[2]} {window_text(other[:2])}"
         return None
 
-    def take(self, s: Instance) -> None:
+    def take(self, s: Placeable) -> None:
         """`s` is placed here: its windows are taken (one that clashes is left to `assign_ports` to report)."""
         for window, owner in self._wanted(s):
             if self.taken.clash(*window) is None:
                 self.taken.add(*window, owner)
 
 
+@dataclass(frozen=True)
+class _Owner:
+    """Whose windows are handed out: an instance's (every kind) or a router's (`ROUTER_KINDS`)."""
+
+    name: str
+    kinds: tuple[WindowKind, ...]
+    hccl_ranges: bool
+    """An instance without HCCL port ranges gets none of the HCCL range kinds."""
+    pinned: Callable[[WindowKind, int], PortWindow | None]
+    windows: dict[str, PortWindow] = field(default_factory=dict)
+
+
 def assign_ports(
     host: Host,
-    placed: list[tuple[Instance, tuple[int, ...]]],
+    placed: Sequence[Placement],
     policy: Ports,
     routers: Sequence[Service] = (),
     exporter_port: int | None = None,
 ) -> Outcome[tuple[list[Assignment], dict[str, Mapping[str, PortWindow]]]]:
-    """Port windows for the services placed on one host, and the windows of each router on it (by
-    replicated service), handed out after every service's windows, so a new router moves no
-    service. `exporter_port`, the host's NPU exporter, is taken first like a reserved port.
-    A window that found no room, or clashes, is a problem and missing from its mapping."""
+    """Port windows for the instances placed on one host (an assignment each, in name order), and the
+    windows of each router on it (by replicated service), handed out after every instance's windows,
+    so a new router moves no service. `exporter_port`, the host's NPU exporter, is taken first like
+    a reserved port. A window that found no room, or clashes, is a problem and missing from its mapping."""
     taken, problems = Occupied(), list[str]()
 
     def claim(window: PortWindow, owner: str) -> None:
@@ -145,41 +157,30 @@ def assign_ports(
         taken.add(first, last, "reserved ports")
     if exporter_port is not None and taken.clash(exporter_port, exporter_port) is None:
         taken.add(exporter_port, exporter_port, EXPORTER_OWNER)
-    placed = sorted(placed, key=lambda p: p[0].name)
-    if any(not s.hccl_port_ranges for s, _ in placed):
+    placed = sorted(placed, key=lambda p: p.instance.name)
+    if any(not p.instance.hccl_ranges for p in placed):
         claim((HCCL_DEFAULT_NPU_PORT, HCCL_DEFAULT_NPU_PORT), KEPT_DEFAULT)
-    windows: dict[str, dict[str, PortWindow]] = {s.name: {} for s, _ in placed}
-    router_windows: dict[str, dict[str, PortWindow]] = {s.name: {} for s in sorted(routers, key=lambda s: s.name)}
-    owners: list[tuple[Instance | Service, tuple[WindowKind, ...], dict[str, PortWindow]]] = [
-        *((s, KINDS, windows[s.name]) for s, _ in placed),
-        *((s, ROUTER_KINDS, router_windows[s.name]) for s in sorted(routers, key=lambda s: s.name)),
-    ]
+    instances = [_Owner(p.instance.name, KINDS, p.instance.hccl_ranges, p.instance.pinned) for p in placed]
+    routed = [_Owner(s.name, ROUTER_KINDS, True, s.pinned) for s in sorted(routers, key=lambda s: s.name)]
     # Pins first, the routers' too, before anything is handed out.
-    for s, kinds, mine in owners:
-        for kind in kinds:
-            window = s.pinned(kind, policy.size(kind))
+    for owner in (*instances, *routed):
+        for kind in owner.kinds:
+            window = owner.pinned(kind, policy.size(kind))
             if window is not None:
-                mine[kind.key] = window
-                claim(window, f"{kind.key} of {s.name}")
-    for s, kinds, mine in owners:
-        problems += _hand_out(host.name, s, kinds, mine, policy, taken)
-    assignments = [Assignment(host.name, cards, MappingProxyType(windows[s.name])) for s, cards in placed]
-    return Outcome((assignments, {name: MappingProxyType(w) for name, w in router_windows.items()}), tuple(problems))
+                owner.windows[kind.key] = window
+                claim(window, f"{kind.key} of {owner.name}")
+    for owner in (*instances, *routed):
+        problems += _hand_out(host.name, owner, policy, taken)
+    assignments = [Assignment(host.name, p.cards, MappingProxyType(o.windows)) for p, o in zip(placed, instances)]
+    return Outcome((assignments, {o.name: MappingProxyType(o.windows) for o in routed}), tuple(problems))
 
 
-def _hand_out(
-    host: str,
-    owner: Instance | Service,
-    kinds: tuple[WindowKind, ...],
-    windows: dict[str, PortWindow],
-    policy: Ports,
-    taken: Occupied,
-) -> list[str]:
-    """Adds to `windows` the first free window of each kind of `kinds` it lacks, from the kind's base;
-    says why for each kind with no room left."""
+def _hand_out(host: str, owner: _Owner, policy: Ports, taken: Occupied) -> list[str]:
+    """Adds to the owner's windows the first free window of each of its kinds it lacks, from the
+    kind's base; says why for each kind with no room left."""
     problems = []
-    for kind in kinds:
-        if kind.key in windows or (kind.hccl_range and not owner.hccl_port_ranges):
+    for kind in owner.kinds:
+        if kind.key in owner.windows or (kind.hccl_range and not owner.hccl_ranges):
             continue
         base, size = policy.base(kind), policy.size(kind)
         window = taken.first_free(base, size)
@@ -190,5 +191,5 @@ def _hand_out(
             )
             continue
         taken.add(*window, f"{kind.key} of {owner.name}")
-        windows[kind.key] = window
+        owner.windows[kind.key] = window
     return problems

@@ -23,11 +23,18 @@ from allocation.defaults import (
     DEFAULT_START_TIMEOUT_SECONDS,
     DEFAULT_STOP_GRACE_SECONDS,
     LOG_OPTS,
+    REQUEST_TIMEOUT_SECONDS,
+    ROUTER_HEALTH_FAILURES,
+    ROUTER_HEALTH_INTERVAL_SECONDS,
+    ROUTER_SHM_SIZE_MIB,
+    ROUTER_STARTUP_MARGIN_SECONDS,
+    ROUTER_STOP_GRACE_SECONDS,
 )
+from allocation.kv_cache import prefix_caching
 from allocation.vllm_args import read_args
 
 if TYPE_CHECKING:
-    from allocation.config import ContainerSettings, Mount
+    from allocation.config import ContainerSettings, Mount, Service
 
 
 
@@ -82,6 +89,46 @@ def resolve(service: ContainerSettings, defaults: ContainerSettings, board: str 
         restart=s.restart or d.restart or DEFAULT_RESTART,
         log_opts=MappingProxyType(dict(s.log_opts or d.log_opts or LOG_OPTS)),
         graph_memory_gi_b=_first(s.graph_memory_gi_b, d.graph_memory_gi_b, DEFAULT_GRAPH_MEMORY_GIB),
+    )
+
+
+@dataclass(frozen=True)
+class ResolvedRouter:
+    """What the router of a replicated service runs with, every default applied: its `router:`
+    settings, else what its service implies, else the project's. `records.router` only renders it."""
+
+    policy: str
+    """`router.policy`, else `cache_aware` where its replicas cache prefixes (a shared prefix goes to
+    the replica that cached it), else `round_robin`."""
+    request_timeout_seconds: int
+    startup_timeout_seconds: int
+    """How long it waits for its first worker: the slowest replica's start timeout and a margin,
+    since it exits when no worker answers in time."""
+    health_interval_seconds: int
+    health_failures: int
+    base_image: str
+    """The image its image is built from: `router.baseImage`, else the service's."""
+    log_opts: Mapping[str, str]
+    """The defaults' log options: a router has no container settings of its own."""
+    restart: str = DEFAULT_RESTART
+    ipc_mode: str = DEFAULT_IPC_MODE
+    shm_size_mib: int = ROUTER_SHM_SIZE_MIB
+    stop_grace_seconds: int = ROUTER_STOP_GRACE_SECONDS
+
+
+def resolve_router(service: Service, defaults: ContainerSettings, load_seconds: int) -> ResolvedRouter:
+    """The router of `service` resolved once; `load_seconds`: its replicas' longest start timeout."""
+    settings, resolved = service.router, resolve(service, defaults)
+    hybrid = service.profile is not None and service.profile.attention == "hybrid"
+    default_policy = "cache_aware" if prefix_caching(resolved.args, hybrid) else "round_robin"
+    return ResolvedRouter(
+        policy=(settings.policy if settings else None) or default_policy,
+        request_timeout_seconds=(settings.request_timeout_seconds if settings else None) or REQUEST_TIMEOUT_SECONDS,
+        startup_timeout_seconds=load_seconds + ROUTER_STARTUP_MARGIN_SECONDS,
+        health_interval_seconds=ROUTER_HEALTH_INTERVAL_SECONDS,
+        health_failures=ROUTER_HEALTH_FAILURES,
+        base_image=(settings.base_image if settings else None) or resolved.image,
+        log_opts=MappingProxyType(dict(defaults.log_opts or LOG_OPTS)),
     )
 
 

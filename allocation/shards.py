@@ -10,10 +10,11 @@ lowest shard with room, in name order, so the assignment is a function of the co
 from __future__ import annotations
 
 from collections import Counter
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from allocation.config import FleetConfig
 from allocation.outcome import Outcome
+from allocation.placeable import Placement
 
 
 def assign_shards(fleet: FleetConfig) -> Outcome[dict[str, int]]:
@@ -40,13 +41,14 @@ def assign_shards(fleet: FleetConfig) -> Outcome[dict[str, int]]:
 
 
 def split_services(
-    fleet: FleetConfig, shard_of: Mapping[str, int], placed: Mapping[str, tuple[str, tuple[int, ...]]]
+    fleet: FleetConfig, shard_of: Mapping[str, int], replicas: Mapping[str, Sequence[Placement]]
 ) -> Outcome[None]:
-    """A problem for each replicated service whose replicas or router would be deployed by two
-    shards: only a pin can do that, since the placer keeps a service's replicas in one shard."""
+    """A problem for each replicated service whose replicas (`replicas`: the placements of each
+    replicated service's replicas) or router would be deployed by two shards: only a pin can do that,
+    since the placer keeps a service's replicas in one shard."""
     problems = []
     for s in (s for s in fleet.services if s.replicated and shard_of):
-        hosts = {placed[n][0] for n in s.replica_names() if n in placed}
+        hosts = {p.host.name for p in replicas.get(s.name, ())}
         if s.router and s.router.host:
             hosts.add(s.router.host)
         shards = sorted({shard_of[h] for h in hosts})

@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from allocation.config import FleetConfig, parse_fleet, units  # noqa: E402
+from allocation.instance import Instance, instances  # noqa: E402
+from allocation.placeable import Placement  # noqa: E402
 from allocation.placement import Placer  # noqa: E402
 from allocation.planner import plan_fleet  # noqa: E402
 from benchmarks.card_bound import min_hosts  # noqa: E402
@@ -84,8 +86,12 @@ def bounds(fleet: FleetConfig) -> tuple[int, int]:
     return math.ceil(demand / budget / 8), card
 
 
-def hosts_used(placed: dict[str, tuple[str, tuple[int, ...]]]) -> int:
-    return len({host for host, _ in placed.values()})
+def hosts_used(placed: list[Placement]) -> int:
+    return len({p.host.name for p in placed})
+
+
+def every_instance(fleet) -> list[Instance]:
+    return [i for s in fleet.services for i in instances(s, fleet.defaults)]
 
 
 def check(used: int, bound: int, what: str) -> None:
@@ -128,19 +134,18 @@ def day_two() -> None:
         values = random_mix(seed, SCALES[1000])
         old = values["services"][: len(values["services"]) * 4 // 5]
         day1 = parse_fleet("day1", values | {"services": old})
-        first = Placer(day1).run(list(day1.services)).value
-        pinned = [s | {"host": first[s["name"]][0], "devices": list(first[s["name"]][1])} for s in old]
+        first = {p.instance.name: p for p in Placer(day1).run(every_instance(day1)).value}
+        pinned = [s | {"host": first[s["name"]].host.name, "devices": list(first[s["name"]].cards)} for s in old]
         fleet = parse_fleet("day2", values | {"services": pinned + values["services"][len(old) :]})
         card = bounds(fleet)[1]
         for rule in (True, False):
             placer = Placer(fleet, keep_off_running=rule)
-            placed = placer.run(list(fleet.services)).value
+            placed = placer.run(every_instance(fleet)).value
             used = hosts_used(placed)
             check(used, card, f"day-2 mix {seed}")
             results[rule].append(used - card)
-            newcomers = [s.name for s in fleet.services if s.devices is None]
-            cards = {n: (placer.cards[placed[n][0]], placed[n][1]) for n in newcomers}
-            shared[rule].append(sum(any(c.held(i) for i in block) for c, block in cards.values()))
+            newcomers = [p for p in placed if p.instance.devices is None]
+            shared[rule].append(sum(any(placer.cards[p.host.name].held(c) for c in p.cards) for p in newcomers))
     for rule in (True, False):
         gaps = results[rule]
         print(

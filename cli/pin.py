@@ -11,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from allocation.config import Service
 from allocation.errors import ConfigError
-from allocation.plan import Plan, ServicePlan, RouterPlan
+from allocation.plan import Plan, RouterPlan, ServicePlan
 from allocation.windows import KINDS, ROUTER_KINDS
 from cli.stack_editor import set_service_keys
 
@@ -35,14 +34,14 @@ def pins_of(ps: ServicePlan) -> dict[str, Any]:
     return pins
 
 
-def _replicated_pins(service: Service, replicas: list[ServicePlan], router: RouterPlan) -> dict[str, Any]:
+def _replicated_pins(router: RouterPlan) -> dict[str, Any]:
     """A replicated service's pins: each replica's under `replicaPins`, in order, and its router's ports."""
-    each = [pins_of(ps) for ps in replicas]
+    each = [pins_of(ps) for ps in router.replicas]
     fractions = sorted({pins.pop("memoryFraction") for pins in each if "memoryFraction" in pins})
     if len(fractions) > 1:
-        sized = ", ".join(f"{ps.name} {ps.memory_fraction} on {ps.assignment.host_name}" for ps in replicas)
+        sized = ", ".join(f"{ps.name} {ps.memory_fraction} on {ps.assignment.host_name}" for ps in router.replicas)
         raise ConfigError(
-            f"service {service.name}: memoryFraction auto chose different fractions for its replicas "
+            f"service {router.service.name}: memoryFraction auto chose different fractions for its replicas "
             f"({sized}), and a service has one memoryFraction: set it by hand (the largest that fits every "
             "replica's host), or give its replicas hosts of one HBM size; nothing was written"
         )
@@ -51,14 +50,11 @@ def _replicated_pins(service: Service, replicas: list[ServicePlan], router: Rout
 
 
 def stack_pins(plan: Plan) -> dict[str, dict[str, Any]]:
-    """Every configured service's pins, by its name in the stack file."""
-    planned = {ps.name: ps for _, ps in plan.services()}
-    routers = {r.service.name: r for r in plan.routers}
-    keys = {}
-    for s in plan.fleet.services:
-        instances = [planned[name] for name in s.replica_names()]
-        keys[s.name] = _replicated_pins(s, instances, routers[s.name]) if s.replicated else pins_of(instances[0])
-    return keys
+    """Every configured service's pins, by its name in the stack file, in the file's order: a service
+    of its own from its plan, a replicated one from its router, which holds its replicas' plans."""
+    keys = {ps.service.name: pins_of(ps) for _, ps in plan.services() if not ps.service.replicated}
+    keys |= {r.service.name: _replicated_pins(r) for r in plan.routers}
+    return {s.name: keys[s.name] for s in plan.fleet.services}
 
 
 def pin_stack_file(path: Path, plan: Plan, read: bytes | None = None) -> list[str]:

@@ -15,7 +15,7 @@ from components.model_service import ModelService
 from components.npu_exporter import NpuExporter
 from components.router import Rollout, Router
 from components.stack_config import ssh_private_key
-from records.deployment import Deployment
+from records.deployment import Deployment, ServiceDeployment
 
 
 @dataclass(frozen=True)
@@ -42,16 +42,13 @@ def build(deployment: Deployment) -> Fleet:
     key = ssh_private_key(deployment.ssh)
     hosts = {hd.name: AscendHost(hd.name, hd, private_key=key) for hd in deployment.hosts if hd.in_use}
     rollout = Rollout(deployment.routers)  # a replica's container waits for the one before it to serve again
-    services: dict[str, ModelService] = {}
+    made: dict[ServiceDeployment, ModelService] = {}  # by record: each follows its own `after`
     for hd in (hd for hd in deployment.hosts if hd.services):
         for sd in hd.services:
-            after = [services[name] for name in sd.after]
-            waits = rollout.waits_for(sd.name)
-            services[sd.name] = ModelService(sd.name, sd, hosts[hd.name], after=after, depends_on=waits)
+            after = [made[before] for before in sd.after]
+            made[sd] = ModelService(sd.name, sd, hosts[hd.name], after=after, depends_on=rollout.waits_for(sd))
     routers = {
-        rd.plan.service.name: Router(
-            rd.name, rd, hosts[rd.plan.host_name], [services[name] for name in rd.plan.replicas], rollout
-        )
+        rd.plan.service.name: Router(rd.name, rd, hosts[rd.plan.host_name], [made[sd] for sd in rd.replicas], rollout)
         for rd in deployment.routers
     }
     exporters = {
@@ -59,4 +56,4 @@ def build(deployment: Deployment) -> Fleet:
         for hd in deployment.hosts
         if hd.exporter is not None
     }
-    return Fleet(hosts, services, routers, exporters)
+    return Fleet(hosts, {sd.name: ms for sd, ms in made.items()}, routers, exporters)

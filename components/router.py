@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_docker as docker
 
-from records.deployment import RouterDeployment
+from records.deployment import RouterDeployment, ServiceDeployment
 from allocation.windows import ROUTER_KINDS
 from components.ascend_host import AscendHost, script
 from components.model_service import ModelService, container_args, container_options, renamed
@@ -37,21 +37,19 @@ class Rollout:
     Replica containers are declared before the routers that make those steps, so a replica gets
     a future of its predecessor's step, set when its router is built; the SDK accepts any awaitable
     in `depends_on` and sends the step's URN, known once the engine has run the step (a resource
-    option, never an input: adding the wait replaces nothing)."""
+    option, never an input: adding the wait replaces nothing). Replicas are their deployment records."""
 
     def __init__(self, routers: Sequence[RouterDeployment]) -> None:
         loop = asyncio.get_running_loop()
-        self._steps = {h.replica: loop.create_future() for rd in routers for h in rd.handovers}
-        self._previous = {
-            later.replica: earlier.replica for rd in routers for earlier, later in zip(rd.handovers, rd.handovers[1:])
-        }
+        self._steps = {sd: loop.create_future() for rd in routers for sd in rd.replicas}
+        self._previous = {later: earlier for rd in routers for earlier, later in zip(rd.replicas, rd.replicas[1:])}
 
-    def waits_for(self, replica: str) -> list[asyncio.Future]:
+    def waits_for(self, replica: ServiceDeployment) -> list[asyncio.Future]:
         """What the container of `replica` depends on beyond its host: its predecessor serving again."""
         previous = self._previous.get(replica)
         return [self._steps[previous]] if previous is not None else []
 
-    def served(self, replica: str, step: pulumi.Resource) -> None:
+    def served(self, replica: ServiceDeployment, step: pulumi.Resource) -> None:
         self._steps[replica].set_result(step)
 
 
@@ -89,7 +87,7 @@ class Router(pulumi.ComponentResource):
             container_args(spec, image_id),
             opts=container_options(spec, self, host, [*host.ready, workers, replicas[0].container], previous),
         )
-        for handover, replica, old in zip(rd.handovers, replicas, rd.plan.earlier_replica_names, strict=True):
+        for handover, sd, replica in zip(rd.handovers, rd.replicas, replicas, strict=True):
             step = script(
                 handover.replica + SERVES_SUFFIX,
                 handover.serve_script,
@@ -99,19 +97,19 @@ class Router(pulumi.ComponentResource):
                     parent=self,
                     depends_on=[replica.container, self.container, workers],
                     delete_before_replace=True,
-                    aliases=renamed(old, SERVES_SUFFIX),
+                    aliases=renamed(sd.earlier_names, SERVES_SUFFIX),
                 ),
                 delete=handover.drain_script,
                 # A re-created replica is a new container id: the step runs again.
                 triggers=[replica.container.id],
             )
-            rollout.served(handover.replica, step)
+            rollout.served(sd, step)
         endpoint = rd.endpoint
         plan = rd.plan
         self.summary = {
             "endpoint": self.container.name.apply(lambda _: endpoint),
             "host": plan.host_name,
             **{k.key: k.value(plan.windows[k.key]) for k in ROUTER_KINDS},
-            "replicas": list(plan.replicas),
+            "replicas": [sd.name for sd in rd.replicas],
         }
         self.register_outputs(self.summary)

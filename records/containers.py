@@ -169,11 +169,27 @@ class HealthCheck:
         return out
 
 
-def health_check(fleet: FleetConfig, host: Host, test: tuple[str, ...], steady: tuple[int, int, int], start_period: int) -> HealthCheck:
-    """A container's health check on `host`: `steady` is (interval, timeout, retries) after the start;
+@dataclass(frozen=True)
+class Site:
+    """Where a container runs, and all a container record reads of the stack: the stack's name (its
+    labels), its host, the Docker Engine declared for the host and the fleet's health start interval
+    (its health check). Never the whole fleet, so a record cannot reach a neighbour's settings."""
+
+    stack: str
+    host: Host
+    docker_engine: str
+    health_start_interval_seconds: int
+
+    @classmethod
+    def of(cls, fleet: FleetConfig, host: Host) -> Site:
+        return cls(fleet.fleet_name, host, fleet.docker_engine_of(host), fleet.health_start_interval_seconds)
+
+
+def health_check(site: Site, test: tuple[str, ...], steady: tuple[int, int, int], start_period: int) -> HealthCheck:
+    """A container's health check at `site`: `steady` is (interval, timeout, retries) after the start;
     how soon the container turns healthy comes from the fleet's setting and the host's declared engine."""
     interval, timeout, retries = steady
-    timing = probe_timing(fleet.docker_engine_of(host), fleet.health_start_interval_seconds, interval, timeout, retries)
+    timing = probe_timing(site.docker_engine, site.health_start_interval_seconds, interval, timeout, retries)
     return HealthCheck(
         test=test,
         interval_seconds=timing.interval_seconds,
@@ -356,13 +372,13 @@ def cache_dir(planned: ServicePlan) -> str:
     return f"{CACHE_DIR_HOST}/{planned.instance.service.original_name}"
 
 
-def container_spec(fleet: FleetConfig, planned: ServicePlan, *, shared: bool = False) -> ContainerSpec:
-    """The container of `planned`. `shared`: one of its cards is used by another service too. Nothing
-    about its neighbours reaches it: adding, removing or renaming one leaves this container as it is."""
-    s, a, r = planned.service, planned.assignment, planned.resolved
-    host = fleet.host(a.host_name)
+def container_spec(planned: ServicePlan, site: Site, *, shared: bool = False) -> ContainerSpec:
+    """The container of `planned` at `site` (its host). `shared`: one of its cards is used by another
+    service too. Nothing about its neighbours reaches it: adding, removing or renaming one leaves this
+    container as it is."""
+    s, a, r, host = planned.service, planned.assignment, planned.resolved, site.host
     all_devices = r.all_devices or (shared and host.card_sharing == "privileged")
-    env, labels = _env_and_labels(fleet.fleet_name, planned, all_devices)
+    env, labels = _env_and_labels(site.stack, planned, all_devices)
     cards = range(host.npus) if all_devices else a.cards
     device_files = tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES
     # A service that mounts its own cache there keeps it (Docker refuses two mounts on one target).
@@ -383,7 +399,7 @@ def container_spec(fleet: FleetConfig, planned: ServicePlan, *, shared: bool = F
         api_port=a.api_port,
         labels=MappingProxyType(labels),
         healthcheck=health_check(
-            fleet, host, ("CMD-SHELL", http_probe(a.api_port, "/health")), HEALTH_STEADY, r.start_timeout_seconds
+            site, ("CMD-SHELL", http_probe(a.api_port, "/health")), HEALTH_STEADY, r.start_timeout_seconds
         ),
         privileged=all_devices,
         ipc_mode=r.ipc_mode,

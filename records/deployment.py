@@ -15,7 +15,7 @@ from typing import Iterator, Mapping
 
 from allocation import names
 from allocation.config import Host, Ssh
-from records.containers import ContainerSpec, container_spec
+from records.containers import ContainerSpec, Site, container_spec
 from records.exporter import exporter_spec
 from records.card_order import card_orders, order_script, removal_script as order_removal
 from records.device_share import device_share_script, removal_script
@@ -31,15 +31,17 @@ from records.start_order import start_after
 from allocation.windows import KINDS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ServiceDeployment:
-    """One service: its container and how it is reached and ordered."""
+    """One service: its container and how it is reached and ordered. Compared and hashed by
+    identity: the records that follow it (`after`, a router's `replicas`, the components built
+    from it) hold this very object, never its name."""
 
     plan: ServicePlan
     spec: ContainerSpec
     endpoint: str
     """The OpenAI-compatible base URL, `http://address:apiPort/v1`."""
-    after: tuple[str, ...]
+    after: tuple[ServiceDeployment, ...]
     """Services on the same host it is created after during `pulumi up` (they share a card): a
     dependency of the resource, never an input of its container, so a neighbour that comes or goes
     re-creates nothing. At run time the start gate orders the loads: its card locks, and the order
@@ -78,12 +80,14 @@ class RouterDeployment:
     spec: ContainerSpec
     endpoint: str
     """The service's OpenAI-compatible base URL: the router's, `http://address:port/v1`."""
+    replicas: tuple[ServiceDeployment, ...]
+    """Its replicas' deployments, in the order of `plan.replicas`."""
     base_image: str
     """The service's image, which the router image is built on."""
     build_script: str
     """Builds the router image on its host (`records.router`); prints the image id."""
     workers: tuple[str, ...]
-    """Each replica's URL, in the order of `plan.replicas`: the router's `--worker-urls`."""
+    """Each replica's URL, in the order of `replicas`: the router's `--worker-urls`."""
     workers_script: str
     """Writes `workers` where the router reads it at start, and reconciles the running router
     (`records.rollout`): the router's container never names its workers."""
@@ -103,8 +107,8 @@ class RouterDeployment:
 
     @property
     def first(self) -> str:
-        """The replica the router starts after: it exits when no worker answers, so one must."""
-        return self.plan.replicas[0]
+        """The name of the replica the router starts after: it exits when no worker answers, so one must."""
+        return self.replicas[0].name
 
 
 @dataclass(frozen=True)
@@ -192,27 +196,29 @@ class Deployment:
 
 
 def _service_deployment(
-    plan: Plan, hp: HostPlan, ps: ServicePlan, after: tuple[str, ...], shared_cards: tuple[int, ...]
+    plan: Plan, hp: HostPlan, ps: ServicePlan, after: tuple[ServiceDeployment, ...], shared_cards: tuple[int, ...]
 ) -> ServiceDeployment:
     shared = bool(set(shared_cards) & set(ps.assignment.cards))
     return ServiceDeployment(
         plan=ps,
-        spec=container_spec(plan.fleet, ps, shared=shared),
+        spec=container_spec(ps, Site.of(plan.fleet, hp.host), shared=shared),
         endpoint=f"http://{hp.host.url_address()}:{ps.assignment.api_port}/v1",
         after=after,
         shared=shared,
     )
 
 
-def _router_deployment(plan: Plan, router: RouterPlan, services: Mapping[str, ServiceDeployment]) -> RouterDeployment:
-    replicas = [services[name] for name in router.replicas]
-    base = router.base_image
+def _router_deployment(plan: Plan, router: RouterPlan, services: Mapping[int, ServiceDeployment]) -> RouterDeployment:
+    """`services`: every service's deployment, by the identity of its plan."""
+    replicas = tuple(services[id(ps)] for ps in router.replicas)
+    base = router.settings.base_image
     host = plan.fleet.host(router.host_name)
     workers = tuple(sd.url for sd in replicas)
     return RouterDeployment(
         plan=router,
-        spec=router_spec(plan.fleet, router, max(sd.spec.start_timeout_seconds for sd in replicas)),
+        spec=router_spec(router, Site.of(plan.fleet, host)),
         endpoint=f"http://{host.url_address()}:{router.port}/v1",
+        replicas=replicas,
         base_image=base,
         build_script=build_script(base),
         workers=workers,
@@ -226,8 +232,11 @@ def _router_deployment(plan: Plan, router: RouterPlan, services: Mapping[str, Se
 
 
 def _service_deployments(plan: Plan, hp: HostPlan, shared_cards: tuple[int, ...]) -> tuple[ServiceDeployment, ...]:
-    after = start_after(hp)
-    return tuple(_service_deployment(plan, hp, ps, after[ps.name], shared_cards) for ps in hp.services)
+    """In the host's order, so each service's predecessors are made before it."""
+    made: dict[int, ServiceDeployment] = {}  # by the identity of its plan
+    for ps, before in start_after(hp):
+        made[id(ps)] = _service_deployment(plan, hp, ps, tuple(made[id(p)] for p in before), shared_cards)
+    return tuple(made.values())
 
 
 def _host_deployment(
@@ -283,8 +292,8 @@ def deploy(plan: Plan, known_hosts: str = "") -> Deployment:
     # A service on the other chip of a shared A3 NPU waits for the switch too (the mode reaches its
     # card); its container is the same, since only `cardSharing: privileged` changes a container.
     services = {hp.host.name: _service_deployments(plan, hp, _mode_cards(hp) or shared[hp.host.name]) for hp in plan.hosts}
-    by_name = {sd.name: sd for host_services in services.values() for sd in host_services}
-    routers = [_router_deployment(plan, r, by_name) for r in plan.routers]
+    by_plan = {id(sd.plan): sd for host_services in services.values() for sd in host_services}
+    routers = [_router_deployment(plan, r, by_plan) for r in plan.routers]
     hosts = tuple(
         _host_deployment(
             plan, hp, known_hosts, shared[hp.host.name], services[hp.host.name],

@@ -21,7 +21,7 @@ from types import MappingProxyType
 
 from allocation.config import EXPORTER_CONTAINER, FleetConfig, Host, Mount
 from allocation.defaults import DEFAULT_IPC_MODE, DEFAULT_RESTART, LOG_OPTS
-from records.containers import DRIVER_DIR, LABEL_PREFIX, ContainerSpec, health_check
+from records.containers import DRIVER_DIR, LABEL_PREFIX, ContainerSpec, Site, health_check
 from records.runtime import EXPORTER_MODE, STATE_DIR
 
 NAME = EXPORTER_CONTAINER
@@ -67,7 +67,7 @@ def exporter_spec(fleet: FleetConfig, host: Host) -> ContainerSpec | None:
         mounts=MOUNTS,
         api_port=port,
         labels=MappingProxyType(labels),
-        healthcheck=health_check(fleet, host, ("CMD-SHELL", probe(port)), STEADY, START_SECONDS),
+        healthcheck=health_check(Site.of(fleet, host), ("CMD-SHELL", probe(port)), STEADY, START_SECONDS),
         privileged=True,
         restart=DEFAULT_RESTART,
         shm_size_mib=64,

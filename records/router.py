@@ -12,15 +12,12 @@ import hashlib
 import shlex
 from types import MappingProxyType
 
-from allocation.config import FleetConfig, Mount, Router, Service
-from records.containers import LABEL_PREFIX, ContainerSpec, health_check, http_probe
+from allocation.config import Mount
+from records.containers import LABEL_PREFIX, ContainerSpec, Site, health_check, http_probe
 from allocation.plan import RouterPlan
-from allocation.defaults import DEFAULT_IPC_MODE, DEFAULT_RESTART, REQUEST_TIMEOUT_SECONDS
 from records.runtime import IMAGE_ID, build, image_inspect
 from records.rollout import LAUNCH, WORKERS_ENV, WORKERS_FILE, WORKERS_MOUNT, workers_dir
 from allocation.windows import ROUTER_KINDS
-from allocation.kv_cache import Engine
-from allocation.vllm_args import read_args
 
 VERSION = "0.1.17"
 # sha256 of the two wheels pip may pick (PyPI, vllm_router-0.1.17-cp38-abi3-manylinux_2_28_{x86_64,aarch64}.whl).
@@ -44,11 +41,6 @@ RUNTIME_HASHES = {
 IMAGE_REPOSITORY = "ascend-fleet-router"
 ROUTER_OF_LABEL = f"{LABEL_PREFIX}.router-of"
 """The label only a router's container has: the service it routes to."""
-HEALTH_INTERVAL_SECONDS = 10
-HEALTH_FAILURES = 3
-STOP_GRACE_SECONDS = 30
-STARTUP_MARGIN_SECONDS = 300
-"""How much longer than the slowest replica's load the router waits for its first worker."""
 
 
 def requirements() -> tuple[str, ...]:
@@ -88,37 +80,21 @@ def build_script(base_image: str) -> str:
     )
 
 
-def prefix_caching(args: list[str], hybrid: bool = False) -> bool:
-    """Whether vLLM caches prefixes, its arguments read as vLLM reads them (`allocation.vllm_args`:
-    either spelling, the last flag wins). Unset, vLLM turns it on except for hybrid linear-attention
-    models (`allocation.kv_cache.Engine.caches_prefixes`, with its sources)."""
-    return Engine(prefix_caching=read_args(args).prefix_caching).caches_prefixes(hybrid)
-
-
-def _default_policy(service: Service, args: tuple[str, ...]) -> str:
-    """`cache_aware` sends a shared prefix to the replica that cached it; without caching, `round_robin`."""
-    hybrid = service.profile is not None and service.profile.attention == "hybrid"
-    return "cache_aware" if prefix_caching(list(args), hybrid) else "round_robin"
-
-
-def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> ContainerSpec:
-    """The router's container. Its command names no worker: `LAUNCH` passes the URLs in its worker
-    file as `--worker-urls` (records.rollout), so replicas come and go without a restart.
-    `load_seconds`: the replicas' start timeout, which the router's wait for its workers must outlast."""
-    s = router.service
-    settings = s.router or Router()
-    timeout = settings.request_timeout_seconds or REQUEST_TIMEOUT_SECONDS
-    wait = load_seconds + STARTUP_MARGIN_SECONDS
+def router_spec(router: RouterPlan, site: Site) -> ContainerSpec:
+    """The router's container, as the planner resolved it (`router.settings`). Its command names no
+    worker: `LAUNCH` passes the URLs in its worker file as `--worker-urls` (records.rollout), so
+    replicas come and go without a restart."""
+    r = router.settings
     command = (
         "sh", "-c", LAUNCH, "ascend-fleet-router",
         "vllm-router",
         "--host", "0.0.0.0",
         "--port", str(router.port),
-        "--policy", settings.policy or _default_policy(s, router.resolved.args),
-        "--request-timeout-secs", str(timeout),
-        "--worker-startup-timeout-secs", str(wait),
-        "--health-check-interval-secs", str(HEALTH_INTERVAL_SECONDS),
-        "--health-failure-threshold", str(HEALTH_FAILURES),
+        "--policy", r.policy,
+        "--request-timeout-secs", str(r.request_timeout_seconds),
+        "--worker-startup-timeout-secs", str(r.startup_timeout_seconds),
+        "--health-check-interval-secs", str(r.health_interval_seconds),
+        "--health-failure-threshold", str(r.health_failures),
         "--prometheus-host", "0.0.0.0",
         "--prometheus-port", str(router.metrics_port),
     )  # fmt: skip
@@ -129,14 +105,14 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
     # --worker-startup-timeout-secs, src/routers/http/router.rs wait_for_healthy_workers).
     probe = http_probe(router.port, "/readiness")
     labels = {
-        f"{LABEL_PREFIX}.stack": fleet.fleet_name,
+        f"{LABEL_PREFIX}.stack": site.stack,
         f"{LABEL_PREFIX}.service": router.container_name,
-        ROUTER_OF_LABEL: s.original_name,
+        ROUTER_OF_LABEL: router.service.original_name,
         f"{LABEL_PREFIX}.host": router.host_name,
     } | {f"{LABEL_PREFIX}.{k.label}": k.text(router.windows[k.key]) for k in ROUTER_KINDS}
     return ContainerSpec(
         name=router.container_name,
-        image=image_tag(router.base_image),
+        image=image_tag(r.base_image),
         command=command,
         env=MappingProxyType({WORKERS_ENV: WORKERS_FILE}),
         device_files=(),
@@ -145,13 +121,13 @@ def router_spec(fleet: FleetConfig, router: RouterPlan, load_seconds: int) -> Co
         metrics_port=router.metrics_port,
         labels=MappingProxyType(labels),
         # After a reboot the router waits for a replica to load before it binds its port.
-        healthcheck=health_check(fleet, fleet.host(router.host_name), ("CMD-SHELL", probe), (10, 5, 3), wait),
+        healthcheck=health_check(site, ("CMD-SHELL", probe), (10, 5, 3), r.startup_timeout_seconds),
         privileged=False,
-        restart=DEFAULT_RESTART,
-        shm_size_mib=64,
-        start_timeout_seconds=wait,
-        ipc_mode=DEFAULT_IPC_MODE,
-        stop_grace_seconds=STOP_GRACE_SECONDS,
+        restart=r.restart,
+        shm_size_mib=r.shm_size_mib,
+        start_timeout_seconds=r.startup_timeout_seconds,
+        ipc_mode=r.ipc_mode,
+        stop_grace_seconds=r.stop_grace_seconds,
         sysctls=MappingProxyType({}),
-        log_opts=router.log_opts,
+        log_opts=r.log_opts,
     )

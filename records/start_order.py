@@ -26,10 +26,11 @@ def card_ranks(host_plan: HostPlan) -> dict[int, tuple[ServicePlan, ...]]:
     }
 
 
-def start_after(host_plan: HostPlan) -> dict[str, tuple[str, ...]]:
-    """Service name -> names of the services it starts after (its predecessor on each card)."""
-    after: dict[str, set[str]] = {ps.name: set() for ps in host_plan.services}
+def start_after(host_plan: HostPlan) -> list[tuple[ServicePlan, tuple[ServicePlan, ...]]]:
+    """Each service of the host, in its order, with the services it starts after (its predecessor on
+    each card), in name order."""
+    after: dict[int, dict[int, ServicePlan]] = {id(ps): {} for ps in host_plan.services}  # by identity
     for ranked in card_ranks(host_plan).values():
         for before, current in zip(ranked, ranked[1:]):
-            after[current.name].add(before.name)
-    return {name: tuple(sorted(deps)) for name, deps in after.items()}
+            after[id(current)][id(before)] = before
+    return [(ps, tuple(sorted(after[id(ps)].values(), key=lambda p: p.name))) for ps in host_plan.services]

@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 from allocation.config import parse_fleet
 from allocation.errors import FleetError
 from records.containers import (
-    CONTROL_DEVICES, DRIVER_MOUNTS, LOCK_DIR, LOCK_DIR_HOST, START_GATE, container_spec,
+    CONTROL_DEVICES, DRIVER_MOUNTS, LOCK_DIR, LOCK_DIR_HOST, START_GATE, Site, container_spec,
 )  # fmt: skip
 from records.command import START_GATE_NAME
 from allocation.planner import plan_fleet
@@ -538,7 +538,7 @@ def test_values_set_as_plain_strings_are_decoded_like_get_object():
 
 def _complete_host(root: Path, fleet, hp, npu_smi_body: str = "echo '| 910B3 | OK |'") -> None:
     for ps in hp.services:
-        spec = container_spec(fleet, ps)
+        spec = container_spec(ps, Site.of(fleet, hp.host))
         for device in spec.device_files:
             (root / device.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
             (root / device.lstrip("/")).touch()
@@ -565,7 +565,7 @@ def _complete_host(root: Path, fleet, hp, npu_smi_body: str = "echo '| 910B3 | O
 
 def check_script(fleet, hp, root: str = "") -> str:
     shared = hp.shared_cards() if hp.host.card_sharing == "deviceShare" else ()
-    containers = [(ps, container_spec(fleet, ps)) for ps in hp.services]
+    containers = [(ps, container_spec(ps, Site.of(fleet, hp.host))) for ps in hp.services]
     return host_check_script(hp.host, containers, shared_cards=shared, root=root, engine=fleet.docker_engine_of(hp.host))
 
 

@@ -21,7 +21,8 @@ from allocation.errors import AllocationError, ConfigError
 from allocation.planner import plan_fleet
 from views.report import plan_json
 from records.rollout import LAUNCH, SERVE_MARGIN_SECONDS, WORKERS_ENV, WORKERS_MOUNT
-from records.router import VERSION, image_tag, prefix_caching
+from allocation.kv_cache import prefix_caching
+from records.router import VERSION, image_tag
 from cli.pin import stack_pins
 from cli.stackfile import load_fleet
 from components.router import SERVES_SUFFIX
@@ -185,7 +186,7 @@ def test_the_router_reads_every_replica_from_its_worker_file_and_binds_everythin
 
 def test_each_replica_has_a_step_that_re_registers_it_and_waits_its_start_timeout_plus_a_margin():
     _, rd = router_of(fleet_of(bge(routerPort=7007, startTimeoutSeconds=600)))
-    assert [(h.replica, h.url) for h in rd.handovers] == list(zip(rd.plan.replicas, rd.workers))
+    assert [(h.replica, h.url) for h in rd.handovers] == [(sd.name, sd.url) for sd in rd.replicas]
     serve = rd.handovers[1].serve_script
     assert serve.startswith("set -u\ndocker exec bge-router python3 -c ")
     assert f"serve 7007 {600 + SERVE_MARGIN_SECONDS} http://192.0.2.12:8000 bge-2 ||" in serve

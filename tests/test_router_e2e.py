@@ -210,7 +210,7 @@ class Fleet:
         self.deployment = deployment
         (self.router,) = deployment.routers
         where = {ps.name: (hp.host.address, ps.assignment.api_port) for hp, ps in deployment.plan.services()}
-        self.replicas = {name: Replica(name, *where[name]) for name in self.router.plan.replicas}
+        self.replicas = {sd.name: Replica(sd.name, *where[sd.name]) for sd in self.router.replicas}
         self.process: subprocess.Popen | None = None
 
     @property

@@ -14,7 +14,7 @@ from allocation.planner import plan_fleet
 from allocation.resolved import resolve
 from allocation.vllm_args import ArgsError, VllmArgs, read_args, spelled
 from cli.main import main
-from records.router import prefix_caching
+from allocation.kv_cache import prefix_caching
 from tests.fleets import fleet, host, service
 from tests.test_capacity import profiled
 from tests.test_hostile_profile import QWEN3, model, profile, replicated_stack, services_of

@@ -219,7 +219,7 @@ def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
             parts.append(_must_stop(hd, fmt, wide))
     if plan.routers:
         ports = [[window_text(r.windows[k.key]) for k in ROUTER_KINDS] for r in plan.routers]
-        rows = [[r.service.name, r.host_name, *p, ", ".join(r.replicas)] for r, p in zip(plan.routers, ports)]
+        rows = [[r.service.name, r.host_name, *p, ", ".join(ps.name for ps in r.replicas)] for r, p in zip(plan.routers, ports)]
         table = (["service", "router host", *(k.column for k in ROUTER_KINDS), "replicas"], rows)
         parts += ["### Routers", _md_table(*table)] if fmt == "markdown" else ["routers", _text_table(*table)]
     if plan.warnings:

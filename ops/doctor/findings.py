@@ -430,7 +430,7 @@ def _judge_routers(view: HostView) -> list[Finding]:
             text = f"router {rd.name}: its /workers could not be read ({type(exc).__name__}: {excerpt(' '.join(body.split()), 200)})"
             out.append(Finding("router", text, service=rd.plan.service.name, container=rd.name))
             continue
-        for replica, url in zip(rd.plan.replicas, rd.workers):
+        for replica, url in ((sd.name, sd.url) for sd in rd.replicas):
             if url not in seen:
                 text = f"router {rd.name} does not list replica {replica} ({url}) among its workers"
             elif not seen[url]:
