@@ -1,0 +1,1 @@
+"""Pure exports of the deployment records: what they become in another tool's format."""
