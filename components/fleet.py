@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.ascend_host import AscendHost
+from components.kubernetes import KubernetesFleet, build as build_kubernetes
 from components.model_service import ModelService
 from components.npu_exporter import NpuExporter
 from components.router import Rollout, Router
@@ -35,10 +36,13 @@ class Fleet:
         return {n: s.summary for n, s in self.services.items()} | {n: r.summary for n, r in self.routers.items()}
 
 
-def build(deployment: Deployment) -> Fleet:
+def build(deployment: Deployment) -> Fleet | KubernetesFleet:
     """One AscendHost per host in use, one ModelService per container of a service (each after the
     one before it on its cards), one Router per replicated service and, when on, one NpuExporter
-    per host in use."""
+    per host in use. A stack whose `target` is `kubernetes` gets the Kubernetes target's components
+    (`components.kubernetes`) from the same records instead."""
+    if deployment.plan.fleet.target == "kubernetes":
+        return build_kubernetes(deployment)
     key = ssh_private_key(deployment.ssh)
     hosts = {hd.name: AscendHost(hd.name, hd, private_key=key) for hd in deployment.hosts if hd.in_use}
     rollout = Rollout(deployment.routers)  # a replica's container waits for the one before it to serve again

@@ -57,7 +57,8 @@ SHM = "dshm"
 
 @dataclass(frozen=True)
 class Manifest:
-    """One Kubernetes object and what it belongs to: a service, replica or router (its name) or a host."""
+    """One Kubernetes object and what it belongs to: `node/HOST`, `service/NAME` (a service or a
+    replica) or `router/NAME` (host and service names may be the same)."""
 
     owner: str
     obj: Mapping[str, Any]
@@ -269,8 +270,8 @@ def _service_manifests(fleet: FleetConfig, sd: ServiceDeployment, order: tuple[i
     main = container(sd.spec, "vllm", _k8s_env(sd.spec, cards, dra), claims, mounts)
     pod = pod_spec(fleet, host, sd.spec, main, volumes, claims)
     return [
-        Manifest(name, deployment_object(fleet, name, labels, annotations, pod)),
-        Manifest(name, service_object(fleet, name, name, labels, sd.spec)),
+        Manifest(f"service/{name}", deployment_object(fleet, name, labels, annotations, pod)),
+        Manifest(f"service/{name}", service_object(fleet, name, name, labels, sd.spec)),
     ]
 
 
@@ -297,9 +298,9 @@ def _router_manifests(fleet: FleetConfig, rd: RouterDeployment, services: Mappin
     pod = pod_spec(fleet, host, rd.spec, main, volumes, {})
     service = _label_name(rd.plan.service.name, "service")
     return [
-        Manifest(name, config_map),
-        Manifest(name, deployment_object(fleet, name, labels, dict(rd.spec.labels), pod)),
-        Manifest(name, service_object(fleet, service, name, labels, rd.spec)),
+        Manifest(f"router/{name}", config_map),
+        Manifest(f"router/{name}", deployment_object(fleet, name, labels, dict(rd.spec.labels), pod)),
+        Manifest(f"router/{name}", service_object(fleet, service, name, labels, rd.spec)),
     ]
 
 
@@ -313,7 +314,7 @@ def _device_share(fleet: FleetConfig, hd: HostDeployment) -> Manifest | None:
     if hd.device_share_script is not None:
         data["script"] = hd.device_share_script
     meta = _metadata(f"{hd.name}-device-share", fleet, {HOST_LABEL: hd.name}, {DEVICE_SHARE: data["cards"]})
-    return Manifest(hd.name, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
+    return Manifest(f"node/{hd.name}", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
 
 
 def _replica_order(deployment: Deployment) -> dict[str, tuple[int, str | None]]:
@@ -336,7 +337,7 @@ def manifests(deployment: Deployment) -> tuple[Manifest, ...]:
         out += [share] if share is not None else []
         if fleet.kubernetes.dra:
             cards = sorted({c for sd in hd.services for c in sd.plan.assignment.cards})
-            out += [Manifest(hd.name, resource_claim(fleet, hd.name, c)) for c in cards]
+            out += [Manifest(f"node/{hd.name}", resource_claim(fleet, hd.name, c)) for c in cards]
         for sd in hd.services:
             out += _service_manifests(fleet, sd, order.get(sd.name))
     services = {sd.name: sd for sd in deployment.services()}
