@@ -8,15 +8,17 @@ builds can be read (and run under the mocks) as one function.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.ascend_host import AscendHost
-from components.kubernetes import KubernetesFleet, build as build_kubernetes
 from components.model_service import ModelService
 from components.npu_exporter import NpuExporter
 from components.router import Rollout, Router
 from components.stack_config import ssh_private_key
 from records.deployment import Deployment
+
+if TYPE_CHECKING:
+    from components.kubernetes import KubernetesFleet
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ def build(deployment: Deployment) -> Fleet | KubernetesFleet:
     per host in use. A stack whose `target` is `kubernetes` gets the Kubernetes target's components
     (`components.kubernetes`) from the same records instead."""
     if deployment.plan.fleet.target == "kubernetes":
+        from components.kubernetes import build as build_kubernetes  # only its stacks import pulumi-kubernetes
+
         return build_kubernetes(deployment)
     key = ssh_private_key(deployment.ssh)
     hosts = {hd.name: AscendHost(hd.name, hd, private_key=key) for hd in deployment.hosts if hd.in_use}
