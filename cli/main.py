@@ -95,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     profile.add_argument("--models-root", metavar="DIR", type=Path, help="read /path/of/model under DIR here, not on the hosts")
 
     render = sub.add_parser(
-        "render", help="the planned containers as a compose file or docker run script; or Prometheus and Grafana files"
+        "render",
+        help="the planned containers as a compose file, docker run script or Kubernetes objects; or Prometheus and Grafana files",
     )
     _stack_args(render)
     render.add_argument("--format", choices=("compose", "docker-run", "prometheus", "kubernetes"), required=True)
