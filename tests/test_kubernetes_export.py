@@ -158,3 +158,11 @@ def test_render_output_writes_one_file_per_object_in_apply_order(cli, tmp_path):
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert names == [f"{i:03d}-{m.kind.lower()}-{m.name}.yaml" for i, m in enumerate(manifests(deployment_of("prod")), 1)]
     assert yaml.safe_load((tmp_path / "out" / names[0]).read_text())["kind"] == "ConfigMap"
+
+
+def test_a_stack_name_kubernetes_cannot_label_with_is_one_message(cli, tmp_path):
+    stack = tmp_path / "fleet.yaml"
+    stack.write_text((ROOT / "Pulumi.prod.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    result = cli("render", "--config", str(stack), "--stack-name", "x" * 64, "--format", "kubernetes")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith(f"error: stack {'x' * 64} cannot be a Kubernetes label value") and result.stderr.count("\n") == 1

@@ -31,6 +31,7 @@ the ones that rest on outside behaviour, with their sources:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -77,6 +78,10 @@ def claim_name(host: str, card: int) -> str:
     return f"{host}-npu-{card}"
 
 
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+"""A label value as the API server checks it (apimachinery validation.IsValidLabelValue)."""
+
+
 def _label_name(name: str, what: str) -> str:
     """A name that is also a label value and a Service name: at most 63 characters."""
     if len(name) > 63:
@@ -87,9 +92,20 @@ def _label_name(name: str, what: str) -> str:
     return name
 
 
+def _stack_label(fleet: FleetConfig) -> str:
+    """The stack's name, which labels every object and is the value of the nodes' taint."""
+    if not LABEL_VALUE.match(fleet.fleet_name):
+        raise ConfigError(
+            f"stack {fleet.fleet_name} cannot be a Kubernetes label value (at most 63 letters, digits, '-', '_' or "
+            "'.', starting and ending with a letter or digit), which labels every object and the nodes' taint: "
+            "plan it under another name (--stack-name, or rename Pulumi.<stack>.yaml)"
+        )
+    return fleet.fleet_name
+
+
 def _metadata(name: str, fleet: FleetConfig, labels: Mapping[str, str], annotations: Mapping[str, str] = {}) -> dict:
     meta: dict[str, Any] = {"name": name, "namespace": fleet.kubernetes.namespace}
-    meta["labels"] = {"app.kubernetes.io/part-of": "ascend-fleet", STACK_LABEL: fleet.fleet_name, **labels}
+    meta["labels"] = {"app.kubernetes.io/part-of": "ascend-fleet", STACK_LABEL: _stack_label(fleet), **labels}
     if annotations:
         meta["annotations"] = dict(annotations)
     return meta
@@ -182,7 +198,7 @@ def pod_spec(fleet: FleetConfig, host: str, spec: ContainerSpec, main: dict, vol
     k8s = fleet.kubernetes
     out: dict[str, Any] = {
         "nodeSelector": {k8s.hostname_label: host},
-        "tolerations": [{"key": k8s.taint_key, "operator": "Equal", "value": fleet.fleet_name, "effect": "NoSchedule"}],
+        "tolerations": [{"key": k8s.taint_key, "operator": "Equal", "value": _stack_label(fleet), "effect": "NoSchedule"}],
         "enableServiceLinks": False,
         "shareProcessNamespace": spec.init,
         "terminationGracePeriodSeconds": spec.stop_grace_seconds,
