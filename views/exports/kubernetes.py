@@ -22,7 +22,7 @@ the ones that rest on outside behaviour, with their sources:
   every object says so in the annotation `UNACCOUNTED`.
 - Env: Kubernetes adds `<SERVICE>_PORT=tcp://...` for every Service of the namespace unless
   `enableServiceLinks` is false; a Service named `vllm` would set `VLLM_PORT` (vLLM's docs warn of
-  it, `docs/serving/env_vars.md`), and any new Service would change every pod. It is false.
+  it, docs.vllm.ai/en/stable/configuration/env_vars/), and any new Service would change every pod. It is false.
 - Docker's `--init` (a reaper as PID 1) becomes `shareProcessNamespace`: the pod's pause process is
   then PID 1 and reaps orphans (Kubernetes docs, "Share Process Namespace between Containers").
 - Docker's CMD is Kubernetes' `args`, its ENTRYPOINT `command` (Kubernetes docs, "Define a Command
