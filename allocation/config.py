@@ -50,6 +50,7 @@ from allocation.defaults import (
     LOG_OPTS,
     REQUEST_TIMEOUT_SECONDS,
 )
+from allocation.target import DEFAULT_TARGET, Kubernetes, Target
 from allocation.windows import KINDS, MAX_PORT, ROUTER_KINDS, PortWindow, WindowKind, window_text
 from allocation.vllm_args import ArgsError, read_args
 
@@ -910,6 +911,12 @@ class FleetConfig(Model):
     ([Time to serving](deploying.md#time-to-serving-health-probes-per-docker-engine)). `0` turns it
     off: every container probes every 30 s from its start, as before (up to 30 s between ready and
     healthy)."""
+    target: Target = DEFAULT_TARGET
+    """Where the plan runs: `docker` (each host's Docker daemon over SSH) or `kubernetes` (a cluster,
+    with the `kubernetes` settings; [Running on Kubernetes](kubernetes.md)). The plan is the same for
+    both: only what `pulumi up` creates changes."""
+    kubernetes: Kubernetes = Kubernetes()
+    """How the Kubernetes target runs the plan; read only when `target` is `kubernetes`."""
 
     @property
     def fleet_name(self) -> str:
@@ -920,7 +927,9 @@ class FleetConfig(Model):
     def fleet_hash(self) -> str:
         """sha256 of the fleet as validated, `shardOf` left out: equal for a fleet's stack file and
         every shard file cut from it, whatever YAML spelling each uses for the same values."""
-        text = self.model_dump_json(by_alias=True, exclude={"shard_of"})
+        # The target's keys count once written, so a fleet that never names them keeps its hash.
+        unset = {"target", "kubernetes"} - self.model_fields_set
+        text = self.model_dump_json(by_alias=True, exclude={"shard_of", *unset})
         return hashlib.sha256(text.encode()).hexdigest()
 
     @model_validator(mode="after")
@@ -939,6 +948,18 @@ class FleetConfig(Model):
                 f"shardOf says this file was cut from fleet {cut.fleet} at hash {cut.fleet_hash[:12]}, but the fleet "
                 f"it holds hashes to {now[:12]}: a shard's file is written by `python -m allocation shards --stack "
                 f"{cut.fleet}`, never by hand; change Pulumi.{cut.fleet}.yaml and run that command again"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _kubernetes_service_names(self) -> FleetConfig:
+        """On Kubernetes each service is reached through a Service, whose name the API server accepts
+        only when it starts with a letter (an RFC 1035 label)."""
+        bad = [s.name for s in self.services if not s.name[0].isalpha()] if self.target == "kubernetes" else []
+        if bad:
+            raise ValueError(
+                f"target is kubernetes, where each service becomes a Service named after it, and a Service's "
+                f"name must start with a letter: rename {', '.join(bad)} (previousNames keeps the old name)"
             )
         return self
 

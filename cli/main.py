@@ -95,12 +95,15 @@ def _parser() -> argparse.ArgumentParser:
     profile.add_argument("--models-root", metavar="DIR", type=Path, help="read /path/of/model under DIR here, not on the hosts")
 
     render = sub.add_parser(
-        "render", help="the planned containers as a compose file or docker run script; or Prometheus and Grafana files"
+        "render",
+        help="the planned containers as a compose file, docker run script or Kubernetes objects; or Prometheus and Grafana files",
     )
     _stack_args(render)
-    render.add_argument("--format", choices=("compose", "docker-run", "prometheus"), required=True)
+    render.add_argument("--format", choices=("compose", "docker-run", "prometheus", "kubernetes"), required=True)
     render.add_argument(
-        "--output", metavar="DIR", help="compose (one file per host) or prometheus: the directory to write the files to"
+        "--output",
+        metavar="DIR",
+        help="compose (one file per host), prometheus, or kubernetes (one file per object): the directory to write the files to",
     )
 
     schema = sub.add_parser(
@@ -174,6 +177,8 @@ def _render(args: argparse.Namespace) -> int:
             )
         print(render(_deployment(args)[0], args.format), end="")
         return 0
+    if args.format == "kubernetes":
+        return _render_kubernetes(args)
     if args.format == "compose" and args.output is None:
         print(render(_deployment(args)[0], args.format), end="")  # one stream, every host: as it always was
         return 0
@@ -186,6 +191,24 @@ def _render(args: argparse.Namespace) -> int:
         files = prometheus.files(deployment) | {DASHBOARD: dashboard.render(deployment)}
     write_set(Path(args.output), files)
     print(f"wrote {', '.join(sorted(files))} to {args.output}")
+    return 0
+
+
+def _render_kubernetes(args: argparse.Namespace) -> int:
+    """One YAML stream on standard output, or one file per object in --output DIR; either way the
+    cards the scheduler does not account for (no DRA) are named on standard error too."""
+    from views.exports import kubernetes_yaml
+    from views.exports.kubernetes import manifests
+
+    deployment = _deployment(args)[0]
+    for line in kubernetes_yaml.unaccounted(manifests(deployment)):
+        print(f"warning: unaccounted by the scheduler: {line}", file=sys.stderr)
+    if args.output is None:
+        print(kubernetes_yaml.stream(deployment), end="")
+        return 0
+    files = kubernetes_yaml.files(deployment)
+    write_set(Path(args.output), files)
+    print(f"wrote {len(files)} files to {args.output}")
     return 0
 
 

@@ -8,7 +8,7 @@ builds can be read (and run under the mocks) as one function.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.ascend_host import AscendHost
 from components.model_service import ModelService
@@ -16,6 +16,9 @@ from components.npu_exporter import NpuExporter
 from components.router import Rollout, Router
 from components.stack_config import ssh_private_key
 from records.deployment import Deployment, ServiceDeployment
+
+if TYPE_CHECKING:
+    from components.kubernetes import KubernetesFleet
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,15 @@ class Fleet:
         return {n: s.summary for n, s in self.services.items()} | {n: r.summary for n, r in self.routers.items()}
 
 
-def build(deployment: Deployment) -> Fleet:
+def build(deployment: Deployment) -> Fleet | KubernetesFleet:
     """One AscendHost per host in use, one ModelService per container of a service (each after the
     one before it on its cards), one Router per replicated service and, when on, one NpuExporter
-    per host in use."""
+    per host in use. A stack whose `target` is `kubernetes` gets the Kubernetes target's components
+    (`components.kubernetes`) from the same records instead."""
+    if deployment.plan.fleet.target == "kubernetes":
+        from components.kubernetes import build as build_kubernetes  # only its stacks import pulumi-kubernetes
+
+        return build_kubernetes(deployment)
     key = ssh_private_key(deployment.ssh)
     hosts = {hd.name: AscendHost(hd.name, hd, private_key=key) for hd in deployment.hosts if hd.in_use}
     rollout = Rollout(deployment.routers)  # a replica's container waits for the one before it to serve again

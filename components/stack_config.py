@@ -109,4 +109,6 @@ def fleet_deployment() -> Deployment:
     for warning in deployment.plan.warnings:
         pulumi.log.warn(warning)
     with _as_run_error():
-        return trusted(_this_stacks_slice(deployment))
+        deployment = _this_stacks_slice(deployment)
+        # Only the docker target reaches hosts over SSH; a cluster is reached through its kubeconfig.
+        return trusted(deployment) if deployment.plan.fleet.target == "docker" else deployment

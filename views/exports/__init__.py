@@ -1,6 +1,7 @@
 """Every file a plan is exported as: compose files and the docker-run script (`render`), the
 Prometheus targets, config and rules (`prometheus`), the Grafana dashboard (`dashboard`) and the
-metric names these query (`metric_names`).
+metric names these query (`metric_names`), and the Kubernetes objects
+(`kubernetes`) with their YAML stream (`kubernetes_yaml`).
 
 Views, like the report: they read the deployment records (`records.deployment`) and return text,
 so an export cannot drift from what the Pulumi program deploys. Pure: no file, process, socket or

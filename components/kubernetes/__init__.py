@@ -1,0 +1,101 @@
+"""The Kubernetes target: the plan's objects (`views.exports.kubernetes.manifests`) as Pulumi resources.
+
+`build(deployment)` is the Kubernetes counterpart of `components.fleet.build`, chosen by the stack's
+`ascend-fleet:target`. The objects are the ones `render --format kubernetes` prints, so `pulumi up`
+and `kubectl apply` of the export create the same cluster. Grouped by what they belong to: a node
+component per host (its cards' claims, its device-share ConfigMap), a component per service or
+replica (Deployment and Service), a component per router (worker ConfigMap, Deployment, Service).
+
+Order, from dependencies only (Pulumi runs independent resources in parallel): a pod after its
+node's claims; a service on a shared card after the services before it on the card (`after`, as on
+docker: one load at a time per card); replica k after replica k-1, and the router after the first
+replica. pulumi-kubernetes waits for a Deployment to be ready before its dependants start, so a
+rollout of a replicated service takes one replica down at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pulumi
+
+from components.kubernetes.objects import create
+from records.deployment import Deployment, RouterDeployment, ServiceDeployment
+from views.exports.kubernetes import Manifest, manifests, worker_url
+
+
+class Group(pulumi.ComponentResource):
+    """The objects of one host, service or router, created in order, each after `depends_on`."""
+
+    def __init__(self, typ: str, name: str, objects: Sequence[Manifest], depends_on: Sequence[pulumi.Resource] = (), timeout: int | None = None) -> None:
+        super().__init__(f"ascend-fleet:kubernetes:{typ}", name)
+        self.resources: dict[str, pulumi.CustomResource] = {}
+        before = list(depends_on)
+        for m in objects:
+            res = create(m, self, before, timeout if m.kind == "Deployment" else None)
+            self.resources[m.kind] = res
+            before = [*before, res] if m.kind == "ConfigMap" else before  # a router's worker list before it
+        self.register_outputs({})
+
+    @property
+    def deployment(self) -> pulumi.CustomResource:
+        return self.resources["Deployment"]
+
+
+@dataclass(frozen=True)
+class KubernetesFleet:
+    nodes: dict[str, Group]
+    services: dict[str, Group]
+    routers: dict[str, Group]
+    endpoints: dict[str, Any]
+    """The stack output `services`, as the docker target's: each instance's and router's summary."""
+
+
+def _previous_replicas(deployment: Deployment) -> dict[str, str]:
+    return {r: rd.plan.replicas[i - 1] for rd in deployment.routers for i, r in enumerate(rd.plan.replicas) if i}
+
+
+def _services(deployment: Deployment, owned: dict[str, list[Manifest]], nodes: dict[str, Group]) -> dict[str, Group]:
+    """Each service's group, after its node's, its card neighbours' and its previous replica's."""
+    previous = _previous_replicas(deployment)
+    needs = {sd.name: [*sd.after, *([previous[sd.name]] if sd.name in previous else [])] for sd in deployment.services()}
+    built: dict[str, Group] = {}
+    pending: list[ServiceDeployment] = list(deployment.services())
+    while pending:
+        ready = [sd for sd in pending if all(n in built for n in needs[sd.name])]
+        assert ready, f"services wait for each other in a circle: {[sd.name for sd in pending]}"
+        for sd in ready:
+            host = nodes.get(sd.plan.assignment.host_name)
+            waits = [*([host] if host else []), *(built[n].deployment for n in needs[sd.name])]
+            built[sd.name] = Group("ModelService", sd.name, owned[f"service/{sd.name}"], waits, sd.spec.create_timeout_seconds)
+        pending = [sd for sd in pending if sd.name not in built]
+    return built
+
+
+def _router_summary(deployment: Deployment, rd: RouterDeployment, owned: dict[str, list[Manifest]]) -> dict[str, Any]:
+    service = next(m for m in owned[f"router/{rd.name}"] if m.kind == "Service")
+    port = service.obj["spec"]["ports"][0]["port"]
+    ns = deployment.plan.fleet.kubernetes.namespace
+    return {"endpoint": f"http://{service.name}.{ns}.svc:{port}/v1", "host": rd.plan.host_name, "replicas": list(rd.plan.replicas)}
+
+
+def build(deployment: Deployment) -> KubernetesFleet:
+    """Every object of the stack, grouped by owner, in dependency order."""
+    owned: dict[str, list[Manifest]] = {}
+    for m in manifests(deployment):
+        owned.setdefault(m.owner, []).append(m)
+    nodes = {hd.name: Group("NpuNode", hd.name, owned[f"node/{hd.name}"]) for hd in deployment.hosts if f"node/{hd.name}" in owned}
+    services = _services(deployment, owned, nodes)
+    routers = {
+        rd.plan.service.name: Group(
+            "Router", rd.name, owned[f"router/{rd.name}"], [services[rd.first].deployment], rd.spec.create_timeout_seconds
+        )
+        for rd in deployment.routers
+    }
+    fleet = deployment.plan.fleet
+    endpoints: dict[str, Any] = {
+        sd.name: {"endpoint": worker_url(fleet, sd) + "/v1", **sd.summary()} for sd in deployment.services()
+    }
+    endpoints |= {rd.plan.service.name: _router_summary(deployment, rd, owned) for rd in deployment.routers}
+    return KubernetesFleet(nodes, services, routers, endpoints)

@@ -1,0 +1,85 @@
+"""`ascend-fleet:target` chooses where the plan runs, never the plan: the same stack planned for
+docker and for Kubernetes prints the same bytes, and the target's settings are checked at the edge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from allocation.config import parse_fleet
+from allocation.errors import ConfigError
+from cli.stackfile import locate, stack_values
+
+ROOT = Path(__file__).resolve().parent.parent
+PROD_HASH_BEFORE_TARGET = "7c646b87bbb18525bcbfda9850d680cab3c0720467e181f310e39a809662e70c"
+KUBERNETES_KEYS = (
+    "  ascend-fleet:target: kubernetes\n"
+    "  ascend-fleet:kubernetes:\n"
+    "    namespace: ascend\n"
+    "    network: hostNetwork\n"
+    "    dra: false\n"
+    "    hostnameLabel: ascend-fleet/host\n"
+)
+
+
+def _with_keys(tmp_path: Path, stack: str, keys: str) -> Path:
+    text = (ROOT / f"Pulumi.{stack}.yaml").read_text(encoding="utf-8")
+    assert "\nconfig:\n" in text
+    path = tmp_path / f"Pulumi.{stack}.yaml"
+    path.write_text(text.replace("\nconfig:\n", "\nconfig:\n" + keys, 1), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
+def test_plan_of_prod_is_byte_for_byte_the_same_whichever_target_it_names(cli, tmp_path, fmt):
+    docker = cli("plan", "--stack", "prod", "--format", fmt)
+    moved = cli("plan", "--config", str(_with_keys(tmp_path, "prod", KUBERNETES_KEYS)), "--format", fmt)
+    assert docker.returncode == moved.returncode == 0, moved.stderr
+    assert moved.stdout == docker.stdout
+    named = cli("plan", "--config", str(_with_keys(tmp_path, "prod", "  ascend-fleet:target: docker\n")), "--format", fmt)
+    assert named.stdout == docker.stdout
+
+
+def test_the_target_defaults_to_docker_and_reads_its_settings():
+    fleet = parse_fleet("prod", stack_values(locate("prod", None)))
+    assert fleet.target == "docker" and fleet.kubernetes.network == "pod" and fleet.kubernetes.dra
+    values = stack_values(locate("prod", None)) | {"target": "kubernetes", "kubernetes": {"network": "hostNetwork"}}
+    moved = parse_fleet("prod", values)
+    assert moved.target == "kubernetes" and moved.kubernetes.network == "hostNetwork"
+    assert moved.kubernetes.hostname_label == "kubernetes.io/hostname"
+
+
+def test_a_fleet_that_never_names_the_target_keeps_its_hash():
+    values = stack_values(locate("prod", None))
+    # prod's hash before the target existed: shard files cut then still match their fleet.
+    assert parse_fleet("prod", values).fleet_hash() == PROD_HASH_BEFORE_TARGET
+    named = parse_fleet("prod", values | {"target": "kubernetes"})
+    assert named.fleet_hash() != parse_fleet("prod", values).fleet_hash()
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({"target": "k8s"}, "target"),
+        ({"kubernetes": {"network": "bridge"}}, "network"),
+        ({"kubernetes": {"namespce": "x"}}, "namespce"),
+        ({"kubernetes": {"namespace": "Bad_Name"}}, "namespace"),
+        ({"kubernetes": {"hostnameLabel": "a b"}}, "hostnameLabel"),
+    ],
+)
+def test_a_bad_target_setting_is_one_message_naming_the_key(extra, expected):
+    values = stack_values(locate("prod", None)) | extra
+    with pytest.raises(ConfigError) as err:
+        parse_fleet("prod", values)
+    assert expected in str(err.value)
+
+
+def test_on_kubernetes_a_service_name_must_start_with_a_letter():
+    values = stack_values(locate("prod", None))
+    services = [dict(s) for s in values["services"]]
+    services[0]["name"] = "3bge"
+    with pytest.raises(ConfigError) as err:
+        parse_fleet("prod", values | {"services": services, "target": "kubernetes"})
+    assert "must start with a letter: rename 3bge" in str(err.value)
+    parse_fleet("prod", values | {"services": services})  # docker names containers, which may start with a digit

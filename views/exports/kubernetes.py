@@ -1,0 +1,362 @@
+"""The deployment records as Kubernetes objects: `render --format kubernetes` and the Kubernetes target.
+
+One function from the records (`records.deployment`) to plain dicts, one per object, so what
+`kubectl apply` reads, what the Pulumi components create (`components/kubernetes/`) and what the
+schema test validates cannot drift apart. Pure. docs/kubernetes.md gives each choice's reason;
+the ones that rest on outside behaviour, with their sources:
+
+- Cards. MindCluster's DRA driver (Ascend/mind-cluster `component/ascend-dynamic-resource-allocation`)
+  registers as `npu.huawei.com` (`pkg/consts/consts.go`), publishes one device per NPU with the
+  attributes `deviceType` (string) and `physicId` (int) (`internal/device/generation_common.go`,
+  `generation_910.go`), and its manifest installs the DeviceClass `npu.huawei.com`
+  (`build/ascend-dra-driver.yaml`). A ResourceClaim of `resource.k8s.io/v1` asks for devices with
+  `spec.devices.requests[].exactly` {`deviceClassName`, `allocationMode: ExactCount`, `count`,
+  `selectors[].cel.expression`}, and every pod that names one claim in `spec.resourceClaims` shares
+  its allocation (kubernetes/kubernetes `staging/src/k8s.io/api/resource/v1/types.go`). So each
+  planned card is one claim selecting its `physicId`, and every pod on the card names that claim: a
+  neighbour that comes or goes changes no pod's template (one claim per service would have to be
+  split the day a card of it becomes shared). The CEL cannot see the node, so the node comes from
+  the pod's `nodeSelector`, and the claim is allocated where its first pod is scheduled.
+- Without the driver (`kubernetes.dra: false`): the Ascend Docker Runtime mounts the cards named in
+  `ASCEND_VISIBLE_DEVICES` (MindCluster ascend-docker-runtime); nothing tells the scheduler, and
+  every object says so in the annotation `UNACCOUNTED`.
+- Env: Kubernetes adds `<SERVICE>_PORT=tcp://...` for every Service of the namespace unless
+  `enableServiceLinks` is false; a Service named `vllm` would set `VLLM_PORT` (vLLM's docs warn of
+  it, docs.vllm.ai/en/stable/configuration/env_vars/), and any new Service would change every pod. It is false.
+- Docker's `--init` (a reaper as PID 1) becomes `shareProcessNamespace`: the pod's pause process is
+  then PID 1 and reaps orphans (Kubernetes docs, "Share Process Namespace between Containers").
+- Docker's CMD is Kubernetes' `args`, its ENTRYPOINT `command` (Kubernetes docs, "Define a Command
+  and Arguments for a Container"): the image's entrypoint runs as it does under Docker.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from allocation.config import VISIBLE_DEVICES_ENV, FleetConfig
+from allocation.errors import ConfigError
+from allocation.target import DRA_DRIVER
+from records.containers import ContainerSpec, HealthCheck, created_on_host
+from records.deployment import Deployment, HostDeployment, RouterDeployment, ServiceDeployment
+from records.rollout import WORKERS_MOUNT
+
+RESOURCE_API = "resource.k8s.io/v1"
+RUNTIME_VISIBLE_ENV = "ASCEND_VISIBLE_DEVICES"
+"""Read by the Ascend Docker Runtime: the physical cards it mounts into the container."""
+INSTANCE_LABEL = "ascend-fleet/instance"
+STACK_LABEL = "ascend-fleet/stack"
+HOST_LABEL = "ascend-fleet/host"
+REPLICA_OF_LABEL = "ascend-fleet/replica-of"
+REPLICA_INDEX_LABEL = "ascend-fleet/replica-index"
+AFTER_ANNOTATION = "ascend-fleet/after"
+UNACCOUNTED = "ascend-fleet/unaccounted-cards"
+DEVICE_SHARE = "ascend-fleet/device-share-cards"
+SHM = "dshm"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One Kubernetes object and what it belongs to: `node/HOST`, `service/NAME` (a service or a
+    replica) or `router/NAME` (host and service names may be the same)."""
+
+    owner: str
+    obj: Mapping[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return self.obj["kind"]
+
+    @property
+    def name(self) -> str:
+        return self.obj["metadata"]["name"]
+
+
+def claim_name(host: str, card: int) -> str:
+    """The ResourceClaim of one planned card: every pod on the card names it."""
+    return f"{host}-npu-{card}"
+
+
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+"""A label value as the API server checks it (apimachinery validation.IsValidLabelValue)."""
+
+
+def _label_name(name: str, what: str) -> str:
+    """A name that is also a label value and a Service name: at most 63 characters."""
+    if len(name) > 63:
+        raise ConfigError(
+            f"{what} {name} is {len(name)} characters long; on Kubernetes it names a Service and labels its pods, "
+            "which allow at most 63: shorten the service's name"
+        )
+    return name
+
+
+def _stack_label(fleet: FleetConfig) -> str:
+    """The stack's name, which labels every object and is the value of the nodes' taint."""
+    if not LABEL_VALUE.match(fleet.fleet_name):
+        raise ConfigError(
+            f"stack {fleet.fleet_name} cannot be a Kubernetes label value (at most 63 letters, digits, '-', '_' or "
+            "'.', starting and ending with a letter or digit), which labels every object and the nodes' taint: "
+            "plan it under another name (--stack-name, or rename Pulumi.<stack>.yaml)"
+        )
+    return fleet.fleet_name
+
+
+def _metadata(name: str, fleet: FleetConfig, labels: Mapping[str, str], annotations: Mapping[str, str] = {}) -> dict:
+    meta: dict[str, Any] = {"name": name, "namespace": fleet.kubernetes.namespace}
+    meta["labels"] = {"app.kubernetes.io/part-of": "ascend-fleet", STACK_LABEL: _stack_label(fleet), **labels}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return meta
+
+
+def resource_claim(fleet: FleetConfig, host: str, card: int) -> dict:
+    """Exactly one device of the driver, the one whose `physicId` is `card`."""
+    expression = f"device.attributes['{DRA_DRIVER}'].physicId == {card}"
+    request = {
+        "name": "npu",
+        "exactly": {
+            "deviceClassName": fleet.kubernetes.device_class,
+            "allocationMode": "ExactCount",
+            "count": 1,
+            "selectors": [{"cel": {"expression": expression}}],
+        },
+    }
+    labels = {HOST_LABEL: host, "ascend-fleet/card": str(card)}
+    return {
+        "apiVersion": RESOURCE_API,
+        "kind": "ResourceClaim",
+        "metadata": _metadata(claim_name(host, card), fleet, labels),
+        "spec": {"devices": {"requests": [request]}},
+    }
+
+
+def _probe(hc: HealthCheck, period: int, failures: int) -> dict:
+    # Docker's CMD-SHELL test, run the same way: `sh -c TEST`.
+    return {
+        "exec": {"command": ["sh", "-c", hc.test[1]]},
+        "periodSeconds": period,
+        "timeoutSeconds": hc.timeout_seconds,
+        "failureThreshold": failures,
+    }
+
+
+def probes(hc: HealthCheck) -> dict:
+    """Docker's health check as Kubernetes' three probes. The startup probe covers the start period
+    (at the start interval when the host's engine has one) and then Docker's retries; readiness and
+    liveness probe at the steady interval and give up after Docker's retries."""
+    start = hc.start_interval_seconds or hc.interval_seconds
+    during_start = -(-hc.start_period_seconds // start) + hc.retries
+    return {
+        "startupProbe": _probe(hc, start, during_start),
+        "readinessProbe": _probe(hc, hc.interval_seconds, hc.retries),
+        "livenessProbe": _probe(hc, hc.interval_seconds, hc.retries),
+    }
+
+
+def _volumes(spec: ContainerSpec, workers: str | None) -> tuple[list[dict], list[dict]]:
+    """The spec's bind mounts as hostPath volumes (a source the host check creates is created here
+    too), a router's worker folder as its ConfigMap, and `/dev/shm` as memory of the planned size
+    (none when the pod shares the host's IPC, where the host's /dev/shm is used, as under Docker)."""
+    volumes: list[dict] = []
+    mounts: list[dict] = []
+    for i, m in enumerate(spec.mounts):
+        name = f"host-{i}"
+        if workers is not None and m.target == WORKERS_MOUNT:
+            volumes.append({"name": name, "configMap": {"name": workers}})
+        else:
+            kind = "DirectoryOrCreate" if created_on_host(m.source) else ""
+            volumes.append({"name": name, "hostPath": {"path": m.source, "type": kind}})
+        mounts.append({"name": name, "mountPath": m.target, "readOnly": m.read_only})
+    if spec.ipc_mode != "host":
+        volumes.append({"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_size_mib}Mi"}})
+        mounts.append({"name": SHM, "mountPath": "/dev/shm"})
+    return volumes, mounts
+
+
+def container(spec: ContainerSpec, name: str, env: Mapping[str, str], claims: Iterable[str], mounts: list[dict]) -> dict:
+    """The spec's container: image, entrypoint and command, env, ports, claims, mounts and probes."""
+    out: dict[str, Any] = {"name": name, "image": spec.image}
+    if spec.entrypoint is not None:
+        out["command"] = list(spec.entrypoint)
+    out["args"] = list(spec.command)
+    out["env"] = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    ports = [{"name": "api", "containerPort": spec.api_port, "protocol": "TCP"}]
+    if spec.metrics_port is not None:
+        ports.append({"name": "metrics", "containerPort": spec.metrics_port, "protocol": "TCP"})
+    out["ports"] = ports
+    claim_refs = [{"name": c} for c in claims]
+    if claim_refs:
+        out["resources"] = {"claims": claim_refs}
+    out["volumeMounts"] = mounts
+    return out | probes(spec.healthcheck)
+
+
+def pod_spec(fleet: FleetConfig, host: str, spec: ContainerSpec, main: dict, volumes: list[dict], claims: Mapping[str, str]) -> dict:
+    """Pinned to the planned node and tolerating its taint; network, IPC and grace as planned."""
+    k8s = fleet.kubernetes
+    out: dict[str, Any] = {
+        "nodeSelector": {k8s.hostname_label: host},
+        "tolerations": [{"key": k8s.taint_key, "operator": "Equal", "value": _stack_label(fleet), "effect": "NoSchedule"}],
+        "enableServiceLinks": False,
+        "shareProcessNamespace": spec.init,
+        "terminationGracePeriodSeconds": spec.stop_grace_seconds,
+        "restartPolicy": "Always",
+    }
+    if k8s.network == "hostNetwork":
+        out |= {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}
+    else:
+        # A network namespace of its own: its windows kept out of its ephemeral ports, as under Docker
+        # (an unsafe sysctl: the kubelet must allow it, docs/kubernetes.md).
+        sysctls = [{"name": k, "value": v} for k, v in spec.sysctls.items() if v]
+        if sysctls:
+            out["securityContext"] = {"sysctls": sysctls}
+    if spec.ipc_mode == "host":
+        out["hostIPC"] = True
+    if claims:
+        out["resourceClaims"] = [{"name": ref, "resourceClaimName": claim} for ref, claim in claims.items()]
+    return out | {"containers": [main], "volumes": volumes}
+
+
+def deployment_object(fleet: FleetConfig, name: str, labels: Mapping[str, str], annotations: Mapping[str, str], pod: dict) -> dict:
+    """One pod, replaced by stopping the old one first (`Recreate`): its cards and ports are never
+    held twice."""
+    selector = {INSTANCE_LABEL: name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(name, fleet, labels, annotations),
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": {**labels, **selector}, "annotations": dict(annotations)}, "spec": pod},
+        },
+    }
+
+
+def service_object(fleet: FleetConfig, name: str, target: str, labels: Mapping[str, str], spec: ContainerSpec) -> dict:
+    """The ports of the pod of Deployment `target`, on `name` in the namespace's DNS."""
+    ports = [{"name": "api", "port": spec.api_port, "targetPort": spec.api_port, "protocol": "TCP"}]
+    if spec.metrics_port is not None:
+        ports.append({"name": "metrics", "port": spec.metrics_port, "targetPort": spec.metrics_port, "protocol": "TCP"})
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(name, fleet, labels),
+        "spec": {"type": "ClusterIP", "selector": {INSTANCE_LABEL: target}, "ports": ports},
+    }
+
+
+def unaccounted_text(host: str, cards: Iterable[int]) -> str:
+    return (
+        f"cards {','.join(map(str, cards))} of node {host} are pinned by nodeSelector and {RUNTIME_VISIBLE_ENV} "
+        "(kubernetes.dra is false): the scheduler does not account for them"
+    )
+
+
+def _k8s_env(spec: ContainerSpec, cards: tuple[int, ...], dra: bool) -> dict[str, str]:
+    """The container's env as Docker gets it. Pods are never privileged, so a container that Docker
+    runs privileged (every card visible under its physical index) sees only its own cards, numbered
+    from 0, as every other container does; without DRA the runtime is told its physical cards."""
+    env = dict(spec.env)
+    if spec.privileged:
+        env[VISIBLE_DEVICES_ENV] = ",".join(map(str, range(len(cards))))
+    if not dra:
+        env[RUNTIME_VISIBLE_ENV] = ",".join(map(str, cards))
+    return env
+
+
+def _service_manifests(fleet: FleetConfig, sd: ServiceDeployment, order: tuple[int, str | None] | None) -> list[Manifest]:
+    """A service's (or replica's) Deployment and Service, its pod naming the claim of each of its cards."""
+    name, host = _label_name(sd.name, "service"), sd.plan.assignment.host_name
+    cards, dra = tuple(sorted(sd.plan.assignment.cards)), fleet.kubernetes.dra
+    labels = {INSTANCE_LABEL: name, HOST_LABEL: host}
+    annotations = dict(sd.spec.labels)  # Docker's labels, the keys `doctor` reads
+    if not dra:
+        annotations[UNACCOUNTED] = unaccounted_text(host, cards)
+    if order is not None:
+        index, previous = order
+        labels |= {REPLICA_OF_LABEL: sd.plan.replica_of, REPLICA_INDEX_LABEL: str(index)}
+        if previous is not None:
+            annotations[AFTER_ANNOTATION] = previous
+    claims = {f"npu-{c}": claim_name(host, c) for c in cards} if dra else {}
+    volumes, mounts = _volumes(sd.spec, None)
+    main = container(sd.spec, "vllm", _k8s_env(sd.spec, cards, dra), claims, mounts)
+    pod = pod_spec(fleet, host, sd.spec, main, volumes, claims)
+    return [
+        Manifest(f"service/{name}", deployment_object(fleet, name, labels, annotations, pod)),
+        Manifest(f"service/{name}", service_object(fleet, name, name, labels, sd.spec)),
+    ]
+
+
+def worker_url(fleet: FleetConfig, replica: ServiceDeployment) -> str:
+    """A replica's URL for its router: its own Service, by its name in the namespace's DNS."""
+    return f"http://{replica.name}.{fleet.kubernetes.namespace}.svc:{replica.plan.assignment.api_port}"
+
+
+def _router_manifests(fleet: FleetConfig, rd: RouterDeployment, services: Mapping[str, ServiceDeployment]) -> list[Manifest]:
+    """The router's worker list (a ConfigMap, outside its pod template: replicas that come and go
+    restart nothing), its Deployment, and the service's Service in front of it."""
+    name, host = _label_name(rd.name, "router"), rd.plan.host_name
+    workers = f"{name}-workers"
+    labels = {INSTANCE_LABEL: name, HOST_LABEL: host, REPLICA_OF_LABEL: rd.plan.service.name}
+    urls = "".join(f"{worker_url(fleet, services[r])}\n" for r in rd.plan.replicas)
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(workers, fleet, labels),
+        "data": {"workers": urls},
+    }
+    volumes, mounts = _volumes(rd.spec, workers)
+    main = container(rd.spec, "router", rd.spec.env, (), mounts)
+    pod = pod_spec(fleet, host, rd.spec, main, volumes, {})
+    service = _label_name(rd.plan.service.name, "service")
+    return [
+        Manifest(f"router/{name}", config_map),
+        Manifest(f"router/{name}", deployment_object(fleet, name, labels, dict(rd.spec.labels), pod)),
+        Manifest(f"router/{name}", service_object(fleet, service, name, labels, rd.spec)),
+    ]
+
+
+def _device_share(fleet: FleetConfig, hd: HostDeployment) -> Manifest | None:
+    """The cards of a host that more than one pod uses, which must be in device-share mode before
+    those pods start: stated in the cluster, with the host script that sets it (records.device_share)."""
+    cards = hd.device_share_cards or hd.shared_cards
+    if not cards:
+        return None
+    data = {"host": hd.name, "cards": ",".join(map(str, cards))}
+    if hd.device_share_script is not None:
+        data["script"] = hd.device_share_script
+    meta = _metadata(f"{hd.name}-device-share", fleet, {HOST_LABEL: hd.name}, {DEVICE_SHARE: data["cards"]})
+    return Manifest(f"node/{hd.name}", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
+
+
+def _replica_order(deployment: Deployment) -> dict[str, tuple[int, str | None]]:
+    """Each replica's place in its service's one-at-a-time order, and the replica before it."""
+    order: dict[str, tuple[int, str | None]] = {}
+    for rd in deployment.routers:
+        for i, replica in enumerate(rd.plan.replicas):
+            order[replica] = (i, rd.plan.replicas[i - 1] if i else None)
+    return order
+
+
+def manifests(deployment: Deployment) -> tuple[Manifest, ...]:
+    """Every object of the stack, in the order to apply them: per host in use, its device-share
+    ConfigMap, its cards' claims, its services; then the routers."""
+    fleet = deployment.plan.fleet
+    order = _replica_order(deployment)
+    out: list[Manifest] = []
+    for hd in (hd for hd in deployment.hosts if hd.in_use):
+        share = _device_share(fleet, hd)
+        out += [share] if share is not None else []
+        if fleet.kubernetes.dra:
+            cards = sorted({c for sd in hd.services for c in sd.plan.assignment.cards})
+            out += [Manifest(f"node/{hd.name}", resource_claim(fleet, hd.name, c)) for c in cards]
+        for sd in hd.services:
+            out += _service_manifests(fleet, sd, order.get(sd.name))
+    services = {sd.name: sd for sd in deployment.services()}
+    for rd in deployment.routers:
+        out += _router_manifests(fleet, rd, services)
+    return tuple(out)
