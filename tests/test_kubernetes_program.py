@@ -89,7 +89,7 @@ def test_pods_on_a_shared_card_name_one_claim_and_wait_for_the_one_before_them(s
             assert len(on_card) > 1 and claim_names == {f"{hd.name}-npu-{card}"}
         for sd in hd.services:
             waits = {urns[u] for u in deployments[f"deployment-{sd.name}"].dependencies}
-            assert {f"deployment-{a}" for a in sd.after} <= waits
+            assert {f"deployment-{a.name}" for a in sd.after} <= waits
 
 
 def test_no_two_pods_on_a_node_share_a_port_window(stack_run):

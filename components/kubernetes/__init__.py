@@ -53,13 +53,13 @@ class KubernetesFleet:
 
 
 def _previous_replicas(deployment: Deployment) -> dict[str, str]:
-    return {r: rd.plan.replicas[i - 1] for rd in deployment.routers for i, r in enumerate(rd.plan.replicas) if i}
+    return {r.name: rd.replicas[i - 1].name for rd in deployment.routers for i, r in enumerate(rd.replicas) if i}
 
 
 def _services(deployment: Deployment, owned: dict[str, list[Manifest]], nodes: dict[str, Group]) -> dict[str, Group]:
     """Each service's group, after its node's, its card neighbours' and its previous replica's."""
     previous = _previous_replicas(deployment)
-    needs = {sd.name: [*sd.after, *([previous[sd.name]] if sd.name in previous else [])] for sd in deployment.services()}
+    needs = {sd.name: [*(d.name for d in sd.after), *([previous[sd.name]] if sd.name in previous else [])] for sd in deployment.services()}
     built: dict[str, Group] = {}
     pending: list[ServiceDeployment] = list(deployment.services())
     while pending:
@@ -77,7 +77,7 @@ def _router_summary(deployment: Deployment, rd: RouterDeployment, owned: dict[st
     service = next(m for m in owned[f"router/{rd.name}"] if m.kind == "Service")
     port = service.obj["spec"]["ports"][0]["port"]
     ns = deployment.plan.fleet.kubernetes.namespace
-    return {"endpoint": f"http://{service.name}.{ns}.svc:{port}/v1", "host": rd.plan.host_name, "replicas": list(rd.plan.replicas)}
+    return {"endpoint": f"http://{service.name}.{ns}.svc:{port}/v1", "host": rd.plan.host_name, "replicas": [ps.name for ps in rd.plan.replicas]}
 
 
 def build(deployment: Deployment) -> KubernetesFleet:

@@ -296,13 +296,13 @@ def worker_url(fleet: FleetConfig, replica: ServiceDeployment) -> str:
     return f"http://{replica.name}.{fleet.kubernetes.namespace}.svc:{replica.plan.assignment.api_port}"
 
 
-def _router_manifests(fleet: FleetConfig, rd: RouterDeployment, services: Mapping[str, ServiceDeployment]) -> list[Manifest]:
+def _router_manifests(fleet: FleetConfig, rd: RouterDeployment) -> list[Manifest]:
     """The router's worker list (a ConfigMap, outside its pod template: replicas that come and go
     restart nothing), its Deployment, and the service's Service in front of it."""
     name, host = _label_name(rd.name, "router"), rd.plan.host_name
     workers = f"{name}-workers"
     labels = {INSTANCE_LABEL: name, HOST_LABEL: host, REPLICA_OF_LABEL: rd.plan.service.name}
-    urls = "".join(f"{worker_url(fleet, services[r])}\n" for r in rd.plan.replicas)
+    urls = "".join(f"{worker_url(fleet, replica)}\n" for replica in rd.replicas)
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -337,8 +337,9 @@ def _replica_order(deployment: Deployment) -> dict[str, tuple[int, str | None]]:
     """Each replica's place in its service's one-at-a-time order, and the replica before it."""
     order: dict[str, tuple[int, str | None]] = {}
     for rd in deployment.routers:
-        for i, replica in enumerate(rd.plan.replicas):
-            order[replica] = (i, rd.plan.replicas[i - 1] if i else None)
+        names = [ps.name for ps in rd.plan.replicas]
+        for i, replica in enumerate(names):
+            order[replica] = (i, names[i - 1] if i else None)
     return order
 
 
@@ -356,7 +357,6 @@ def manifests(deployment: Deployment) -> tuple[Manifest, ...]:
             out += [Manifest(f"node/{hd.name}", resource_claim(fleet, hd.name, c)) for c in cards]
         for sd in hd.services:
             out += _service_manifests(fleet, sd, order.get(sd.name))
-    services = {sd.name: sd for sd in deployment.services()}
     for rd in deployment.routers:
-        out += _router_manifests(fleet, rd, services)
+        out += _router_manifests(fleet, rd)
     return tuple(out)
