@@ -9,6 +9,7 @@ errors exit 2. Commands that reach hosts (`doctor`) or write other formats
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import traceback
 from pathlib import Path
@@ -24,7 +25,7 @@ from cli.pin import pin_stack_file
 from cli.stack_editor import read_bytes, set_service_keys
 from cli.revision import plan_at_revision
 from cli.safe_write import write_set
-from cli.shards import shard_files, stale
+from cli.shards import deploy_matrix, shard_files, stale
 from cli.stackfile import PROJECT_ROOT, StackFile, locate, stack_values
 
 DASHBOARD = "grafana-dashboard.json"
@@ -85,6 +86,11 @@ def _parser() -> argparse.ArgumentParser:
     shards = sub.add_parser("shards", help="a fleet deployed as shards: write one stack file per shard beside the fleet's")
     _stack_args(shards)
     shards.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every shard file that is not current")
+    shards.add_argument(
+        "--matrix", action="store_true",
+        help="write nothing; print the stacks a deploy runs as JSON ([{stack, parallel}]: each shard, or the stack "
+        "itself when it is not deployed as shards), parallel being a --parallel at which no container waits",
+    )  # fmt: skip
 
     profile = sub.add_parser(
         "profile",
@@ -227,6 +233,9 @@ def _shards(args: argparse.Namespace) -> int:
     stack_file = _locate(args)
     read = read_bytes(stack_file.path)
     plan = plan_fleet(parse_fleet(stack_file.stack, stack_values(stack_file, data=read)))
+    if args.matrix:
+        print(json.dumps(deploy_matrix(stack_file.stack, plan)))
+        return 0
     files = shard_files(stack_file, read.decode("utf-8-sig"), plan)
     folder = stack_file.path.parent
     gone = stale(folder, stack_file.stack, files)
