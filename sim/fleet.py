@@ -19,7 +19,8 @@ host check over SSH. `SimFleet` makes that real without tens of machines. Every 
 
 What the hosts still share, because they are one machine: the device files, the driver folders and
 the fake ``npu-smi`` (which reads the `SimHost`'s own state folder, so it shows none of a simulated
-host's containers), the image store, and the published ports (one dockerd binds them all, so the
+host's containers), the start gate's card locks (``/var/lib/ascend-fleet/locks``: every host's
+container on card N waits for the same lock until it serves), the image store, and the published ports (one dockerd binds them all, so the
 fleet's services need ports distinct across hosts, which `apiPort` pins give). The stand-in
 container is the npu-sim image with no load time: busybox's httpd answering ``/health`` and
 ``/v1/models``, about a megabyte per container.

@@ -1,8 +1,8 @@
 """A fleet deployed as shards onto simulated hosts (sim/fleet.py), and its shard stacks under the engine.
 
 Shared by tests/engine/test_shards_engine.py and benchmarks/shard_bench.py. The fleet file is the
-operator's: `ascend-fleet:shards`, hosts pinned to their shards as `pin` keeps them, four small
-services per host (TP 1, cards 0-3, each its own card) with `apiPort` pins distinct across the
+operator's: `ascend-fleet:shards`, hosts pinned to their shards (`shard:`), four small
+services per host (TP 1, each on a card of its own) with `apiPort` pins distinct across the
 fleet (one dockerd publishes every simulated host's ports). `python -m allocation shards` cuts it,
 and each cut file becomes the stack file of a shard stack, all in one project and one backend, so
 `pulumi state move` can move resources between them.
@@ -26,7 +26,10 @@ MODEL = "/srv/models/shard-sim"
 
 
 def service_values(endpoint: SimEndpoint, index: int) -> list[dict[str, Any]]:
-    """Host number `index`'s services: one card each, the host's cards (`card_state_env`)."""
+    """Host number `index`'s services: one card each, the host's cards (`card_state_env`). Even hosts
+    use cards 0-3, odd ones 4-7: the start gate's card locks are a folder of the one machine
+    (records.containers `LOCK_DIR_HOST`), so every simulated host's container on card N queues for
+    the same lock until it serves; alternating halves that queue."""
     return [
         {
             "name": f"{endpoint.name}-m{k}",
@@ -35,7 +38,7 @@ def service_values(endpoint: SimEndpoint, index: int) -> list[dict[str, Any]]:
             "tensorParallelSize": 1,
             "memoryFraction": 0.9,
             "apiPort": FIRST_API_PORT + SERVICES_PER_HOST * index + k,
-            "devices": [k],
+            "devices": [4 * (index % 2) + k],
             "env": card_state_env(endpoint),
         }
         for k in range(SERVICES_PER_HOST)
