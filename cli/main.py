@@ -92,6 +92,13 @@ def _parser() -> argparse.ArgumentParser:
         "itself when it is not deployed as shards), parallel being a --parallel at which no container waits",
     )  # fmt: skip
 
+    move = sub.add_parser(
+        "move-host", help="a fleet deployed as shards: move a host's resources to another shard's stack, re-creating nothing"
+    )
+    _stack_args(move)
+    move.add_argument("host", help="the host to move")
+    move.add_argument("--to", type=int, required=True, metavar="K", help="the shard it moves to")
+
     profile = sub.add_parser(
         "profile",
         help="read each service's model folder and write its profile into the stack file",
@@ -262,9 +269,29 @@ def _shards(args: argparse.Namespace) -> int:
     return 0
 
 
+def _move_host(args: argparse.Namespace) -> int:
+    from cli.shards import shard_stack
+    from ops import state_move
+
+    deployment, stack_file = _deployment(args)
+    fleet = deployment.plan.fleet
+    if fleet.shards is None or fleet.shard_of is not None:
+        raise ConfigError(f"move-host: name the fleet's own stack file (ascend-fleet:shards), not {stack_file.path.name}")
+    hd = next((hd for hd in deployment.hosts if hd.name == args.host), None)
+    roots = state_move.host_roots(deployment, args.host)
+    assert hd is not None and hd.plan.shard is not None
+    if hd.plan.shard == args.to:
+        raise ConfigError(f"move-host: host {args.host} is already in shard {args.to}")
+    source, dest = shard_stack(stack_file.stack, hd.plan.shard), shard_stack(stack_file.stack, args.to)
+    moved = state_move.run(stack_file.path.parent, roots, source, dest)
+    print(f"moved {len(moved)} resources of host {args.host} from {source} to {dest}; now pin it (shard: {args.to}) "
+          f"in {stack_file.path.name} and run python -m allocation shards --stack {stack_file.stack}")  # fmt: skip
+    return 0
+
+
 COMMANDS = {
     "plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render, "profile": _profile, "schema": _schema,
-    "shards": _shards,
+    "shards": _shards, "move-host": _move_host,
 }  # fmt: skip
 
 

@@ -4,7 +4,7 @@ Each simulated host is its own SSH endpoint (its own loopback address, sshd and 
 docker provider in the program and its own cards. The module lives as a sharded fleet does: two
 shard stacks come up side by side, a second preview of each changes nothing, a host added to the
 fleet changes no resource the shards already hold, and a host moved between shards on purpose
-(`pulumi state move`, then its `shard:` pin and `shards` again, docs/shards.md) re-creates no
+(`python -m allocation move-host`, then its `shard:` pin and `shards` again, docs/shards.md) re-creates no
 container. The fleet is small (5 hosts, 20 containers, shards of 3) so the module stays a lane of
 a few minutes; benchmarks/shard_bench.py does 10, 25 and 50 hosts per shard.
 """
@@ -12,6 +12,8 @@ a few minutes; benchmarks/shard_bench.py does 10, 25 and 50 hosts per shard.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -111,23 +113,24 @@ def test_adding_a_host_to_the_fleet_changes_no_resource_a_shard_already_holds(sh
     assert len(container_ids(engine_host)) == SERVICES_PER_HOST * len(sim_fleet.endpoints)
 
 
-def host_urns(shard: Project, host: str) -> list[str]:
-    """The top-level resources of one host in a shard's state: its AscendHost and its services
-    (`state move` takes their children, the containers and the host's docker provider, with them)."""
+def resource_urns(shard: Project) -> set[str]:
     state = json.loads(shard.cli("stack", "export", "--stack", shard.stack).stdout)
-    return [
-        r["urn"] for r in state["deployment"]["resources"]
-        if r.get("parent", "").endswith("pulumi:pulumi:Stack::" + f"ascend-fleet-{shard.stack}")
-        and (urn_name(r["urn"]) == host or urn_name(r["urn"]).startswith(f"{host}-"))
-    ]  # fmt: skip
+    return {r["urn"] for r in state["deployment"]["resources"]}
 
 
-def test_moving_a_host_between_shards_with_state_move_recreates_no_container(sharded, sim_fleet, engine_host):
+def test_moving_a_host_between_shards_with_move_host_recreates_no_container(sharded, sim_fleet, engine_host):
+    """`pulumi state move` refuses this program's hosts (ops/state_move.py says why); `move-host` moves
+    the host's resources, the pin and `shards` follow, and neither shard has anything left to do."""
     before = container_ids(engine_host)
     source, dest = sharded.shards[0], sharded.shards[1]
-    urns = host_urns(source, MOVED)
-    assert {urn_type(u) for u in urns} == {"ascend-fleet:index:AscendHost", "ascend-fleet:index:ModelService"}, urns
-    source.cli("state", "move", "--source", source.stack, "--dest", dest.stack, "--yes", *urns)
+    held = {u for u in resource_urns(source) if f"::{MOVED}" in u}
+    proc = subprocess.run(
+        [sys.executable, "-m", "allocation", "move-host", "--stack", FLEET, MOVED, "--to", "1"],
+        cwd=sharded.root, capture_output=True, text=True, env=sharded.fleet.env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not {u for u in resource_urns(source) if f"::{MOVED}" in u}
+    assert {u.replace(source.stack, dest.stack, 1) for u in held} <= resource_urns(dest)
     pins = {e.name: 1 for e in sim_fleet.endpoints} | {h: k for h, k in FIRST_PINS.items() if h != MOVED}
     sharded.write(fleet_values(sim_fleet, SIZE, pins))
     sharded.cut()
