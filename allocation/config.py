@@ -492,7 +492,7 @@ class Host(Model):
     """The shard (`ascend-fleet:shards`) this host is deployed by, pinned by `pin` like cards so that
     adding hosts or services never moves a host to another stack (which would delete and re-create
     its containers). Unpinned hosts fill the lowest shard with room, in name order. Moving a host on
-    purpose is `pulumi state move` (docs/shards.md)."""
+    purpose is `python -m allocation move-host` (docs/shards.md)."""
     docker_host: Text | None = None
     """Docker daemon URL; default `ssh://user@address:sshPort`. Set `unix:///var/run/docker.sock`
     for a daemon on the machine running Pulumi (the dev stack). An `ssh://` or `tcp://` URL must
@@ -892,7 +892,7 @@ class FleetConfig(Model):
     @property
     def fleet_name(self) -> str:
         """The fleet's name: the stack's, or for a shard's stack the fleet it was cut from. Containers
-        are labelled with it, so a host moved between shards (`pulumi state move`) keeps its inputs."""
+        are labelled with it, so a host moved between shards (`move-host`) keeps its inputs."""
         return self.stack if self.shard_of is None else self.shard_of.fleet
 
     def fleet_hash(self) -> str:
