@@ -73,11 +73,11 @@ class TreeSampler(threading.Thread):
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.plugins = self.rss_kb = self.pss_kb = 0
-        self._stop = threading.Event()
+        self._done = threading.Event()
 
     def run(self) -> None:
         me = os.getpid()
-        while not self._stop.wait(0.2):
+        while not self._done.wait(0.2):
             table = _proc_table()
             tree = {pid for pid, (ppid, comm) in table.items() if ppid == me and comm == "pulumi"}
             grew = True
@@ -90,7 +90,7 @@ class TreeSampler(threading.Thread):
             self.pss_kb = max(self.pss_kb, sum(_kb(p, "smaps_rollup", "Pss:") for p in tree))
 
     def stop(self) -> None:
-        self._stop.set()
+        self._done.set()
         self.join()
 
 
