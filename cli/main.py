@@ -60,6 +60,25 @@ def _profile_description() -> str:
     )
 
 
+def _shard_parsers(sub: argparse._SubParsersAction) -> None:
+    """`shards` and `move-host`: the commands of a fleet deployed as shards (docs/shards.md)."""
+    shards = sub.add_parser("shards", help="a fleet deployed as shards: write one stack file per shard beside the fleet's")
+    _stack_args(shards)
+    shards.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every shard file that is not current")
+    shards.add_argument(
+        "--matrix", action="store_true",
+        help="write nothing; print the stacks a deploy runs as JSON ([{stack, parallel}]: each shard, or the stack "
+        "itself when it is not deployed as shards), parallel being a --parallel at which no container waits",
+    )  # fmt: skip
+
+    move = sub.add_parser(
+        "move-host", help="a fleet deployed as shards: move a host's resources to another shard's stack, re-creating nothing"
+    )
+    _stack_args(move)
+    move.add_argument("host", help="the host to move")
+    move.add_argument("--to", type=int, required=True, metavar="K", help="the shard it moves to")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m allocation", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
@@ -83,21 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         "--shard", type=int, metavar="K", help="a fleet deployed as shards: check shard K's hosts only (a shard's stack: its own)"
     )
 
-    shards = sub.add_parser("shards", help="a fleet deployed as shards: write one stack file per shard beside the fleet's")
-    _stack_args(shards)
-    shards.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every shard file that is not current")
-    shards.add_argument(
-        "--matrix", action="store_true",
-        help="write nothing; print the stacks a deploy runs as JSON ([{stack, parallel}]: each shard, or the stack "
-        "itself when it is not deployed as shards), parallel being a --parallel at which no container waits",
-    )  # fmt: skip
-
-    move = sub.add_parser(
-        "move-host", help="a fleet deployed as shards: move a host's resources to another shard's stack, re-creating nothing"
-    )
-    _stack_args(move)
-    move.add_argument("host", help="the host to move")
-    move.add_argument("--to", type=int, required=True, metavar="K", help="the shard it moves to")
+    _shard_parsers(sub)
 
     profile = sub.add_parser(
         "profile",
