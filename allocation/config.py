@@ -514,7 +514,7 @@ class Host(Model):
     """The shard (`ascend-fleet:shards`) this host is deployed by, pinned by `pin` like cards so that
     adding hosts or services never moves a host to another stack (which would delete and re-create
     its containers). Unpinned hosts fill the lowest shard with room, in name order. Moving a host on
-    purpose is `pulumi state move` (README "Shards")."""
+    purpose is `python -m allocation move-host` (docs/shards.md)."""
     docker_host: Text | None = None
     """Docker daemon URL; default `ssh://user@address:sshPort`. Set `unix:///var/run/docker.sock`
     for a daemon on the machine running Pulumi (the dev stack). An `ssh://` or `tcp://` URL must
@@ -848,7 +848,7 @@ class Metrics(Model):
 
 class Shards(Model):
     """`ascend-fleet:shards`: the fleet is deployed as shards, each a stack of its own that owns a
-    set of hosts (README "Shards"). Every shard plans the whole fleet and deploys its hosts' slice."""
+    set of hosts (docs/shards.md). Every shard plans the whole fleet and deploys its hosts' slice."""
 
     size: int = Field(default=50, ge=1, le=1000)
     """At most this many hosts per shard: one docker provider process per host runs during a shard's
@@ -921,7 +921,7 @@ class FleetConfig(Model):
     @property
     def fleet_name(self) -> str:
         """The fleet's name: the stack's, or for a shard's stack the fleet it was cut from. Containers
-        are labelled with it, so a host moved between shards (`pulumi state move`) keeps its inputs."""
+        are labelled with it, so a host moved between shards (`move-host`) keeps its inputs."""
         return self.stack if self.shard_of is None else self.shard_of.fleet
 
     def fleet_hash(self) -> str:

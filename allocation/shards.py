@@ -26,7 +26,7 @@ def assign_shards(fleet: FleetConfig) -> Outcome[dict[str, int]]:
     held = Counter(h.shard for h in fleet.hosts if h.shard is not None)
     problems = tuple(
         f"shard {k}: {n} hosts are pinned to it, more than shards.size {size}; pin some of them to another "
-        "shard (moving a host between shards is `pulumi state move`, README \"Shards\"), or raise shards.size"
+        "shard (moving a host between shards is `python -m allocation move-host`, docs/shards.md), or raise shards.size"
         for k, n in sorted(held.items())
         if n > size
     )

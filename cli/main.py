@@ -9,6 +9,7 @@ errors exit 2. What reaches hosts (`doctor`, `profile`) lives in `ops/`, the for
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import traceback
 from pathlib import Path
@@ -24,7 +25,7 @@ from cli.pin import pin_stack_file
 from cli.stack_editor import read_bytes, set_service_keys
 from cli.revision import plan_at_revision
 from cli.safe_write import write_set
-from cli.shards import shard_files, stale
+from cli.shards import deploy_matrix, shard_files, stale
 from cli.stackfile import PROJECT_ROOT, StackFile, locate, stack_values
 
 DASHBOARD = "grafana-dashboard.json"
@@ -59,6 +60,25 @@ def _profile_description() -> str:
     )
 
 
+def _shard_parsers(sub: argparse._SubParsersAction) -> None:
+    """`shards` and `move-host`: the commands of a fleet deployed as shards (docs/shards.md)."""
+    shards = sub.add_parser("shards", help="a fleet deployed as shards: write one stack file per shard beside the fleet's")
+    _stack_args(shards)
+    shards.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every shard file that is not current")
+    shards.add_argument(
+        "--matrix", action="store_true",
+        help="write nothing; print the stacks a deploy runs as JSON ([{stack, parallel}]: each shard, or the stack "
+        "itself when it is not deployed as shards), parallel being a --parallel at which no container waits",
+    )  # fmt: skip
+
+    move = sub.add_parser(
+        "move-host", help="a fleet deployed as shards: move a host's resources to another shard's stack, re-creating nothing"
+    )
+    _stack_args(move)
+    move.add_argument("host", help="the host to move")
+    move.add_argument("--to", type=int, required=True, metavar="K", help="the shard it moves to")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m allocation", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
@@ -82,9 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         "--shard", type=int, metavar="K", help="a fleet deployed as shards: check shard K's hosts only (a shard's stack: its own)"
     )
 
-    shards = sub.add_parser("shards", help="a fleet deployed as shards: write one stack file per shard beside the fleet's")
-    _stack_args(shards)
-    shards.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every shard file that is not current")
+    _shard_parsers(sub)
 
     profile = sub.add_parser(
         "profile",
@@ -249,6 +267,9 @@ def _shards(args: argparse.Namespace) -> int:
     stack_file = _locate(args)
     read = read_bytes(stack_file.path)
     plan = deployment_of(stack_file.stack, stack_values(stack_file, data=read)).plan
+    if args.matrix:
+        print(json.dumps(deploy_matrix(stack_file.stack, plan)))
+        return 0
     files = shard_files(stack_file, read.decode("utf-8-sig"), plan)
     folder = stack_file.path.parent
     gone = stale(folder, stack_file.stack, files)
@@ -275,9 +296,29 @@ def _shards(args: argparse.Namespace) -> int:
     return 0
 
 
+def _move_host(args: argparse.Namespace) -> int:
+    from cli.shards import shard_stack
+    from ops import state_move
+
+    deployment, stack_file = _deployment(args)
+    fleet = deployment.plan.fleet
+    if fleet.shards is None or fleet.shard_of is not None:
+        raise ConfigError(f"move-host: name the fleet's own stack file (ascend-fleet:shards), not {stack_file.path.name}")
+    hd = next((hd for hd in deployment.hosts if hd.name == args.host), None)
+    roots = state_move.host_roots(deployment, args.host)
+    assert hd is not None and hd.plan.shard is not None
+    if hd.plan.shard == args.to:
+        raise ConfigError(f"move-host: host {args.host} is already in shard {args.to}")
+    source, dest = shard_stack(stack_file.stack, hd.plan.shard), shard_stack(stack_file.stack, args.to)
+    moved = state_move.run(stack_file.path.parent, roots, source, dest)
+    print(f"moved {len(moved)} resources of host {args.host} from {source} to {dest}; now pin it (shard: {args.to}) "
+          f"in {stack_file.path.name} and run python -m allocation shards --stack {stack_file.stack}")  # fmt: skip
+    return 0
+
+
 COMMANDS = {
     "plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render, "profile": _profile, "schema": _schema,
-    "shards": _shards,
+    "shards": _shards, "move-host": _move_host,
 }  # fmt: skip
 
 

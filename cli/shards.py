@@ -27,6 +27,28 @@ def shard_stack(fleet: str, index: int) -> str:
     return f"{fleet}-shard-{index}"
 
 
+HOST_SLOTS = 8
+"""`--parallel` slots per host besides its containers: its docker provider, host check, takeover,
+device-share and start-order steps and images, each a step that ends in seconds."""
+
+
+def deploy_matrix(stack: str, plan: Plan) -> list[dict[str, object]]:
+    """The stacks a deploy runs, each with its `--parallel`: a slot for every container it deploys
+    (services, routers, NPU exporters), which holds its slot until healthy, and `HOST_SLOTS` per
+    host in use, so no container waits for a slot. The shards of a fleet deployed as shards (its
+    own stack is never deployed), else the stack itself."""
+    exporter = 1 if plan.fleet.metrics.npu_exporter is not None else 0
+    routers = {hp.host.name: 0 for hp in plan.hosts}
+    for rp in plan.routers:
+        routers[rp.host_name] += 1
+    slots: dict[int | None, int] = {}
+    for hp in (hp for hp in plan.hosts if hp.services or routers[hp.host.name]):
+        key = hp.shard if plan.fleet.shards is not None else None
+        slots[key] = slots.get(key, 0) + len(hp.services) + routers[hp.host.name] + exporter + HOST_SLOTS
+    # One key, None, for a stack not deployed as shards; shard indexes otherwise.
+    return [{"stack": stack if k is None else shard_stack(stack, k), "parallel": n} for k, n in sorted(slots.items())]
+
+
 def shard_files(stack_file: StackFile, text: str, plan: Plan) -> dict[str, str]:
     """File name -> text, one per shard that holds a host of the plan."""
     fleet = plan.fleet

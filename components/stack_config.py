@@ -78,7 +78,7 @@ def ssh_private_key(ssh: Ssh, namespace: str = NAMESPACE) -> pulumi.Output[str] 
 
 def _this_stacks_slice(deployment: Deployment) -> Deployment:
     """The whole fleet's deployment, or a shard's slice of it; a fleet deployed as shards is never
-    deployed as one stack (README "Shards")."""
+    deployed as one stack (docs/shards.md)."""
     fleet = deployment.plan.fleet
     if fleet.shard_of is not None:
         return deployment.shard(fleet.shard_of.index)

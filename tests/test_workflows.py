@@ -308,35 +308,65 @@ def test_pull_requests_post_the_allocation_diff_and_preview_only_the_touched_sta
 # --- deploy.yml -------------------------------------------------------------
 
 
+MATRIX_STACK = "${{ matrix.stack }}"
+
+
+def deployed_stacks(wf: dict[str, Any], job_name: str) -> list[str]:
+    """The stacks a deploy job runs: its own stack name, or the fleet its matrix is listed from
+    (`shards --stack S --matrix` in the job it needs: S's shards, or S itself)."""
+    job = jobs(wf)[job_name]
+    names = [s["with"]["stack-name"] for s in pulumi_steps(job)]
+    if names != [MATRIX_STACK]:
+        return names
+    lister = jobs(wf)[job["needs"]]
+    runs = " ".join(str(s.get("run", "")) for s in lister["steps"])
+    assert job["strategy"]["matrix"]["include"] == "${{ fromJSON(needs." + job["needs"] + ".outputs.matrix) }}"
+    return re.findall(r"-m allocation shards --stack (\w+) --matrix", runs)
+
+
 def test_deploys_go_to_staging_then_to_prod_behind_the_production_environment():
     wf = load(WORKFLOW_DIR / "deploy.yml")
     assert wf["on"]["push"]["branches"] == ["main"]
     staging, prod = jobs(wf)["staging"], jobs(wf)["prod"]
-    assert prod["needs"] in ("staging", ["staging"])
+    assert jobs(wf)[prod["needs"]]["needs"] in ("staging", ["staging"])
     assert environment_name(prod) == "production"
-    assert [s["with"]["stack-name"] for s in pulumi_steps(staging)] == ["staging"]
-    assert [s["with"]["stack-name"] for s in pulumi_steps(prod)] == ["prod"]
+    assert deployed_stacks(wf, "staging") == ["staging"]
+    assert deployed_stacks(wf, "prod") == ["prod"]
     assert all(s["with"]["command"] == "up" for s in pulumi_steps(staging) + pulumi_steps(prod))
+
+
+def test_each_deploy_runs_its_stacks_shards_side_by_side_each_with_a_parallel_for_every_container():
+    wf = load(WORKFLOW_DIR / "deploy.yml")
+    for name in ("staging", "prod"):
+        job = jobs(wf)[name]
+        assert 1 <= job["strategy"]["max-parallel"] <= 8 and job["strategy"]["fail-fast"] is False
+        [up] = pulumi_steps(job)
+        assert up["with"]["parallel"] == "${{ matrix.parallel }}"
 
 
 def test_the_dev_laptop_stack_is_never_deployed_from_ci():
     wf = load(WORKFLOW_DIR / "deploy.yml")
-    stacks = {s["with"]["stack-name"] for job in jobs(wf).values() for s in pulumi_steps(job)}
+    stacks = {s for name, job in jobs(wf).items() if pulumi_steps(job) for s in deployed_stacks(wf, name)}
     assert stacks == {"staging", "prod"}
 
 
 def test_two_deploys_of_one_stack_never_overlap_and_never_cancel_each_other():
     groups = {}
     for path in WORKFLOWS:
-        for name, job in jobs(load(path)).items():
+        wf = load(path)
+        for name, job in jobs(wf).items():
             ups = [s for s in pulumi_steps(job) if s["with"].get("command") == "up"]
             if not ups:
                 continue
             conc = job.get("concurrency")
             assert isinstance(conc, dict), f"{path.name} job {name} runs pulumi up without a concurrency group"
             assert conc.get("cancel-in-progress") is False, "cancelling a pulumi up leaves a stack half-updated"
-            assert "${{" not in conc["group"], "the group must be the same for every run"
-            groups.setdefault(ups[0]["with"]["stack-name"], set()).add(conc["group"])
+            stack = ups[0]["with"]["stack-name"]
+            # The group names the stack the job runs, whichever run and shard: the same for every run of it.
+            assert "${{" not in conc["group"].replace(MATRIX_STACK, ""), "the group must be the same for every run"
+            assert (MATRIX_STACK in conc["group"]) == (stack == MATRIX_STACK), conc["group"]
+            for fleet in deployed_stacks(wf, name):
+                groups.setdefault(fleet, set()).add(conc["group"].replace(MATRIX_STACK, fleet))
     assert groups and all(len(g) == 1 for g in groups.values()), groups
     assert len({g for gs in groups.values() for g in gs}) == len(groups), "each stack has its own group"
 
@@ -466,6 +496,8 @@ def test_every_pulumi_job_runs_doctor_after_pulumi_so_a_failed_start_fails_the_j
     for job_name, job in jobs(load(WORKFLOW_DIR / name)).items():
         runs = [str(s.get("run", "")) for s in job["steps"]]
         uses = [str(s.get("uses", "")) for s in job["steps"]]
+        if not any(u.startswith("pulumi/actions@") for u in uses):
+            continue
         pulumi_at = max(i for i, u in enumerate(uses) if u.startswith("pulumi/actions@"))
         doctor_at = [i for i, r in enumerate(runs) if "-m allocation doctor --stack" in r]
         assert doctor_at and doctor_at[-1] > pulumi_at, job_name

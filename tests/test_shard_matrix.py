@@ -1,0 +1,46 @@
+"""`shards --matrix`: the stacks a deploy workflow runs, each with a `--parallel` at which no container
+waits for a slot (docs/shards.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from allocation.planner import plan_fleet
+from cli.shards import HOST_SLOTS, deploy_matrix
+from tests.fleets import fleet, host, service
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_each_shard_gets_a_slot_for_every_container_it_deploys_and_its_hosts_steps():
+    hosts = [host(n) for n in "abc"]
+    services = [service(f"s{i}", 1, 0.2, host=h) for i, h in enumerate("aaabbc")]
+    plan = plan_fleet(fleet(hosts, services, shards={"size": 2}))
+    assert deploy_matrix("prod", plan) == [
+        {"stack": "prod-shard-0", "parallel": 5 + 2 * HOST_SLOTS},  # a: 3 containers, b: 2
+        {"stack": "prod-shard-1", "parallel": 1 + HOST_SLOTS},
+    ]
+
+
+def test_a_replicated_services_router_takes_a_slot_in_its_shard():
+    plan = plan_fleet(fleet([host("a"), host("b")], [service("r", 1, 0.2, replicas=2)], shards={"size": 2}))
+    [row] = deploy_matrix("prod", plan)
+    assert row == {"stack": "prod-shard-0", "parallel": 3 + 2 * HOST_SLOTS}
+
+
+def test_a_fleet_not_deployed_as_shards_is_one_stack_over_its_hosts_in_use():
+    plan = plan_fleet(fleet([host("a"), host("b")], [service("s", 1, 0.2, host="a")]))
+    assert deploy_matrix("staging", plan) == [{"stack": "staging", "parallel": 1 + HOST_SLOTS}]
+
+
+def test_the_matrix_command_prints_json_for_the_workflow_and_writes_nothing():
+    proc = subprocess.run(
+        [sys.executable, "-m", "allocation", "shards", "--stack", "prod", "--matrix"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    [row] = json.loads(proc.stdout)
+    assert row["stack"] == "prod" and row["parallel"] >= 3
