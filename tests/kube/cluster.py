@@ -94,7 +94,8 @@ def etcd_argv(etcd: str, data: Path, client: int, peer: int) -> list[str]:
 
 def apiserver_argv(apiserver: str, pki: Path, etcd_port: int, port: int) -> list[str]:
     """resource.k8s.io/v1 is GA and served by default since 1.34; `--runtime-config` says so anyway,
-    so that a version that stops serving it by default fails here instead of skipping DRA."""
+    so that a version that stops serving it by default fails here instead of skipping DRA. The client
+    CA authenticates the admin certificate (group `system:masters`, which RBAC lets do anything)."""
     return [
         apiserver, "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(port),
         "--etcd-servers", f"http://127.0.0.1:{etcd_port}",
@@ -104,6 +105,9 @@ def apiserver_argv(apiserver: str, pki: Path, etcd_port: int, port: int) -> list
         "--service-account-key-file", str(pki / "sa.pub"), "--service-account-signing-key-file", str(pki / "sa.key"),
         "--service-cluster-ip-range", "10.96.0.0/16", "--runtime-config", "resource.k8s.io/v1=true",
         "--cert-dir", str(pki / "generated"),
+        # A loopback advertise address is refused by the endpoint reconciler, which keeps the `kubernetes`
+        # Service's endpoints for in-cluster clients; the lane has none.
+        "--endpoint-reconciler-type", "none",
     ]  # fmt: skip
 
 
@@ -128,7 +132,9 @@ class Client:
         req.add_header("Accept", "application/json")
         try:
             with urllib.request.urlopen(req, context=self._context(), timeout=60) as response:
-                return json.loads(response.read() or b"{}")
+                raw = response.read()
+            # /readyz and /healthz answer plain text ("ok").
+            return json.loads(raw) if raw.startswith(b"{") else {"text": raw.decode(errors="replace")}
         except urllib.error.HTTPError as err:
             raw = err.read()
             try:
