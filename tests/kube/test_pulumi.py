@@ -78,7 +78,7 @@ def up_then_preview(cluster, tmp_path, monkeypatch, engine_path: str, name: str,
 
 
 def test_pulumi_up_applies_the_stand_in_objects_and_a_second_preview_changes_nothing(
-    cluster, publish, engine_path, tmp_path, monkeypatch
+    engine_path, cluster, publish, tmp_path, monkeypatch
 ):
     publish(FIXTURE_HOSTS)
     objects = cluster.client.into_namespace(fixture(), "pulumi-fixture")
@@ -87,7 +87,7 @@ def test_pulumi_up_applies_the_stand_in_objects_and_a_second_preview_changes_not
 
 @pytest.mark.parametrize("stack", ["prod", "staging"])
 def test_pulumi_up_applies_a_committed_stack_and_a_second_preview_changes_nothing(
-    cluster, publish, engine_path, tmp_path, monkeypatch, stack
+    engine_path, cluster, publish, tmp_path, monkeypatch, stack
 ):
     if not renderer_present():
         pytest.skip("no views/exports/kubernetes.py on this branch: the stand-in fixture.yaml is applied instead")
