@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 STACK ?= prod
 
-.PHONY: plan test test-engine bench
+.PHONY: plan test test-engine k8s-tools test-kube bench
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,17 @@ test: $(STAMP)
 # them unless ASCEND_FLEET_REQUIRE_ENGINE=1.
 test-engine: $(STAMP)
 	$(VENV)/bin/python -m pytest tests/engine -v --durations=0
+
+# The real-API-server lane (docs/testing.md, "Kubernetes lane"): etcd, kube-apiserver and the
+# pulumi-kubernetes provider built from the Go module proxy into $(K8S_TOOLS), outside the repository;
+# test-kube skips without them unless ASCEND_FLEET_REQUIRE_KUBE=1.
+K8S_TOOLS ?= /opt/k8s/bin
+
+k8s-tools:
+	ASCEND_FLEET_K8S_TOOLS=$(K8S_TOOLS) scripts/build-k8s-tools.sh
+
+test-kube: $(STAMP)
+	ASCEND_FLEET_K8S_TOOLS=$(K8S_TOOLS) $(VENV)/bin/python -m pytest tests/kube -v --durations=0
 
 $(BENCH_STAMP): $(STAMP) requirements-bench.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-bench.txt
