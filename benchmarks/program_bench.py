@@ -18,9 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from allocation.config import parse_fleet  # noqa: E402
-from allocation.planner import plan_fleet  # noqa: E402
-from tests.pulumi_harness import CONTAINER, run_program  # noqa: E402
+from tests.support.pulumi_harness import CONTAINER, run_program  # noqa: E402
+from tests.support.pipeline import plan_of
 
 # Four services per 8-NPU host, like the seed: two TP=4 chat models and two small ones.
 MIX = [(4, 0.85), (4, 0.90), (1, 0.10), (1, 0.05)]
@@ -57,7 +56,7 @@ def time_program(values: dict, repeat: int) -> tuple[float, int, int]:
 def time_plan(values: dict) -> float:
     gc.collect()
     start = time.perf_counter()
-    plan_fleet(parse_fleet("bench", values))
+    plan_of(values, "bench")
     return time.perf_counter() - start
 
 

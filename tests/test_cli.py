@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.support.stacks import SEED_UNPINNED
+from tests.support.cli import spawn
 
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml"))
-
-
-def spawn(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "allocation", *args], cwd=cwd, capture_output=True, text=True)
 
 
 def test_the_prod_plan_has_the_documented_json_shape_and_the_seed_layout(cli):
@@ -90,23 +86,6 @@ def test_an_unknown_stack_lists_the_stacks_that_exist(cli):
     result = cli("plan", "--stack", "nope")
     assert result.returncode == 1
     assert "no stack file Pulumi.nope.yaml" in result.stderr and "prod" in result.stderr
-
-
-SEED_UNPINNED = """\
-# A comment the operator wrote, which pin must keep.
-config:
-  ascend-fleet:hosts:
-    - name: npu-a
-      address: 192.0.2.10   # the rack's first host
-  ascend-fleet:services:
-    - name: qwen
-      model: /m/qwen        # weights
-      tensorParallelSize: 4
-      memoryFraction: 0.85
-    - name: bge
-      model: /m/bge
-      memoryFraction: 0.1
-"""
 
 
 def test_pin_writes_the_plan_back_keeping_comments_and_key_order(cli, tmp_path):

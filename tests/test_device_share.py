@@ -16,7 +16,7 @@ import pytest
 from allocation.config import Host
 from records.device_share import BOOT_SCRIPT, UNIT_PATH, boot_unit, device_share_script
 from records.host_check import host_check_script
-from tests.stand_in_root import GONE, hold, npu_smi
+from tests.support.stand_in_root import GONE, hold, npu_smi
 
 HOST = Host(name="npu-a", address="192.0.2.10")
 

@@ -13,9 +13,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.goldens import GOLDENS, fleets, outputs
-from allocation.planner import plan_fleet
-from records.deployment import deploy
-from views.report import _orjson_prints_alike, json_text, plan_json
+from views.report import _orjson_prints_alike, json_text
+from tests.support.pipeline import plan_json_of
 
 FLEETS = fleets()
 
@@ -77,4 +76,4 @@ def test_the_plan_json_text_is_the_standard_librarys_indented_text_byte_for_byte
 
 @pytest.mark.parametrize("name", sorted(FLEETS))
 def test_every_golden_plan_takes_orjsons_path(name):
-    assert _orjson_prints_alike(plan_json(deploy(plan_fleet(FLEETS[name]))))
+    assert _orjson_prints_alike(plan_json_of(FLEETS[name]))

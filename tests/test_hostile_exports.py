@@ -24,10 +24,11 @@ from records.deployment import deploy
 from views.diff import diff_plans, render_diff
 from allocation.errors import FleetError
 from allocation.planner import plan_fleet
-from views.report import plan_json, render_plan
+from views.report import render_plan
 from cli.main import main
 from ops.render import render
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
+from tests.support.pipeline import deployment_of, plan_json_of
 
 CANARY = "CANARY"
 SMUGGLERS = [
@@ -68,7 +69,7 @@ def run_script_with_fake_docker(script: str, tmp: Path) -> list[str]:
 
 @pytest.mark.parametrize("value", SMUGGLERS)
 def test_the_docker_run_script_passes_every_value_to_docker_as_one_word(tmp_path, value):
-    deployment = deploy(plan_fleet(hostile_fleet(value)))
+    deployment = deployment_of(hostile_fleet(value))
     script = render(deployment, "docker-run")
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
     calls = [c.split("\0")[:-1] for c in run_script_with_fake_docker(script, tmp_path)]
@@ -81,7 +82,7 @@ def test_the_docker_run_script_passes_every_value_to_docker_as_one_word(tmp_path
 
 @pytest.mark.parametrize("value", SMUGGLERS)
 def test_the_compose_file_reads_the_same_in_yaml_1_1_and_1_2_and_doubles_dollars(value):
-    text = render(deploy(plan_fleet(hostile_fleet(value))), "compose")
+    text = render(deployment_of(hostile_fleet(value)), "compose")
     assert text.startswith("# stack test, host npu-a")
     old, new = pyyaml.safe_load(text), YAML(typ="safe", pure=True).load(text)
     assert old == new
@@ -91,8 +92,8 @@ def test_the_compose_file_reads_the_same_in_yaml_1_1_and_1_2_and_doubles_dollars
 
 
 def test_backticks_and_pipes_in_a_diff_stay_inside_their_code_spans():
-    before = plan_json(deploy(plan_fleet(hostile_fleet("plain"))))
-    after = plan_json(deploy(plan_fleet(hostile_fleet("``` | **bold** `x`"))))
+    before = plan_json_of(hostile_fleet("plain"))
+    after = plan_json_of(hostile_fleet("``` | **bold** `x`"))
     text = render_diff(diff_plans(before, after), "markdown")
     row = next(line for line in text.splitlines() if "env X" in line)
     cells = row.split(" | ")
@@ -109,9 +110,9 @@ def test_a_heading_of_the_plan_escapes_markdown_in_the_stack_name():
 
 
 def test_a_service_that_becomes_privileged_with_every_card_is_a_security_change():
-    before = plan_json(deploy(plan_fleet(fleet([host()], [service("a", devices=[4])]))))
-    after = plan_json(deploy(plan_fleet(fleet([host()], [service("a", devices=[4], allDevices=True,
-                                                                    mounts=[{"source": "/", "target": "/host", "readOnly": False}])]))))  # fmt: skip
+    before = plan_json_of(fleet([host()], [service("a", devices=[4])]))
+    after = plan_json_of(fleet([host()], [service("a", devices=[4], allDevices=True,
+                                                                    mounts=[{"source": "/", "target": "/host", "readOnly": False}])]))  # fmt: skip
     diff = diff_plans(before, after)
     [changed] = diff.changes()
     assert any(s.startswith("privileged false -> true") for s in changed.security)

@@ -17,7 +17,8 @@ from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
 from cli.pin import pin_stack_file
 from cli.stackfile import load_fleet
-from tests.test_cli import SEED_UNPINNED
+from tests.support.stacks import SEED_UNPINNED
+from tests.support.pipeline import plan_json_of
 
 SEED = SEED_UNPINNED
 
@@ -284,15 +285,15 @@ def test_adding_a_small_tp1_service_to_prod_restarts_no_running_service():
     so no container is re-created. (Every card of npu-a is in use, so the newcomer shares one: the diff
     says which holder must stop for the card's switch to device-share mode, by the host's heldCards.)"""
     from records.deployment import deploy
-    from tests.fleets import service
-    from tests.test_program import values_of
+    from tests.support.stacks import service
+    from tests.support.stacks import values_of
     from views.diff import diff_plans
     from views.report import plan_json
     from allocation.config import parse_fleet
 
     before = values_of("prod")
     after = {**before, "services": [*before["services"], service("e5-small", 1, 0.05)]}
-    old, new = (plan_json(deploy(plan_fleet(parse_fleet("prod", v)))) for v in (before, after))
+    old, new = (plan_json_of(v, "prod") for v in (before, after))
     diff = diff_plans(old, new)
     assert [s.name for s in diff.changes()] == ["e5-small"] and diff.changes()[0].added
     assert diff.recreated() == []

@@ -73,7 +73,7 @@ def test_a_pinned_host_key_is_trusted_by_the_real_ssh_without_any_known_hosts_fi
 
 
 def test_a_pinned_host_key_that_is_not_the_hosts_is_refused(sim_host: SimHost) -> None:
-    from tests.pulumi_harness import TEST_HOST_KEY
+    from tests.support.pulumi_harness import TEST_HOST_KEY
 
     proc = _ssh_with_pinned_key(sim_host, TEST_HOST_KEY)
     assert proc.returncode == 255
