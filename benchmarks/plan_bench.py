@@ -35,7 +35,7 @@ from allocation.config import FleetConfig, parse_fleet, units  # noqa: E402
 from allocation.placement import Placer  # noqa: E402
 from allocation.planner import plan_fleet  # noqa: E402
 from benchmarks.card_bound import min_hosts  # noqa: E402
-from tests.support.pipeline import plan_of
+from tests.support.pipeline import plan_of  # noqa: E402
 
 # Four services per 8-NPU host, like the seed: two TP=4 chat models and two small ones.
 MIX = [(4, 0.85), (4, 0.90), (1, 0.10), (1, 0.05)]

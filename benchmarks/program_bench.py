@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support.pulumi_harness import CONTAINER, run_program  # noqa: E402
-from tests.support.pipeline import plan_of
+from tests.support.pipeline import plan_of  # noqa: E402
 
 # Four services per 8-NPU host, like the seed: two TP=4 chat models and two small ones.
 MIX = [(4, 0.85), (4, 0.90), (1, 0.10), (1, 0.05)]

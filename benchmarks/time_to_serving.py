@@ -37,7 +37,7 @@ from sim.host import IMAGE, SimHost  # noqa: E402
 from tests.support.sim_stacks import prod_values_on_the_simulated_host  # noqa: E402
 from sim.router_image import build_router_image  # noqa: E402
 from tests.support.rolling import LOCAL_DOCKER, Chain, Stack, derived_image, values_of  # noqa: E402
-from tests.support.pipeline import deployment_of
+from tests.support.pipeline import deployment_of  # noqa: E402
 
 LOAD_SECONDS = 5
 SETTINGS = {"today (30 s)": 0, "new (2 s)": 2}
