@@ -46,9 +46,9 @@ def specs(config):
 # ---- the plan ------------------------------------------------------------------------
 
 
-def test_the_plan_json_names_the_shared_cards_of_each_host(cli):
-    result = cli("plan", "--stack", "prod", "--format", "json")
-    [npu_a] = json.loads(result.stdout)["hosts"]
+def test_the_plan_json_names_the_shared_cards_of_each_host():
+    """prod's (card 0, deviceShare) are in its golden (tests/data/goldens/prod.json)."""
+    [npu_a] = plan_json_of(sharing_fleet())["hosts"]
     assert (npu_a["sharedCards"], npu_a["cardSharing"]) == ([0], "deviceShare")
     alone = fleet([host("npu-a")], [service("alpha", 1, 0.4, devices=[0]), service("beta", 1, 0.4, devices=[1])])
     assert plan_json_of(alone)["hosts"][0]["sharedCards"] == []
