@@ -284,12 +284,8 @@ def test_adding_a_small_tp1_service_to_prod_restarts_no_running_service():
     """Prod pinned completely: a newcomer fits around the pins, and no window of a running service moves,
     so no container is re-created. (Every card of npu-a is in use, so the newcomer shares one: the diff
     says which holder must stop for the card's switch to device-share mode, by the host's heldCards.)"""
-    from records.deployment import deploy
-    from tests.support.stacks import service
-    from tests.support.stacks import values_of
+    from tests.support.stacks import service, values_of
     from views.diff import diff_plans
-    from views.report import plan_json
-    from allocation.config import parse_fleet
 
     before = values_of("prod")
     after = {**before, "services": [*before["services"], service("e5-small", 1, 0.05)]}

@@ -691,11 +691,7 @@ def test_escape_sequences_and_newlines_in_a_value_are_shown_escaped_and_forge_no
 
 def prod_plan(metrics: dict[str, Any] | None) -> dict[str, Any]:
     """Prod's plan JSON as `plan --format json` prints it, with these `metrics` settings."""
-    from allocation.config import parse_fleet
-    from allocation.planner import plan_fleet
-    from records.deployment import deploy
     from tests.support.stacks import values
-    from views.report import plan_json
 
     return json.loads(json.dumps(plan_json_of(values("prod", metrics), "prod")))
 
