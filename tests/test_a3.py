@@ -26,7 +26,8 @@ from ops.doctor.gather import gather_script
 from records.device_share import A3_ADDRESSING, device_share_script
 from records.host_check import HBM_AWK, MAP_AWK, host_check_script
 from tests.support.stacks import fleet, host, service
-from tests.support.stand_in_root import GONE, hold, npu_smi
+from tests.support.docker_fakes import stand_in_docker
+from tests.support.stand_in_root import hold, npu_smi
 from views.diff import diff_plans
 from views.report import render_plan
 from tests.support.pipeline import deployment_of, plan_json_of
@@ -45,30 +46,13 @@ def root(tmp_path: Path) -> Path:
     which the tests write); docker sees no container."""
     npu_smi(tmp_path)
     (tmp_path / "bin").mkdir()
-    docker(tmp_path, "")
+    stand_in_docker(tmp_path, "")
     return tmp_path
-
-
-def docker(root: Path, inspect: str, holder: subprocess.Popen | None = None) -> None:
-    """The stand-in docker: `inspect` is its one running container's line ('' for none)."""
-    (root / "bin/docker").write_text(
-        "#!/bin/sh\n"
-        f'echo "docker $*" >> {root}/calls\n'
-        'case "$1" in\n'
-        f"  ps) {'echo c0ffee' if inspect else ':'} ;;\n"
-        f'  inspect) echo "{inspect}" ;;\n'
-        # As `docker stop` returns once the container is gone: the holder's FIFO is closed then.
-        + (f"  stop) kill -KILL -{holder.pid}; {GONE.format(pid=holder.pid)} ;;\n" if holder else "")
-        + "esac\n"
-    )
-    (root / "bin/docker").chmod(0o755)
-
 
 
 def sh(root: Path, script: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
     return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
-
 
 
 def sets(root: Path) -> list[str]:
@@ -180,7 +164,7 @@ def test_the_a2_addressing_on_an_a3_board_is_refused_as_the_real_tool_refuses_it
 def test_the_other_chip_of_the_npu_held_by_a_container_is_named_as_the_holder(root):
     (root / "board").write_text("a3\n")
     holder = hold(root, 3, "qwen-long")
-    docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ")
+    stand_in_docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ")
     try:
         refused = sh(root, device_share_script(A3, [2, 3], root=str(root)))
         hd_check = sh(root, host_check_script(A3, [], shared_cards=[2, 3], root=str(root)))
@@ -196,7 +180,7 @@ def test_the_other_chip_of_the_npu_held_by_a_container_is_named_as_the_holder(ro
 def test_with_stop_holders_the_holder_of_the_other_chip_is_stopped_for_the_npu_switch(root):
     (root / "board").write_text("a3\n")
     holder = hold(root, 3, "qwen-long")
-    docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ", holder)
+    stand_in_docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ", holder)
     stop = Host(name="npu-c", address="192.0.2.30", board="a3", npus=16, heldCards="stopHolders")
     try:
         result = sh(root, device_share_script(stop, [2, 3], own=["qwen-long"], root=str(root)))
