@@ -10,7 +10,7 @@ Timings follow the plan's router flags (health checks every 10 s, 3 failures to 
 down, 2 successes to bring it back; vllm-router's defaults for the rest, such as its circuit
 breaker's 60 s), so a failover and a rejoin take a minute or two: the test waits for them
 instead of shortening the flags, so what is tested is what is deployed. Every wait polls for its
-condition with a bound of minutes (WAIT_SECONDS), far above what it takes on an idle machine, and
+condition with a bound of minutes (tests/support/waits.py), far above what it takes on an idle machine, and
 no assert counts on an even spread within a fixed number of requests: on a loaded machine a health
 check may time out and take a replica out for a while. How long a failover takes is measured by
 benchmarks/failover_bench.py, not asserted here.
@@ -41,9 +41,8 @@ from records import rollout
 from ops.metric_names import NPU
 from sim.host import free_port
 from tests.conftest import live_container, require_binary
-from tests.support.router_fleet import Fleet, stack, traffic, wait_for
-from tests.support.router_fleet import MODEL, Replica, router_deployment, free_block, get
-from tests.support.router_fleet import ADDRESSES
+from tests.support.router_fleet import ADDRESSES, MODEL, Fleet, Replica, free_block, get, router_deployment, stack, traffic
+from tests.support.waits import wait_for
 
 ROUNDS = 10  # rounds of traffic (3 posts each) within which a healthy replica must serve
 

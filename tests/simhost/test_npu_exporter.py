@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -34,8 +33,8 @@ from sim.host import CLAIMS_DIR, SimHost, free_port
 from tests.conftest import require_binary
 from tests.support.sim_stacks import prod_values_on_the_simulated_host
 from tests.support.pipeline import deployment_of
+from tests.support.waits import wait_for
 
-WAIT_SECONDS = 300  # a bound, not an expectation: Prometheus scrapes every 15 s and evaluates rules as often
 
 
 def prod_with_the_exporter(sim: SimHost) -> Deployment:
@@ -52,19 +51,6 @@ def prod_with_the_exporter(sim: SimHost) -> Deployment:
         except ConfigError:
             continue  # a port inside a pinned window
     raise AssertionError("no free port in 1025-40000 that prod's plan accepts")
-
-
-def wait_for(what: str, check, seconds: float = WAIT_SECONDS, detail=lambda: ""):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except OSError:
-            value = None
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out after {seconds}s waiting for {what}\n{detail()}")
 
 
 def query(api: str, expr: str) -> list[dict]:

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,9 +20,9 @@ from records.deployment import Deployment
 from records.rollout import WORKERS_ENV
 from sim.host import free_port
 from tests.support.pipeline import deployment_of
+from tests.support.waits import wait_for
 
 MODEL = "bge"
-WAIT_SECONDS = 300  # a bound, not an expectation: an idle machine takes seconds to about a minute and a half
 ROOT = Path(__file__).resolve().parents[2]
 ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 
@@ -34,19 +33,6 @@ def stack(replicas: int = 3, api_base: int | None = None) -> Deployment:
     deployment = router_deployment(replicas, api_base)
     assert ports_kept(deployment, api_base), f"asked for {api_base}: {planned_ports(deployment)}"
     return deployment
-
-
-def wait_for(what: str, check, seconds: float = WAIT_SECONDS, every: float = 0.5):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except OSError:
-            value = None
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {seconds}s waiting for {what}")
 
 
 class Fleet:
