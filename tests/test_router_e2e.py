@@ -42,6 +42,7 @@ from ops.metric_names import NPU
 from sim.host import free_port
 from tests.conftest import live_container, require_binary
 from tests.support.router_fleet import ADDRESSES, MODEL, Fleet, Replica, free_block, get, router_deployment, stack, traffic
+from tests.support import router_fleet
 from tests.support.waits import wait_for
 
 ROUNDS = 10  # rounds of traffic (3 posts each) within which a healthy replica must serve
@@ -94,7 +95,7 @@ def test_a_free_block_is_never_one_the_plan_would_move_the_api_port_out_of(monke
     """A flake under load: the kernel handed out 60001, the plan moved the router to 60033 (past
     its reserved and HCCL windows) and the test's api_base + 1 no longer named it."""
     offered = iter([60001, 40000])
-    monkeypatch.setattr(sys.modules[__name__], "free_port", lambda: next(offered))
+    monkeypatch.setattr(router_fleet, "free_port", lambda: next(offered))
     assert free_block() == 40000
     deployment = stack(api_base=40000)
     assert deployment.routers[0].plan.port == 40001
@@ -108,7 +109,7 @@ def test_a_free_block_leaves_every_port_of_the_fleet_free_the_routers_metrics_po
     busy.bind(("127.0.0.1", 0))
     taken = busy.getsockname()[1]
     offered = iter([taken - 3, 40000])
-    monkeypatch.setattr(sys.modules[__name__], "free_port", lambda: next(offered))
+    monkeypatch.setattr(router_fleet, "free_port", lambda: next(offered))
     with busy:
         assert router_deployment(3, taken - 3).routers[0].plan.metrics_port == taken
         assert free_block() == 40000
