@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.test_router_e2e import Fleet, stack, traffic, wait_for  # noqa: E402
+from tests.support.router_fleet import Fleet, stack, traffic  # noqa: E402
+from tests.support.waits import wait_for  # noqa: E402
 
 VICTIM = "bge-2"
 

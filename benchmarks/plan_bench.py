@@ -37,6 +37,7 @@ from allocation.placeable import Placement  # noqa: E402
 from allocation.placement import Placer  # noqa: E402
 from allocation.planner import plan_fleet  # noqa: E402
 from benchmarks.card_bound import min_hosts  # noqa: E402
+from tests.support.pipeline import plan_of  # noqa: E402
 
 # Four services per 8-NPU host, like the seed: two TP=4 chat models and two small ones.
 MIX = [(4, 0.85), (4, 0.90), (1, 0.10), (1, 0.05)]
@@ -192,7 +193,7 @@ def main() -> None:
     for hosts in (10, 100, 1000):
         values = seed_like_fleet(hosts)
         start = time.perf_counter()
-        plan_fleet(parse_fleet("bench", values))
+        plan_of(values, "bench")
         total = time.perf_counter() - start
         times[hosts] = time_plan(values, repeat=5 if hosts < 1000 else 3)
         print(f"{hosts:>6} {len(values['services']):>9} {total * 1e3:>9.1f}ms {times[hosts] * 1e3:>7.1f}ms {times[hosts] / hosts * 1e6:>8.1f}us")

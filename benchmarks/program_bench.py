@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from allocation.config import parse_fleet  # noqa: E402
-from allocation.planner import plan_fleet  # noqa: E402
-from tests.pulumi_harness import CONTAINER, MAIN, run_program  # noqa: E402
+from tests.support.pipeline import plan_of  # noqa: E402
+from tests.support.pulumi_harness import CONTAINER, MAIN, run_program  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PROGRAMS = {"program": MAIN, "floor": HERE / "floor_program.py", "plain": HERE / "floor_plain.py"}
@@ -89,7 +89,7 @@ def against_floor(services: int, pairs: int, kind: str) -> None:
 def time_plan(values: dict) -> float:
     gc.collect()
     start = time.perf_counter()
-    plan_fleet(parse_fleet("bench", values))
+    plan_of(values, "bench")
     return time.perf_counter() - start
 
 

@@ -30,16 +30,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from views.exports.render import docker_run_args  # noqa: E402
 from allocation.config import parse_fleet  # noqa: E402
 from allocation.planner import plan_fleet  # noqa: E402
-from views.exports.render import docker_run_args  # noqa: E402
 from records.containers import ContainerSpec  # noqa: E402
-from records.deployment import deploy  # noqa: E402
 from records.router import ROUTER_OF_LABEL  # noqa: E402
 from sim.host import IMAGE, SimHost  # noqa: E402
-from tests.simhost.test_prod_layout import prod_values_on_the_simulated_host  # noqa: E402
+from tests.support.sim_stacks import prod_values_on_the_simulated_host  # noqa: E402
 from sim.router_image import build_router_image  # noqa: E402
-from tests.simhost.test_rolling_upgrade import LOCAL_DOCKER, Chain, Stack, derived_image, values_of  # noqa: E402
+from tests.support.rolling import LOCAL_DOCKER, Chain, Stack, derived_image, values_of  # noqa: E402
+from tests.support.pipeline import deployment_of  # noqa: E402
 
 LOAD_SECONDS = 5
 SETTINGS = {"today (30 s)": 0, "new (2 s)": 2}
@@ -88,7 +88,7 @@ def prod_values(sim: SimHost, fast: int, services: tuple[str, ...]) -> dict:
 
 def in_order(sim: SimHost, fast: int, services: tuple[str, ...]) -> list[dict[str, float]]:
     """The services created one after another in the plan's order, each waited healthy."""
-    deployment = deploy(plan_fleet(parse_fleet("prod", prod_values(sim, fast, services))))
+    deployment = deployment_of(prod_values(sim, fast, services), "prod")
     (hd,) = deployment.hosts
     for sd in hd.services:
         sim.make_model(sd.plan.service.model)

@@ -14,15 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from allocation.config import parse_fleet
-from records.deployment import deploy
 from records.host_check import host_check_script
-from allocation.planner import plan_fleet
 from views.report import render_plan
 from cli.pin import stack_pins
 from cli.stackfile import load_fleet
 from views.exports import dashboard, prometheus
 from views.exports.render import render
-from tests.fleets import host, service
+from tests.support.stacks import host, service
+from tests.support.pipeline import deployment_of
 
 GOLDENS = Path(__file__).parent / "data" / "goldens"
 STACKS = ("prod", "staging", "dev")
@@ -70,7 +69,7 @@ def fleets() -> dict[str, Any]:
 
 def outputs(fleet: Any) -> dict[str, Any]:
     """Every text a consumer reads from the plan of `fleet`."""
-    deployment = deploy(plan_fleet(fleet))
+    deployment = deployment_of(fleet)
     return {
         "warnings": list(deployment.plan.warnings),
         "json": render_plan(deployment, "json"),
@@ -94,7 +93,7 @@ def host_checks() -> dict[str, str]:
     containers (the checks every host gets whatever runs on it)."""
     out = {}
     for name, fleet in fleets().items():
-        for hd in deploy(plan_fleet(fleet)).hosts:
+        for hd in deployment_of(fleet).hosts:
             out[f"{name}/{hd.name}"] = hd.check_script
             out[f"{name}/{hd.name} root, no containers"] = host_check_script(hd.host, [], root=ROOT)
     return out

@@ -25,10 +25,12 @@ from records.host_requirements import requirements
 from ops.doctor.gather import gather_script
 from records.device_share import A3_ADDRESSING, device_share_script
 from records.host_check import HBM_AWK, MAP_AWK, host_check_script
-from tests.fleets import fleet, host, service
-from tests.stand_in_root import GONE, hold, npu_smi
+from tests.support.stacks import fleet, host, service
+from tests.support.docker_fakes import stand_in_docker
+from tests.support.stand_in_root import hold, npu_smi
 from views.diff import diff_plans
-from views.report import plan_json, render_plan
+from views.report import render_plan
+from tests.support.pipeline import deployment_of, plan_json_of
 
 REPO = Path(__file__).resolve().parents[1]
 A3 = Host(name="npu-c", address="192.0.2.30", board="a3", npus=16)
@@ -44,24 +46,8 @@ def root(tmp_path: Path) -> Path:
     which the tests write); docker sees no container."""
     npu_smi(tmp_path)
     (tmp_path / "bin").mkdir()
-    docker(tmp_path, "")
+    stand_in_docker(tmp_path, "")
     return tmp_path
-
-
-def docker(root: Path, inspect: str, holder: subprocess.Popen | None = None) -> None:
-    """The stand-in docker: `inspect` is its one running container's line ('' for none)."""
-    (root / "bin/docker").write_text(
-        "#!/bin/sh\n"
-        f'echo "docker $*" >> {root}/calls\n'
-        'case "$1" in\n'
-        f"  ps) {'echo c0ffee' if inspect else ':'} ;;\n"
-        f'  inspect) echo "{inspect}" ;;\n'
-        # As `docker stop` returns once the container is gone: the holder's FIFO is closed then.
-        + (f"  stop) kill -KILL -{holder.pid}; {GONE.format(pid=holder.pid)} ;;\n" if holder else "")
-        + "esac\n"
-    )
-    (root / "bin/docker").chmod(0o755)
-
 
 
 def sh(root: Path, script: str) -> subprocess.CompletedProcess:
@@ -69,13 +55,12 @@ def sh(root: Path, script: str) -> subprocess.CompletedProcess:
     return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
 
 
-
 def sets(root: Path) -> list[str]:
     return [c for c in (root / "calls").read_text().splitlines() if c.startswith(("set", "docker stop", "docker start"))]
 
 
 def check(root: Path, stack) -> subprocess.CompletedProcess:
-    hd = deploy(plan_fleet(stack)).hosts[0]
+    hd = deployment_of(stack).hosts[0]
     return sh(root, host_check_script(hd.host, [(s.plan, s.spec) for s in hd.services], root=str(root)))
 
 
@@ -97,7 +82,7 @@ def test_on_a3_sharing_a_chip_puts_its_npu_in_device_share_mode_and_says_so_in_t
         service("c", 1, 0.5, host="npu-c", devices=[3]),
         service("d", 1, 0.5, host="npu-c", devices=[4]),
     )
-    deployment = deploy(plan_fleet(stack))
+    deployment = deployment_of(stack)
     hd = deployment.hosts[0]
     assert hd.shared_cards == (2,) and hd.device_share_cards == (2, 3)
     # c, alone on card 3, waits for the switch of NPU 1 (it must be free of containers for it), d does not.
@@ -111,9 +96,9 @@ def test_on_a3_sharing_a_chip_puts_its_npu_in_device_share_mode_and_says_so_in_t
 
 def test_a2_plans_keep_one_card_per_sharing_unit():
     stack = fleet([host("npu-a")], [service("a", 1, 0.4, devices=[2]), service("b", 1, 0.4, devices=[2])])
-    hd = deploy(plan_fleet(stack)).hosts[0]
+    hd = deployment_of(stack).hosts[0]
     assert hd.device_share_cards == (2,) and "-i \"$1\" -c 0" in hd.device_share_script
-    assert json.loads(render_plan(deploy(plan_fleet(stack)), "json"))["hosts"][0]["board"] == "a2"
+    assert json.loads(render_plan(deployment_of(stack), "json"))["hosts"][0]["board"] == "a2"
 
 
 def test_a_service_on_an_a3_host_without_an_image_gets_the_a3_build_and_a2_keeps_its_default():
@@ -179,7 +164,7 @@ def test_the_a2_addressing_on_an_a3_board_is_refused_as_the_real_tool_refuses_it
 def test_the_other_chip_of_the_npu_held_by_a_container_is_named_as_the_holder(root):
     (root / "board").write_text("a3\n")
     holder = hold(root, 3, "qwen-long")
-    docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ")
+    stand_in_docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ")
     try:
         refused = sh(root, device_share_script(A3, [2, 3], root=str(root)))
         hd_check = sh(root, host_check_script(A3, [], shared_cards=[2, 3], root=str(root)))
@@ -195,7 +180,7 @@ def test_the_other_chip_of_the_npu_held_by_a_container_is_named_as_the_holder(ro
 def test_with_stop_holders_the_holder_of_the_other_chip_is_stopped_for_the_npu_switch(root):
     (root / "board").write_text("a3\n")
     holder = hold(root, 3, "qwen-long")
-    docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ", holder)
+    stand_in_docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ", holder)
     stop = Host(name="npu-c", address="192.0.2.30", board="a3", npus=16, heldCards="stopHolders")
     try:
         result = sh(root, device_share_script(stop, [2, 3], own=["qwen-long"], root=str(root)))
@@ -302,7 +287,7 @@ def test_plan_against_names_the_container_on_the_other_chip_that_must_stop_for_t
         service("a", 1, 0.4, host="npu-c", devices=[2]),
         service("b", 1, 0.4, host="npu-c", devices=[2]),
     )
-    old, new = (plan_json(deploy(plan_fleet(f))) for f in (before, after))
+    old, new = (plan_json_of(f) for f in (before, after))
     (host_diff,) = diff_plans(old, new).hosts
     assert host_diff.stops == (
         "card 2 becomes shared: a holds it and must stop while the card switches to device-share mode; "

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from allocation.config import parse_fleet
 from allocation.errors import AllocationError, ConfigError
 from allocation.planner import plan_fleet
 from records.deployment import deploy
 from views.report import plan_json
-from tests.fleets import fleet, host, seed_values, service
+from tests.support.stacks import fleet, host, seed_values, service
+from tests.support.pipeline import plan_of
 
 
 def assignments(values: dict) -> dict[str, dict]:
-    plan = plan_fleet(parse_fleet("test", values))
+    plan = plan_of(values)
     return {s["name"]: s for h in plan_json(deploy(plan))["hosts"] for s in h["services"]}
 
 
@@ -234,7 +234,7 @@ def test_hccls_default_host_window_60000_to_60031_is_reserved_by_default():
 )
 def test_bad_fleets_are_rejected_with_a_message_naming_what_and_where(values, expected):
     with pytest.raises((AllocationError, ConfigError)) as caught:
-        plan_fleet(parse_fleet("test", values))
+        plan_of(values)
     message = str(caught.value)
     assert expected in message
     assert "\n" not in message
@@ -246,9 +246,9 @@ def test_every_problem_is_reported_at_once():
         "services": [service("a", apiPort=9000), service("b", apiPort=9000), service("c", 8, 0.9, devices=[0] * 8)],
     }
     with pytest.raises(ConfigError) as caught:
-        plan_fleet(parse_fleet("test", values))
+        plan_of(values)
     assert "lists a card twice" in str(caught.value)
     values["services"][2] = service("c", 16, 0.9)
     with pytest.raises(AllocationError) as caught:
-        plan_fleet(parse_fleet("test", values))
+        plan_of(values)
     assert "overlaps apiPort of a 9000" in str(caught.value) and "no host has room for service c" in str(caught.value)

@@ -10,13 +10,12 @@ from decimal import Decimal
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from allocation.config import parse_fleet
 from allocation.errors import FleetError
 from cli.pin import pins_of
 from allocation.plan import Plan
-from allocation.planner import plan_fleet
 from records.deployment import deploy
 from views.report import plan_json
+from tests.support.pipeline import plan_json_of, plan_of
 
 FRACTIONS = [Decimal(f"0.{n:02d}") for n in range(5, 100, 5)]
 SMALL = FRACTIONS[:6]  # up to 0.3: several services can share a card
@@ -104,7 +103,7 @@ def check_plan(plan: Plan, values: dict) -> None:
 def test_generated_fleets_are_planned_without_conflicts_or_rejected_with_a_message(values, rnd):
     before = copy.deepcopy(values)
     try:
-        plan = plan_fleet(parse_fleet("gen", values))
+        plan = plan_of(values, "gen")
     except FleetError as err:
         event("rejected")
         message = str(err)
@@ -118,13 +117,13 @@ def test_generated_fleets_are_planned_without_conflicts_or_rejected_with_a_messa
     shuffled = copy.deepcopy(values)
     rnd.shuffle(shuffled["hosts"])
     rnd.shuffle(shuffled["services"])
-    assert plan_json(deploy(plan_fleet(parse_fleet("gen", shuffled)))) == plan_json(deploy(plan))
+    assert plan_json_of(shuffled, "gen") == plan_json(deploy(plan))
 
 
 def planned_and_pinned(values: dict) -> tuple[Plan, dict] | None:
     """The fleet's plan and its values with every service pinned to it; None if it does not plan."""
     try:
-        plan = plan_fleet(parse_fleet("gen", values))
+        plan = plan_of(values, "gen")
     except FleetError:
         return None
     pinned = copy.deepcopy(values)
@@ -143,7 +142,7 @@ def test_a_pinned_fleet_never_moves_when_a_service_is_added(values, tp, fraction
     plan, pinned = planned
     pinned["services"].append({"name": "newcomer", "model": "/m", "tensorParallelSize": tp, "memoryFraction": float(fraction)})
     try:
-        grown = plan_fleet(parse_fleet("gen", pinned))
+        grown = plan_of(pinned, "gen")
     except FleetError as err:
         assert "newcomer" in str(err)  # only the newcomer can fail to fit
         return
@@ -175,7 +174,7 @@ def test_a_newcomer_never_shares_a_card_while_a_host_in_use_has_a_free_aligned_b
         newcomer["host"] = in_use[0]
     pinned["services"].append(newcomer)
     try:
-        grown = plan_fleet(parse_fleet("gen", pinned))
+        grown = plan_of(pinned, "gen")
     except FleetError:
         return
     hp, ps = next((hp, ps) for hp, ps in grown.services() if ps.name == "newcomer")
@@ -200,4 +199,4 @@ def test_planning_twice_gives_the_same_plan():
         for i in range(30)
     ]
     values = {"hosts": [{"name": f"h{i}", "address": f"h{i}.example"} for i in range(5)], "services": services}
-    assert plan_json(deploy(plan_fleet(parse_fleet("t", values)))) == plan_json(deploy(plan_fleet(parse_fleet("t", values))))
+    assert plan_json_of(values, "t") == plan_json_of(values, "t")

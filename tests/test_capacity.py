@@ -14,11 +14,12 @@ from records.deployment import deploy
 from allocation.errors import AllocationError
 from allocation.planner import plan_fleet
 from views.report import plan_json, render_plan
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
+from tests.support.profiles import QWEN3_PROFILE, profiled
+from tests.support.pipeline import plan_json_of
 
 TOTAL_64 = RUNTIME_TOTAL_BYTES[64]
 # A Qwen3-style dense model: 64 layers, 8 KV heads of 128 (config.json of Qwen/Qwen3-32B).
-QWEN3 = {"numHiddenLayers": 64, "numKeyValueHeads": 8, "headDim": 128}
 
 
 def dense(weight_gib: float = 30, layers: int = 64, kv_heads: int = 8, head_dim: int = 128, dtype: int = 2) -> Shape:
@@ -79,14 +80,6 @@ def test_tp_splits_kv_heads_only_when_there_are_at_least_as_many_heads_as_ranks(
     assert per_rank_heads == (kv_heads // tp if kv_heads >= tp else 1)
 
 
-def profiled(fraction: float, *, tp: int = 4, max_model_len: int = 32768, max_num_seqs: int | None = None, **extra):
-    profile = {"weightBytes": 30 * GIB, **QWEN3}
-    svc = service("chat", tp, fraction, profile=profile, maxModelLen=max_model_len, **extra)
-    if max_num_seqs is not None:
-        svc["maxNumSeqs"] = max_num_seqs
-    return fleet([host("npu-a")], [svc])
-
-
 def test_the_plan_reports_capacity_per_service_and_the_runtime_total_per_host():
     plan = plan_fleet(profiled(0.9))
     doc = plan_json(deploy(plan))
@@ -103,7 +96,7 @@ def test_the_plan_reports_capacity_per_service_and_the_runtime_total_per_host():
                           ("seqs at maxModelLen", f"{cap['maxConcurrency']:.2f}"), ("per request", "2.00 GiB")]:
         assert column in table and str(value) in table
     assert "0.9 (54.86 GiB)" in table, "HBM/card from the runtime total, not 64 GiB"
-    unprofiled = plan_json(deploy(plan_fleet(fleet([host("npu-a")], [service("chat")]))))
+    unprofiled = plan_json_of(fleet([host("npu-a")], [service("chat")]))
     assert unprofiled["hosts"][0]["services"][0]["capacity"] is None
 
 
@@ -130,7 +123,7 @@ def test_more_sequences_than_the_cache_holds_is_a_warning_not_an_error():
 
 
 def test_an_unknown_card_size_needs_hbm_bytes():
-    svc = service("chat", 1, 0.5, profile={"weightBytes": GIB, **QWEN3})
+    svc = service("chat", 1, 0.5, profile={"weightBytes": GIB, **QWEN3_PROFILE})
     with pytest.raises(AllocationError, match="hbmGiB 48 is not a card ascend-fleet knows"):
         plan_fleet(fleet([host("npu-a", hbmGiB=48)], [svc]))
     plan = plan_fleet(fleet([host("npu-a", hbmGiB=48, hbmBytes=48 * GIB)], [svc]))
@@ -183,7 +176,7 @@ def test_a_float32_checkpoint_takes_half_its_stored_bytes_unless_served_in_float
 
 
 def test_an_unverified_profile_is_sized_and_the_plan_repeats_what_is_unverified():
-    svc = service("chat", 4, 0.9, maxModelLen=32768, profile={"weightBytes": 30 * GIB, **QWEN3, "unverified": "weights guessed"})
+    svc = service("chat", 4, 0.9, maxModelLen=32768, profile={"weightBytes": 30 * GIB, **QWEN3_PROFILE, "unverified": "weights guessed"})
     plan = plan_fleet(fleet([host("npu-a")], [svc]))
     assert plan.hosts[0].services[0].capacity.fits
     assert plan.warnings == ("service chat: sized with an unverified profile: weights guessed",)
@@ -200,15 +193,15 @@ def test_a_hybrid_without_gated_delta_net_fields_is_not_sized_and_the_plan_says_
 def test_the_diff_shows_what_a_change_does_to_the_capacity():
     from views.diff import diff_plans, render_diff
 
-    old = plan_json(deploy(plan_fleet(profiled(0.9))))
-    new = plan_json(deploy(plan_fleet(profiled(0.9, runtimeOverheadGiB=2))))
+    old = plan_json_of(profiled(0.9))
+    new = plan_json_of(profiled(0.9, runtimeOverheadGiB=2))
     diff = diff_plans(old, new)
     [chat] = diff.changes()
     assert chat.kinds() == ["capacity"] and not chat.restart_reasons
     text = render_diff(diff, "markdown")
     before, after = old["hosts"][0]["services"][0]["capacity"], new["hosts"][0]["services"][0]["capacity"]
     assert f"kvCacheTokens {before['kvCacheTokens']} -> {after['kvCacheTokens']}" in text
-    unsized = plan_json(deploy(plan_fleet(profiled(0.9))))
+    unsized = plan_json_of(profiled(0.9))
     del unsized["hosts"][0]["services"][0]["capacity"]  # an older revision's plan
     assert diff_plans(unsized, old).changes() == []
 
@@ -217,7 +210,7 @@ def test_the_diff_shows_what_a_change_does_to_the_capacity():
 
 
 def auto_fleet(max_model_len: int = 32768, max_num_seqs: int | None = 8, **host_extra):
-    svc = {**service("chat", 4, 0.5, profile={"weightBytes": 30 * GIB, **QWEN3}, maxModelLen=max_model_len),
+    svc = {**service("chat", 4, 0.5, profile={"weightBytes": 30 * GIB, **QWEN3_PROFILE}, maxModelLen=max_model_len),
            "memoryFraction": "auto"}  # fmt: skip
     if max_num_seqs is not None:
         svc["maxNumSeqs"] = max_num_seqs
@@ -272,7 +265,7 @@ def test_auto_without_a_profile_or_max_model_len_is_a_config_error():
     with pytest.raises(ConfigError, match="memoryFraction auto needs the model's profile"):
         fleet([host("npu-a")], [{**service("chat"), "memoryFraction": "auto"}])
     with pytest.raises(ConfigError, match="memoryFraction auto needs maxModelLen"):
-        fleet([host("npu-a")], [{**service("chat", profile={"weightBytes": GIB, **QWEN3}), "memoryFraction": "auto"}])
+        fleet([host("npu-a")], [{**service("chat", profile={"weightBytes": GIB, **QWEN3_PROFILE}), "memoryFraction": "auto"}])
 
 
 def test_the_token_count_matches_a_published_startup_log():
@@ -311,7 +304,7 @@ def test_before_0_15_a_later_service_on_a_shared_card_gets_the_running_total():
 
 
 def sized_shared_card(image: str, fraction: float = 0.85):
-    profile = {"weightBytes": 30 * GIB, **QWEN3}
+    profile = {"weightBytes": 30 * GIB, **QWEN3_PROFILE}
     services = [service("alpha", 1, 0.1, devices=[0]),
                 service("beta", 4, fraction, devices=[0, 1, 2, 3], profile=profile, maxModelLen=32768)]  # fmt: skip
     # No graph allowance: these tests are about the fractions; the graphs' room is tests/test_graph_memory.py's.

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from allocation.config import Host, parse_fleet
+from allocation.config import Host
 from allocation.errors import FleetError
-from allocation.planner import plan_fleet
 from records.card_order import (
     BOOT_SCRIPT, UNIT_PATH, boot_script, boot_unit, card_orders, order_script, removal_script,
 )  # fmt: skip
 from records.containers import BOOT_ID_FILE, LOCK_DIR_HOST
+from tests.support.pipeline import plan_of
 
 HOST = Host(name="npu-a", address="192.0.2.10")
 BOOT = Path(BOOT_ID_FILE).read_text().strip()
@@ -61,13 +61,13 @@ def docker(tmp_path: Path) -> Path:
 
 
 def test_each_shared_card_lists_its_containers_in_name_order_under_the_names_they_were_created_with():
-    [hp] = plan_fleet(parse_fleet("t", fleet_values())).hosts
+    [hp] = plan_of(fleet_values(), "t").hosts
     # gamma ranks by its name, after alpha, and is listed by its container's: zulu.
     assert card_orders(hp) == {0: ("alpha", "beta"), 1: ("alpha", "zulu")}
 
 
 def test_a_container_name_that_would_reach_the_shell_unsafely_is_refused_naming_the_host():
-    [hp] = plan_fleet(parse_fleet("t", fleet_values())).hosts
+    [hp] = plan_of(fleet_values(), "t").hosts
     beta = next(ps for ps in hp.services if ps.name == "beta")
     bad_service = beta.service.model_copy(update={"name": "beta; rm -rf /"})
     bad = dataclasses.replace(beta, instance=dataclasses.replace(beta.instance, service=bad_service))

@@ -14,15 +14,16 @@ import pytest
 from allocation.config import VISIBLE_DEVICES_ENV
 from records.command import START_GATE_NAME
 from records.containers import CARDS_ENV, HEALTH_URL_ENV, LOCK_DIR, LOCK_DIR_HOST, START_GATE
-from records.deployment import deploy
 from views.diff import diff_plans, render_diff
 from allocation.errors import AllocationError
 from allocation.planner import plan_fleet
-from views.report import plan_json, render_plan
+from views.report import render_plan
 from views.exports.render import render
-from tests.fleets import fleet, host, service
-from tests.pulumi_harness import CONTAINER, LOCAL_COMMAND, REMOTE_COMMAND, run_program
-from tests.test_program import values_of
+from tests.support.stacks import fleet, host, service
+from tests.support.pulumi_harness import CONTAINER, LOCAL_COMMAND, REMOTE_COMMAND, run_program
+from tests.support.stacks import values_of
+from tests.support.pipeline import deployment_of, plan_json_of
+from views.report import plan_json, render_plan
 
 
 def sharing_fleet(card_sharing: str | None = None, **extra):
@@ -40,25 +41,25 @@ def sharing_fleet(card_sharing: str | None = None, **extra):
 
 
 def specs(config):
-    return {sd.name: sd.spec for sd in deploy(plan_fleet(config)).services()}
+    return {sd.name: sd.spec for sd in deployment_of(config).services()}
 
 
 # ---- the plan ------------------------------------------------------------------------
 
 
-def test_the_plan_json_names_the_shared_cards_of_each_host(cli):
-    result = cli("plan", "--stack", "prod", "--format", "json")
-    [npu_a] = json.loads(result.stdout)["hosts"]
+def test_the_plan_json_names_the_shared_cards_of_each_host():
+    """prod's (card 0, deviceShare) are in its golden (tests/data/goldens/prod.json)."""
+    [npu_a] = plan_json_of(sharing_fleet())["hosts"]
     assert (npu_a["sharedCards"], npu_a["cardSharing"]) == ([0], "deviceShare")
     alone = fleet([host("npu-a")], [service("alpha", 1, 0.4, devices=[0]), service("beta", 1, 0.4, devices=[1])])
-    assert plan_json(deploy(plan_fleet(alone)))["hosts"][0]["sharedCards"] == []
+    assert plan_json_of(alone)["hosts"][0]["sharedCards"] == []
 
 
 def test_the_table_shows_the_shared_cards_and_the_mode():
-    text = render_plan(deploy(plan_fleet(sharing_fleet())), "table")
+    text = render_plan(deployment_of(sharing_fleet()), "table")
     assert "npu-a (npu-a.example): 8 NPUs x 64 GiB, 3 services, shared cards 0 (deviceShare)" in text
     alone = fleet([host("npu-a")], [service("alpha", 1, 0.4, devices=[0])])
-    assert "shared cards" not in render_plan(deploy(plan_fleet(alone)), "table")
+    assert "shared cards" not in render_plan(deployment_of(alone), "table")
 
 
 def test_refuse_makes_a_pinned_shared_card_an_error_naming_the_card_and_both_services(cli, tmp_path):
@@ -127,7 +128,7 @@ def spec_cards(spec) -> list[int]:
 
 
 def test_exports_carry_the_gate_and_its_lock_folder_and_docker_run_prepares_the_shared_cards():
-    deployment = deploy(plan_fleet(sharing_fleet()))
+    deployment = deployment_of(sharing_fleet())
     script = render(deployment, "docker-run")
     assert f"--volume={LOCK_DIR_HOST}:{LOCK_DIR}" in script and START_GATE_NAME in script
     prepare = script.index("set -t device-share")
@@ -136,13 +137,13 @@ def test_exports_carry_the_gate_and_its_lock_folder_and_docker_run_prepares_the_
     compose = render(deployment, "compose")
     assert f'"source": "{LOCK_DIR_HOST}"' in compose and '"create_host_path": true' in compose
     assert "device-share mode" in compose.splitlines()[1]
-    alone = render(deploy(plan_fleet(fleet([host("npu-a")], [service("a")]))), "docker-run")
+    alone = render(deployment_of(fleet([host("npu-a")], [service("a")])), "docker-run")
     assert "device-share" not in alone and "--add-host" not in alone and START_GATE_NAME in alone
 
 
 def test_the_diff_shows_a_new_start_gate_as_such_not_as_a_script():
-    old = plan_json(deploy(plan_fleet(sharing_fleet("privileged"))))
-    new = plan_json(deploy(plan_fleet(sharing_fleet())))
+    old = plan_json_of(sharing_fleet("privileged"))
+    new = plan_json_of(sharing_fleet())
     text = render_diff(diff_plans(old, new), "table")
     assert "cardSharing privileged -> deviceShare" in text
     assert "trap" not in text

@@ -3,57 +3,28 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.goldens import STACKS, fleets, outputs
+from tests.support.cli import spawn
+from tests.support.stacks import SEED_UNPINNED
+from tests.support.stacks import STACKS as STACK_FILES
 
-ROOT = Path(__file__).resolve().parent.parent
-STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml"))
-
-
-def spawn(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "allocation", *args], cwd=cwd, capture_output=True, text=True)
-
-
-def test_the_prod_plan_has_the_documented_json_shape_and_the_seed_layout(cli):
-    result = cli("plan", "--stack", "prod", "--format", "json")
-    assert result.returncode == 0, result.stderr
-    plan = json.loads(result.stdout)
-    assert plan["stack"] == "prod"
-    [host] = plan["hosts"]
-    assert (host["name"], host["npus"]) == ("npu-a", 8)
-    services = {s["name"]: s for s in host["services"]}
-    qwen_vl = services["qwen-vl"]
-    assert {k: qwen_vl[k] for k in ("devices", "tensorParallelSize", "memoryFraction", "apiPort")} == {
-        "devices": [0, 1, 2, 3],
-        "tensorParallelSize": 4,
-        "memoryFraction": 0.85,
-        "apiPort": 9009,
-    }
-    assert services["bge-m3"]["devices"] == [0] and services["qwen-long"]["devices"] == [4, 5, 6, 7]
-    for s in services.values():
-        first, last = s["hcclNpuSocketPortRange"]
-        assert last - first + 1 == 16
-        assert s["container"]["env"]["HCCL_NPU_SOCKET_PORT_RANGE"] == f"{first}-{last}"
-        assert isinstance(s["hcclIfBasePort"], int) and isinstance(s["vllmPort"], int)
+GOLDEN_FLEETS = fleets()
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_every_stack_in_the_repository_plans_in_every_format(cli, stack):
-    for fmt in ("table", "markdown", "json"):
-        result = cli("plan", "--stack", stack, "--format", fmt)
-        assert result.returncode == 0, result.stderr
-        assert f"{stack}" in result.stdout
+def test_the_goldens_hold_every_stack_file_of_the_repository():
+    assert sorted(STACKS) == sorted(STACK_FILES)
 
 
-def test_the_table_shows_cards_fractions_and_ranges(cli):
-    out = cli("plan").stdout  # prod is the default stack
-    assert "npu-a (192.0.2.10): 8 NPUs x 64 GiB, 3 services" in out
-    assert "used of 0.95  0.95" in out  # card 0: bge-m3 0.1 + qwen-vl 0.85
-    assert "16666-16681" in out
+def test_plan_prints_for_every_stack_and_format_what_the_goldens_pin(cli):
+    """The command prints the plan the goldens hold byte for byte (tests/test_goldens.py), and a newline."""
+    for stack in STACKS:
+        for fmt in ("json", "table", "markdown"):
+            result = cli("plan", "--stack", stack, "--format", fmt)
+            assert result.returncode == 0, result.stderr
+            assert result.stdout == outputs(GOLDEN_FLEETS[stack])[fmt] + "\n", f"{stack} {fmt}"
 
 
 def test_a_stack_file_anywhere_on_disk_can_be_planned(cli, tmp_path):
@@ -92,23 +63,6 @@ def test_an_unknown_stack_lists_the_stacks_that_exist(cli):
     assert "no stack file Pulumi.nope.yaml" in result.stderr and "prod" in result.stderr
 
 
-SEED_UNPINNED = """\
-# A comment the operator wrote, which pin must keep.
-config:
-  ascend-fleet:hosts:
-    - name: npu-a
-      address: 192.0.2.10   # the rack's first host
-  ascend-fleet:services:
-    - name: qwen
-      model: /m/qwen        # weights
-      tensorParallelSize: 4
-      memoryFraction: 0.85
-    - name: bge
-      model: /m/bge
-      memoryFraction: 0.1
-"""
-
-
 def test_pin_writes_the_plan_back_keeping_comments_and_key_order(cli, tmp_path):
     path = tmp_path / "Pulumi.t.yaml"
     path.write_text(SEED_UNPINNED)
@@ -141,14 +95,6 @@ def test_pin_leaves_the_file_untouched_when_the_fleet_does_not_fit(cli, tmp_path
     assert result.returncode == 1 and "service bge, which needs 16 cards" in result.stderr
     assert path.read_text() == original
     assert sorted(p.name for p in tmp_path.iterdir()) == ["Pulumi.t.yaml"]
-
-
-def test_plan_against_head_reports_no_change_for_the_default_stack(cli):
-    result = cli("plan", "--against", "HEAD", "--format", "markdown")
-    assert result.returncode == 0, result.stderr
-    assert "stack `prod` vs `HEAD`" in result.stdout
-    assert "**0 changed, 0 added, 0 removed, 3 unchanged**" in result.stdout
-    assert "No allocation changes." in result.stdout
 
 
 # ---- the real entry point, once per command -------------------------------------------

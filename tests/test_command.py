@@ -10,13 +10,12 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from allocation.planner import plan_fleet
 from records.command import MANY_VALUES, START_GATE_NAME, behind_gate, parse_command
 from records.containers import START_GATE
-from records.deployment import deploy
 from records.rollout import LAUNCH
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 from tests.goldens import GOLDENS, fleets
+from tests.support.pipeline import deployment_of
 
 ROUTER_WORDS = ("sh", "-c", LAUNCH, "ascend-fleet-router", "vllm-router")
 
@@ -141,7 +140,7 @@ def services(draw) -> tuple[dict, list]:
 @given(case=services())
 def test_every_generated_container_command_reads_back_into_the_plans_values_and_the_services_args(case):
     values, opts = case
-    deployment = deploy(plan_fleet(fleet([host("npu-a"), host("npu-b"), host("npu-c")], [values])))
+    deployment = deployment_of(fleet([host("npu-a"), host("npu-b"), host("npu-c")], [values]))
     for sd in deployment.services():
         planned = sd.plan
         command = parse_command(sd.spec.command)

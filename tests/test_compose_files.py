@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
 
-from allocation.planner import plan_fleet
 from views.exports.render import compose_files, render
+from allocation.planner import plan_fleet
 from records.deployment import deploy
 from tests.conftest import require_binary
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 from tests.goldens import fleets
+from tests.support.pipeline import deployment_of
 
 FLEETS = fleets()
 
@@ -30,13 +30,13 @@ def test_output_writes_one_file_per_host_named_after_it_and_says_where(cli, tmp_
     names = ["npu-s1.compose.yaml", "npu-s2.compose.yaml", "npu-s3.compose.yaml"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == names
     assert result.stdout == f"wrote {', '.join(names)} to {tmp_path / 'out'}\n"
-    files = compose_files(deploy(plan_fleet(FLEETS["staging"])))
+    files = compose_files(deployment_of(FLEETS["staging"]))
     assert {n: (tmp_path / "out" / n).read_text() for n in names} == files
 
 
 @pytest.mark.parametrize("name", sorted(FLEETS))
 def test_each_file_holds_its_hosts_services_in_the_plans_order_with_the_streams_values(name):
-    deployment = deploy(plan_fleet(FLEETS[name]))
+    deployment = deployment_of(FLEETS[name])
     stream = list(YAML(typ="safe").load_all(render(deployment, "compose")))
     files = compose_files(deployment)
     assert list(files) == [f"{hd.name}.compose.yaml" for hd in deployment.hosts]
@@ -74,7 +74,7 @@ VERSIONS = ["v1", *(["v2"] if _has_v2() else [])]
 @pytest.mark.parametrize("name", sorted(FLEETS))
 def test_docker_compose_accepts_every_hosts_file_as_it_is(tmp_path, version, name):
     command = [require_binary("docker-compose", "docker-compose")] if version == "v1" else ["docker", "compose"]
-    for file, text in compose_files(deploy(plan_fleet(FLEETS[name]))).items():
+    for file, text in compose_files(deployment_of(FLEETS[name])).items():
         (tmp_path / file).write_text(text)
         result = subprocess.run([*command, "-f", str(tmp_path / file), "config", "-q"], capture_output=True,
                                 text=True, cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})  # fmt: skip
@@ -94,7 +94,7 @@ def test_a_link_planted_at_a_hosts_file_is_refused_and_nothing_is_written(cli, t
 
 def test_a_host_on_docker_engine_25_says_in_its_file_that_docker_compose_v1_refuses_start_interval():
     hosts = [host("npu-a", dockerEngine="28.0"), host("npu-b", dockerEngine="24.0")]
-    files = compose_files(deploy(plan_fleet(fleet(hosts, [service("chat", replicas=2)]))))
+    files = compose_files(deployment_of(fleet(hosts, [service("chat", replicas=2)])))
     new, old = (_load(text) for text in files.values())
     assert new["services"]["chat-1"]["healthcheck"]["start_interval"] == "2s"
     assert "start_interval" not in old["services"]["chat-2"]["healthcheck"]

@@ -6,15 +6,14 @@ from typing import Any
 
 from allocation.config import VISIBLE_DEVICES_ENV
 from records.containers import CONTROL_DEVICES, ContainerSpec
-from records.deployment import deploy
-from allocation.planner import plan_fleet
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
+from tests.support.pipeline import deployment_of
 
 
 def specs(services: list[dict], **extra: Any) -> dict[str, ContainerSpec]:
     """The container spec of every service of a one-host fleet, by service name."""
     config = fleet([host("npu-a")], services, **extra)
-    return {sd.name: sd.spec for sd in deploy(plan_fleet(config)).services()}
+    return {sd.name: sd.spec for sd in deployment_of(config).services()}
 
 
 def option(command: tuple[str, ...], name: str) -> str:

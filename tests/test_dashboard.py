@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import re
 
-from records.deployment import deploy
-from allocation.planner import plan_fleet
 from cli.main import DASHBOARD
 from cli.stackfile import load_fleet
 from views.exports import dashboard
 from views.exports.metric_names import KNOWN
 from views.exports.prometheus import HBM_USED, NPU_UTILIZATION
+from tests.support.pipeline import deployment_of
 
 RECORDED = {HBM_USED, NPU_UTILIZATION}
 # PromQL words that look like metric names: functions, aggregations, keywords, Grafana's variables.
@@ -45,7 +44,7 @@ def metric_names(expr: str) -> set[str]:
 
 
 def staging_board() -> dict:
-    return json.loads(dashboard.render(deploy(plan_fleet(load_fleet("staging")[0]))))
+    return json.loads(dashboard.render(deployment_of(load_fleet("staging")[0])))
 
 
 def test_the_metric_name_reader_finds_names_and_only_names():

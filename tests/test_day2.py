@@ -2,7 +2,7 @@
 `plan --against` names exactly those containers.
 
 Each scenario runs the real program twice under Pulumi's mocks (before and after the change)
-and asks the docker provider's own rule (tests/provider_readback.py: ForceNew attributes, and the
+and asks the docker provider's own rule (tests/support/provider_readback.py: ForceNew attributes, and the
 program's `replace_on_changes`) which containers the engine would replace; the same two configs
 go through `plan --format json` and `diff_plans`, whose "will restart" list must be the same set.
 """
@@ -13,14 +13,11 @@ import copy
 
 import pytest
 
-from allocation.config import parse_fleet
-from records.deployment import deploy
 from views.diff import diff_plans
-from allocation.planner import plan_fleet
-from views.report import plan_json
-from tests.provider_readback import recreates
-from tests.pulumi_harness import CONTAINER, REMOTE_COMMAND, run_program
-from tests.test_program import _pinned, values_of
+from tests.support.provider_readback import recreates
+from tests.support.pulumi_harness import CONTAINER, REMOTE_COMMAND, run_program
+from tests.support.stacks import add_first, pinned_values, values_of
+from tests.support.pipeline import plan_json_of
 
 
 def engine_recreated(stack: str, before: dict, after: dict) -> set[str]:
@@ -34,18 +31,12 @@ def engine_recreated(stack: str, before: dict, after: dict) -> set[str]:
 
 
 def diff_recreated(stack: str, before: dict, after: dict) -> set[str]:
-    old, new = (plan_json(deploy(plan_fleet(parse_fleet(stack, v)))) for v in (before, after))
+    old, new = (plan_json_of(v, stack) for v in (before, after))
     return {s.name for s in diff_plans(old, new).recreated()}
 
 
 def service_named(values: dict, name: str) -> dict:
     return next(s for s in values["services"] if s["name"] == name)
-
-
-def add_first(values: dict) -> dict:
-    """A small newcomer whose name sorts before every other service."""
-    values["services"].append({"name": "a-embed", "model": "/models/a", "memoryFraction": 0.05, "maxModelLen": 2048})
-    return values
 
 
 def remove(name: str):
@@ -155,7 +146,7 @@ SCENARIOS = {
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_a_change_to_a_pinned_fleet_recreates_exactly_the_expected_containers_and_the_diff_says_so(scenario):
     stack, change, expected = SCENARIOS[scenario]
-    before = _pinned(values_of(stack), stack)
+    before = pinned_values(values_of(stack), stack)
     after = change(copy.deepcopy(before))
     assert engine_recreated(stack, before, after) == expected
     assert diff_recreated(stack, before, after) == expected
@@ -164,12 +155,12 @@ def test_a_change_to_a_pinned_fleet_recreates_exactly_the_expected_containers_an
 @pytest.mark.parametrize("stack", ["prod", "staging"])
 def test_turning_the_faster_probes_on_recreates_every_container_and_the_diff_names_each(stack):
     """The rollout of this very change: from the stack with today's 30 s probes to the default."""
-    after = _pinned(values_of(stack), stack)
+    after = pinned_values(values_of(stack), stack)
     before = fast_probes_were_off(copy.deepcopy(after))
     every = {c.name.removesuffix("-container") for c in run_program(stack, after).of_type(CONTAINER)}
     assert engine_recreated(stack, before, after) == every
     assert diff_recreated(stack, before, after) == every
-    old, new = (plan_json(deploy(plan_fleet(parse_fleet(stack, v)))) for v in (before, after))
+    old, new = (plan_json_of(v, stack) for v in (before, after))
     for s in diff_plans(old, new).recreated():
         assert "healthcheck" in s.recreate_keys, s
 
@@ -186,7 +177,7 @@ def three_on_one_card() -> dict:
 
 @pytest.mark.parametrize("gone", ["alpha", "beta", "gamma"])
 def test_removing_any_of_three_services_on_one_card_recreates_no_other(gone):
-    before = _pinned(three_on_one_card(), "three")
+    before = pinned_values(three_on_one_card(), "three")
     after = remove(gone)(copy.deepcopy(before))
     assert engine_recreated("three", before, after) == set()
     assert diff_recreated("three", before, after) == set()
@@ -194,7 +185,7 @@ def test_removing_any_of_three_services_on_one_card_recreates_no_other(gone):
 
 def test_three_services_on_one_card_are_created_one_after_the_other():
     """During `pulumi up` each waits for the one before it on the card (a dependency, not an input)."""
-    run = run_program("three", _pinned(three_on_one_card(), "three"))
+    run = run_program("three", pinned_values(three_on_one_card(), "three"))
     containers = run.by_name(CONTAINER)
     urn = {name.removesuffix("-container"): r.urn for name, r in containers.items()}
     assert urn["alpha"] not in containers["alpha-container"].dependencies
@@ -204,9 +195,9 @@ def test_three_services_on_one_card_are_created_one_after_the_other():
 
 
 def test_a_restart_policy_change_is_reported_in_place_and_not_as_a_restart():
-    before = _pinned(values_of("prod"), "prod")
+    before = pinned_values(values_of("prod"), "prod")
     after = set_default("restart", "always")(copy.deepcopy(before))
-    old, new = (plan_json(deploy(plan_fleet(parse_fleet("prod", v)))) for v in (before, after))
+    old, new = (plan_json_of(v, "prod") for v in (before, after))
     diff = diff_plans(old, new)
     assert diff.recreated() == []
     for s in diff.changes():
@@ -217,7 +208,7 @@ def test_a_newcomer_on_a_shared_card_runs_the_start_order_step_again_and_recreat
     """The card's order lives on the host (records.card_order), written by a command the containers
     depend on: a newcomer ranked first changes that command's script, which runs again as an update,
     and no container's inputs."""
-    before = _pinned(three_on_one_card(), "three")
+    before = pinned_values(three_on_one_card(), "three")
     after = copy.deepcopy(before)
     after["services"].append(
         {"name": "aaa", "model": "/models/aaa", "memoryFraction": 0.05, "devices": [0], "host": "npu-a", "apiPort": 8004}

@@ -16,7 +16,8 @@ import pytest
 from allocation.config import Host
 from records.device_share import BOOT_SCRIPT, UNIT_PATH, boot_unit, device_share_script
 from records.host_check import host_check_script
-from tests.stand_in_root import GONE, hold, npu_smi
+from tests.support.docker_fakes import stand_in_docker
+from tests.support.stand_in_root import hold, npu_smi
 
 HOST = Host(name="npu-a", address="192.0.2.10")
 
@@ -45,7 +46,6 @@ def run_on(host: Host, root: Path, cards: list[int], own: tuple[str, ...] = ()) 
     script = device_share_script(host, cards, own=own, root=str(root))
     env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
     return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
-
 
 
 def test_the_shared_cards_go_into_device_share_mode_once_and_the_boot_unit_is_installed(root):
@@ -113,21 +113,10 @@ def test_a_board_without_the_mode_is_named_as_such(root):
     assert "card 0 does not support container sharing (npu-smi: This device does not support querying device-share.)" in result.stderr
 
 
-
 def held_by_a_container(root: Path, card: int) -> subprocess.Popen:
     """Card `card` held by a running container `qwen-long`, which the stand-in `docker stop` ends."""
     holder = hold(root, card, "bge-m3")
-    (root / "bin/docker").write_text(
-        "#!/bin/sh\n"
-        f'echo "docker $*" >> {root}/calls\n'
-        'case "$1" in\n'
-        "  ps) echo c0ffee ;;\n"
-        f'  inspect) echo "/qwen-long false /dev/davinci{card} /dev/davinci_manager " ;;\n'
-        # As `docker stop` returns once the container is gone: its rank's FIFO is closed by then (the
-        # process is a zombie until the test reaps it). Returning at once made npu-smi see the card held.
-        f"  stop) kill -KILL -{holder.pid}; {GONE.format(pid=holder.pid)} ;;\n"
-        "esac\n"
-    )
+    stand_in_docker(root, f"/qwen-long false /dev/davinci{card} /dev/davinci_manager ", holder)
     return holder
 
 

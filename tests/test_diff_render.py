@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.test_plan_diff import fleet
+from tests.support.plan_documents import fleet
 from views.diff import diff_plans, render_diff
 
 

@@ -17,143 +17,24 @@ import ops.doctor as doctor
 from ops.doctor import drift
 from allocation.config import Mount
 from records.containers import CONTROL_DEVICES, DRIVER_MOUNTS, ContainerSpec, HealthCheck
-from records.deployment import deploy
-from allocation.planner import plan_fleet
 from ops.doctor import render_reports
 from ops.doctor.facts import FactsError, HostFacts, Listener, LiveContainer, parse_facts, parse_port_list, parse_ss
 from ops.doctor.findings import host_findings, required
 from ops.doctor.gather import MARK
 from ops.framing import frame
-from ops.npusmi import Npu, NpuProcess, NpuSmiInfo, parse_topology
+from ops.npusmi import parse_topology
 from ops.ssh import RemoteResult, run_script
-from tests.fleets import fleet, host, service
-
-PIDS = {"alpha": 1000, "beta": 2000, "gamma": 3000}
-# `npu-smi info -t device-share` as gathered (one line); layout of the npu-smi reference.
-DEVICE_SHARE_ON = "\tNPU ID                         : 0\n\tChip Count                     : 1\n\n\tDevice-share Status            : True\n\tChip ID                        : 0"
-
-
-# `npu-smi info -t topo` of an 8 x 910B3 A2 board: every pair linked by HCCS (tests/data/npu-smi).
-TOPO_SCREEN = (Path(__file__).parent / "data/npu-smi/npu-smi-info-t-topo-910b3.txt").read_text()
-FULL_MESH = parse_topology(TOPO_SCREEN)
-
-
-def make_fleet(**extra: Any):
-    return fleet(
-        [host("npu-a")],
-        [
-            service("alpha", 1, 0.4, devices=[0]),
-            service("beta", 1, 0.4, devices=[0]),
-            service("gamma", 2, 0.5, devices=[2, 3]),
-        ],
-        **extra,
-    )
-
-
-def deployed(fleet_config):
-    return deploy(plan_fleet(fleet_config))
+from tests.support.stacks import fleet, host, service
+from tests.support.pipeline import deployment_of
+from tests.support.doctor import clean_facts, gathered, inspect_of, make_fleet, with_container
+from tests.support.doctor import DEVICE_SHARE_ON, FULL_MESH, PIDS, npu_info
+from tests.support.doctor import TOPO_SCREEN
+from tests.support.doctor import findings
 
 
 @pytest.fixture
 def plan():
-    return deployed(make_fleet())
-
-
-def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str | None = "healthy",
-               env: dict[str, str] | None = None, image: str | None = None, devices=None,
-               ports: dict | None = None, labels: dict | None = None, name: str | None = None,
-               privileged: bool | None = None, log_opts: dict | None = None, restart: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """A `docker inspect` object of the container a spec describes, with overrides."""
-    full_env = {"PATH": "/usr/local/sbin:/usr/bin", "LANG": "C.UTF-8", **spec.env, **(env or {})}
-    return {
-        "Id": cid,
-        "Name": f"/{name or spec.name}",
-        "Image": "sha256:" + "0" * 64,
-        "Config": {
-            "Image": image or spec.image,
-            "Cmd": list(spec.command),
-            "Entrypoint": None if spec.entrypoint is None else list(spec.entrypoint),
-            "Env": [f"{k}={v}" for k, v in full_env.items()],
-            # Docker merges the image's labels in: doctor compares only the plan's.
-            "Labels": {"org.opencontainers.image.vendor": "Huawei", **spec.labels} if labels is None else labels,
-            "StopTimeout": spec.stop_grace_seconds,
-            "Healthcheck": {
-                "Test": list(spec.healthcheck.test),
-                "Interval": spec.healthcheck.interval_seconds * 10**9,
-                "Timeout": spec.healthcheck.timeout_seconds * 10**9,
-                "StartPeriod": spec.healthcheck.start_period_seconds * 10**9,
-                "Retries": spec.healthcheck.retries,
-                **({"StartInterval": spec.healthcheck.start_interval_seconds * 10**9} if spec.healthcheck.start_interval_seconds else {}),
-            },
-        },
-        "State": {
-            "Status": status,
-            "Pid": pid if status in ("running", "restarting") else 0,
-            "ExitCode": 0 if status == "running" else 137,
-            **({"Health": {"Status": health}} if health else {}),
-        },
-        "HostConfig": {
-            "Devices": [
-                {"PathOnHost": d, "PathInContainer": d, "CgroupPermissions": "rwm"}
-                for d in (spec.device_files if devices is None else devices)
-            ],
-            "Privileged": spec.privileged if privileged is None else privileged,
-            "Init": spec.init,
-            # As the docker provider creates them (HostConfig.Mounts); `docker run -v` fills Binds instead.
-            "Mounts": [{"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only} for m in spec.mounts],
-            "Binds": None,
-            "RestartPolicy": {"Name": restart or spec.restart, "MaximumRetryCount": 0},
-            "ShmSize": spec.shm_size_mib * 1024 * 1024,
-            "IpcMode": spec.ipc_mode,
-            "Sysctls": dict(spec.sysctls),
-            "LogConfig": {"Type": spec.log_driver, "Config": {**spec.log_opts, **(log_opts or {})}},
-            "PortBindings": (
-                {f"{p}/tcp": [{"HostIp": "", "HostPort": str(p)}] for p in spec.ports} if ports is None else ports
-            ),
-        },
-    }
-
-
-def npu_info(processes: list[tuple[int, int]], unhealthy: dict[int, str] | None = None) -> NpuSmiInfo:
-    unhealthy = unhealthy or {}
-    return NpuSmiInfo(
-        version="24.1.rc2",
-        npus=tuple(Npu(index=c, name="910B3", health=unhealthy.get(c, "OK")) for c in range(8)),
-        processes=tuple(NpuProcess(npu=card, pid=pid, name="python3", memory_mb=26214) for card, pid in processes),
-    )
-
-
-def clean_facts(plan) -> HostFacts:
-    """The host running exactly the plan: healthy containers, their ranks on their cards, docker-proxy on API ports."""
-    inspects, pids, listeners, procs = [], {}, [], []
-    for sd in plan.hosts[0].services:
-        ps, spec = sd.plan, sd.spec
-        base = PIDS[ps.name]
-        cid = f"{ps.name}-id"
-        inspects.append(inspect_of(spec, cid=cid, pid=base))
-        ranks = [base + 10 + i for i, _ in enumerate(ps.assignment.cards)]
-        pids[cid] = frozenset({base, *ranks})
-        procs += [(card, rank) for card, rank in zip(ps.assignment.cards, ranks)]
-        listeners.append(Listener("0.0.0.0", spec.api_port, (("docker-proxy", base + 500),)))
-    listeners.append(Listener("0.0.0.0", 22, (("sshd", 1),)))
-    return HostFacts(
-        containers=tuple(LiveContainer.from_inspect(i) for i in inspects),
-        pids=pids,
-        listeners=tuple(listeners),
-        npu=npu_info(procs),
-        device_share={c: DEVICE_SHARE_ON for c in plan.hosts[0].shared_cards},
-        topology=FULL_MESH,
-    )
-
-
-def with_container(facts: HostFacts, inspect: dict[str, Any], pids: set[int] = frozenset()) -> HostFacts:
-    """The facts with one container replaced (same name) or added."""
-    live = LiveContainer.from_inspect(inspect)
-    containers = tuple(c for c in facts.containers if c.name != live.name) + (live,)
-    all_pids = dict(facts.pids)
-    if pids:
-        all_pids[live.id] = frozenset(pids)
-    return dataclasses.replace(facts, containers=containers, pids=all_pids)
+    return deployment_of(make_fleet())
 
 
 def at_rest(plan, facts: HostFacts, name: str) -> HostFacts:
@@ -162,10 +43,6 @@ def at_rest(plan, facts: HostFacts, name: str) -> HostFacts:
     procs = tuple(p for p in facts.npu.processes if not base <= p.pid < base + 100)
     listeners = tuple(x for x in facts.listeners if x.port != api)
     return dataclasses.replace(facts, npu=dataclasses.replace(facts.npu, processes=procs), listeners=listeners)
-
-
-def findings(plan, facts):
-    return host_findings(plan.hosts[0], facts)
 
 
 def kinds(found) -> list[tuple[str, str | None]]:
@@ -177,11 +54,6 @@ def spec_of(plan, name):
 
 
 # ---- a clean host ---------------------------------------------------------
-
-
-def gathered(*sections: tuple[str, str, str]) -> str:
-    """What the gather script prints: each section framed, then `end`."""
-    return "".join(frame(MARK, kind, arg, payload) for kind, arg, payload in (*sections, ("end", "", "")))
 
 
 def test_a_host_running_exactly_the_plan_has_no_findings(plan):
@@ -285,7 +157,7 @@ def test_a_privileged_container_whose_plan_is_not_privileged_is_drift(plan):
 
 def test_an_image_named_with_or_without_registry_and_latest_tag_is_the_same_image():
     values = {"defaults": {"image": "ascend-fleet/npu-sim"}}
-    plan = deployed(make_fleet(**values))
+    plan = deployment_of(make_fleet(**values))
     facts = with_container(
         clean_facts(plan),
         inspect_of(spec_of(plan, "alpha"), cid="alpha-id", pid=1000, image="docker.io/ascend-fleet/npu-sim:latest"),
@@ -340,7 +212,7 @@ def test_each_field_of_the_container_record_changed_is_drift_unless_docker_canno
 
 
 def test_a_hand_edit_of_max_model_len_in_the_command_is_drift_naming_the_flag_and_both_values():
-    plan = deployed(fleet([host("npu-a")], [service("qwen", 2, 0.9, devices=[4, 5], maxModelLen=25000)]))
+    plan = deployment_of(fleet([host("npu-a")], [service("qwen", 2, 0.9, devices=[4, 5], maxModelLen=25000)]))
     spec = spec_of(plan, "qwen")
     edited = list(spec.command)
     edited[edited.index("--max-model-len") + 1] = "30000"
@@ -649,7 +521,7 @@ def test_port_lists_are_read_as_hccl_writes_them(value, spans):
 
 def test_an_unreachable_host_is_a_finding_and_the_other_hosts_are_still_checked(monkeypatch):
     fleet_config = fleet([host("npu-a"), host("npu-b")], [service("alpha", 1, 0.4, host="npu-a", devices=[0])])
-    plan = deployed(fleet_config)
+    plan = deployment_of(fleet_config)
 
     def fake_run_script(h, script, *, timeout=None):
         if h.name == "npu-b":
@@ -671,7 +543,7 @@ def test_a_script_for_a_unix_docker_host_runs_locally_with_docker_host_set_to_th
     """No ssh: a real local `sh` runs the script, pointed at the host's daemon, not the caller's."""
     monkeypatch.setenv("DOCKER_HOST", "tcp://elsewhere.example:2375")
     config = fleet([host("dev", dockerHost="unix:///tmp/x.sock")], [])
-    result = run_script(deployed(config).hosts[0], 'echo "$DOCKER_HOST"\n')
+    result = run_script(deployment_of(config).hosts[0], 'echo "$DOCKER_HOST"\n')
     assert (result.reachable, result.returncode, result.stderr) == (True, 0, "")
     assert result.stdout == "unix:///tmp/x.sock\n"
 
@@ -726,7 +598,7 @@ def test_a_shared_card_npu_smi_said_nothing_of_is_a_sharing_finding(plan):
 @pytest.mark.parametrize("sharing", ["privileged", "refuse"])
 def test_hosts_that_do_not_use_device_share_mode_get_no_sharing_finding(sharing):
     services = [service("alpha", 1, 0.4, devices=[0]), service("beta", 1, 0.4, devices=[0 if sharing != "refuse" else 1])]
-    deployment = deployed(fleet([host("npu-a", cardSharing=sharing)], services))
+    deployment = deployment_of(fleet([host("npu-a", cardSharing=sharing)], services))
     found = host_findings(deployment.hosts[0], dataclasses.replace(HostFacts(), device_share={}))
     assert "sharing" not in [f.kind for f in found]
 
@@ -779,7 +651,7 @@ def test_a_topology_that_cannot_be_read_is_a_finding_only_for_a_host_with_tensor
     facts = dataclasses.replace(clean_facts(plan), topology=None, topology_error="npu-smi info -t topo exited 215: Invalid")
     [found] = findings(plan, facts)
     assert found.kind == "topology" and "gamma" in found.message and "exited 215" in found.message
-    single = deployed(fleet([host("npu-a")], [service("alpha", 1, 0.4, devices=[0])]))
+    single = deployment_of(fleet([host("npu-a")], [service("alpha", 1, 0.4, devices=[0])]))
     found = host_findings(single.hosts[0], dataclasses.replace(HostFacts(), topology_error="exited 215"))
     assert "topology" not in [f.kind for f in found]
 

@@ -7,19 +7,17 @@ test_router_e2e.py reads the same endpoint from the real router.
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
 
-from allocation.config import parse_fleet
-from records.deployment import deploy
-from allocation.planner import plan_fleet
 from ops.doctor.facts import HostFacts, parse_facts
 from ops.doctor.findings import host_findings, required
 from ops.doctor.gather import gather_script
 from tests.conftest import live_container
-from tests.test_doctor import gathered
+from tests.support.doctor import gathered
+from tests.support.doctor import router_findings, workers_body
+from tests.support.pipeline import deployment_of
 
 
 @pytest.fixture(scope="module")
@@ -28,24 +26,8 @@ def host():
         "hosts": [{"name": "npu-a", "address": "192.0.2.10"}],
         "services": [{"name": "bge", "model": "/m/bge", "memoryFraction": 0.1, "replicas": 2}],
     }
-    (hd,) = deploy(plan_fleet(parse_fleet("t", values))).hosts
+    (hd,) = deployment_of(values, "t").hosts
     return hd
-
-
-def workers_body(health: dict[str, bool]) -> str:
-    workers = [
-        {"url": url, "model_id": "unknown", "worker_type": "regular", "is_healthy": ok, "load": 0,
-         "connection_mode": "Http", "priority": 50, "cost": 1.0}
-        for url, ok in health.items()
-    ]  # fmt: skip
-    return json.dumps({"workers": workers, "total": len(workers), "stats": {"regular_count": len(workers)}})
-
-
-def router_findings(hd, body: str | None, router_status: str = "running"):
-    (rd,) = hd.routers
-    containers = [live_container(sd.spec) for sd in hd.services] + [live_container(rd.spec, router_status)]
-    facts = HostFacts(containers=tuple(containers), router_workers={rd.name: body} if body is not None else {})
-    return [f for f in host_findings(hd, facts) if f.kind in ("router", "missing", "stopped", "drift")]
 
 
 def test_a_router_seeing_every_replica_healthy_is_no_finding(host):

@@ -8,13 +8,12 @@ import pytest
 
 from allocation.config import GATE_ENV
 from allocation.errors import ConfigError
-from allocation.planner import plan_fleet
-from records.deployment import deploy
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
+from tests.support.pipeline import deployment_of
 
 
 def test_every_variable_the_gate_sets_is_one_the_config_refuses():
-    (hd,) = deploy(plan_fleet(fleet([host()], [service("chat")]))).hosts
+    (hd,) = deployment_of(fleet([host()], [service("chat")])).hosts
     gate = {k for k in hd.services[0].spec.env if k.startswith("ASCEND_FLEET_")}
     assert gate and gate <= set(GATE_ENV)
 

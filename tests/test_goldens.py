@@ -13,9 +13,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.goldens import GOLDENS, fleets, outputs
-from allocation.planner import plan_fleet
-from records.deployment import deploy
-from views.report import _orjson_prints_alike, json_text, plan_json
+from views.report import _orjson_prints_alike, json_text
+from tests.support.pipeline import plan_json_of
 
 FLEETS = fleets()
 
@@ -83,4 +82,4 @@ def test_every_ascii_character_in_a_value_prints_as_the_standard_library_prints_
 
 @pytest.mark.parametrize("name", sorted(FLEETS))
 def test_every_golden_plan_takes_orjsons_path(name):
-    assert _orjson_prints_alike(plan_json(deploy(plan_fleet(FLEETS[name]))))
+    assert _orjson_prints_alike(plan_json_of(FLEETS[name]))

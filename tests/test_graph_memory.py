@@ -12,9 +12,9 @@ from allocation.defaults import DEFAULT_GRAPH_MEMORY_GIB
 from allocation.planner import plan_fleet
 from allocation.resolved import resolve
 from cli.stackfile import load_fleet
-from records.deployment import deploy
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 from views.report import plan_json, render_plan
+from tests.support.pipeline import deployment_of
 
 # bge-m3 and qwen-vl as prod has them (Pulumi.prod.yaml), on card 0 of a 64 GB 910B (60.96 GiB).
 BGE = {"weightBytes": 2275000000, "numHiddenLayers": 24, "attention": "encoder", "torchDtype": "float32"}
@@ -148,7 +148,7 @@ def test_cards_with_the_same_services_share_one_warning():
 
 
 def test_the_table_markdown_and_json_carry_the_plans_warnings():
-    deployment = deploy(plan_fleet(load_fleet("prod")[0]))
+    deployment = deployment_of(load_fleet("prod")[0])
     [graph] = [w for w in deployment.plan.warnings if "NPU graph" in w]
     assert plan_json(deployment)["warnings"] == list(deployment.plan.warnings)
     assert f"  warning: {graph}" in render_plan(deployment, "table", wide=True).splitlines()
@@ -158,5 +158,5 @@ def test_the_table_markdown_and_json_carry_the_plans_warnings():
 
 
 def test_the_allowance_changes_no_container_input():
-    plain, roomy = (deploy(plan_fleet(seed(defaults={"graphMemoryGiB": g}))) for g in (0, 9))
+    plain, roomy = (deployment_of(seed(defaults={"graphMemoryGiB": g})) for g in (0, 9))
     assert [h["services"] for h in plan_json(plain)["hosts"]] == [h["services"] for h in plan_json(roomy)["hosts"]]

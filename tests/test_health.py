@@ -12,15 +12,16 @@ from ruamel.yaml import YAML
 
 from allocation.config import Host, parse_fleet
 from allocation.errors import ConfigError
-from allocation.planner import plan_fleet
 from views.exports.render import docker_run_args, render
+from allocation.planner import plan_fleet
 from records.deployment import deploy
 from records.host_check import host_check_script
 from records.restarts import restart_table
 from records.health import probe_timing, unhealthy_after_seconds
-from tests.provider_readback import differences, stored
-from tests.pulumi_harness import CONTAINER, run_program
-from tests.test_program import two_host_values, values_of
+from tests.support.provider_readback import differences, stored
+from tests.support.pulumi_harness import CONTAINER, run_program
+from tests.support.stacks import two_host_values, values_of
+from tests.support.pipeline import deployment_of
 
 OLD, NEW = "20.10", "28.5"
 
@@ -35,7 +36,7 @@ def fleet_values(engine_b: str | None = NEW, **fleet: object) -> dict:
 
 
 def specs_of(values: dict) -> dict:
-    deployment = deploy(plan_fleet(parse_fleet("health", values)))
+    deployment = deployment_of(values, "health")
     return {sd.name: sd.spec for sd in deployment.services()} | {
         rd.spec.name: rd.spec for hd in deployment.hosts for rd in hd.routers
     }
@@ -108,7 +109,7 @@ def test_an_engine_version_that_is_not_a_quoted_version_string_is_refused_in_one
 
 
 def test_exports_carry_start_interval_only_for_hosts_with_a_new_engine():
-    deployment = deploy(plan_fleet(parse_fleet("health", fleet_values())))
+    deployment = deployment_of(fleet_values(), "health")
     docs = YAML(typ="safe").load_all(render(deployment, "compose"))
     compose = {name: svc for d in docs for name, svc in d["services"].items()}
     for sd in deployment.services():
@@ -150,7 +151,7 @@ def test_start_interval_sent_to_an_old_engine_would_change_on_every_preview():
 def test_committed_stacks_declare_no_engine_and_get_the_short_interval_of_an_old_one():
     fleet = parse_fleet("prod", values_of("prod"))
     assert fleet.docker_engine == OLD
-    assert {sd.spec.healthcheck.interval_seconds for sd in deploy(plan_fleet(fleet)).services()} == {2}
+    assert {sd.spec.healthcheck.interval_seconds for sd in deployment_of(fleet).services()} == {2}
 
 
 def stand_in_docker(root, version: str | None) -> None:
@@ -210,7 +211,7 @@ def test_an_unreadable_engine_version_only_warns(tmp_path):
 
 
 def test_every_host_check_of_a_deployment_compares_the_engine_declared_for_its_host():
-    deployment = deploy(plan_fleet(parse_fleet("health", fleet_values())))
+    deployment = deployment_of(fleet_values(), "health")
     checks = {hd.name: hd.check_script for hd in deployment.hosts}
     assert "declared to run Docker Engine 20.10, but runs" in checks["npu-a"]
     assert "declared to run Docker Engine 28.5, but runs" in checks["npu-b"]

@@ -10,7 +10,7 @@ import pytest
 
 from allocation.planner import plan_fleet
 from records.held_cards import held_cards
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))

@@ -8,16 +8,15 @@ import json
 import os
 import subprocess
 
-from allocation.planner import plan_fleet
 from ops.doctor.facts import HostFacts
 from ops.doctor.findings import host_findings
 from ops.doctor.gather import missing_paths
 from records.containers import DRIVER_MOUNTS
-from records.deployment import deploy
 from records.host_check import host_check_script
 from records.host_requirements import Requirement, cards_of, requirements
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 from tests.goldens import HOST_CHECKS, fleets, host_checks
+from tests.support.pipeline import deployment_of
 
 
 def test_every_hosts_check_script_is_byte_identical_to_the_golden_written_before_the_table():
@@ -31,7 +30,7 @@ def test_every_hosts_check_script_is_byte_identical_to_the_golden_written_before
 def test_every_device_file_a_container_gets_is_a_requirement_of_the_cards_it_uses():
     """So the host check, which asks the table for the cards of its containers, asks for all of them."""
     for name, config in fleets().items():
-        for sd in deploy(plan_fleet(config)).services():
+        for sd in deployment_of(config).services():
             files = set(sd.spec.device_files)
             assert files <= {r.path for r in requirements(cards_of(files))}, f"{name}: {sd.name}"
 
@@ -39,7 +38,7 @@ def test_every_device_file_a_container_gets_is_a_requirement_of_the_cards_it_use
 def one_host():
     """One host of 8 cards whose services use cards 0, 2 and 3; the others are nobody's."""
     config = fleet([host("npu-a")], [service("alpha", 1, 0.4, devices=[0]), service("gamma", 2, 0.5, devices=[2, 3])])
-    return deploy(plan_fleet(config)).hosts[0]
+    return deployment_of(config).hosts[0]
 
 
 def test_the_host_check_and_doctor_name_every_path_a_container_gets_from_the_host_in_the_same_words(tmp_path):

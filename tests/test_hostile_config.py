@@ -10,7 +10,7 @@ import pytest
 
 from allocation.errors import ConfigError, FleetError
 from allocation.planner import plan_fleet
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 
 
 def refused(hosts: list[dict], services: list[dict], **extra) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,12 @@ from records.deployment import deploy
 from views.diff import diff_plans, render_diff
 from allocation.errors import FleetError
 from allocation.planner import plan_fleet
-from views.report import plan_json, render_plan
+from views.report import render_plan
 from cli.main import main
 from views.exports.render import render
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
+from tests.support.pipeline import deployment_of, plan_json_of
+from tests.support.docker_fakes import run_script_with_fake_docker
 
 CANARY = "CANARY"
 SMUGGLERS = [
@@ -51,27 +52,12 @@ def hostile_fleet(value: str):
     )
 
 
-def run_script_with_fake_docker(script: str, tmp: Path) -> list[str]:
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    fake = bin_dir / "docker"
-    fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done >> "$DOCKER_LOG"\nprintf "\\n" >> "$DOCKER_LOG"\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    log = tmp / "docker.log"
-    log.write_text("")
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DOCKER_LOG": str(log), "HOME": str(tmp)}
-    result = subprocess.run(["sh", "-s"], input=script, cwd=tmp, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert not list(tmp.rglob(CANARY)), "a value ran as a command"
-    return [line for line in log.read_text().split("\n") if line]
-
-
 @pytest.mark.parametrize("value", SMUGGLERS)
 def test_the_docker_run_script_passes_every_value_to_docker_as_one_word(tmp_path, value):
-    deployment = deploy(plan_fleet(hostile_fleet(value)))
+    deployment = deployment_of(hostile_fleet(value))
     script = render(deployment, "docker-run")
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
-    calls = [c.split("\0")[:-1] for c in run_script_with_fake_docker(script, tmp_path)]
+    calls = [c.split("\0")[:-1] for c in run_exported_script(script, tmp_path)]
     assert [c[:2] for c in calls] == [["stop", "--time"], ["rm", "-f"], ["run", "-d"]]
     run = calls[2]
     assert f"--env=X={value}" in run and f"--env=Y=pre {value} post" in run
@@ -81,7 +67,7 @@ def test_the_docker_run_script_passes_every_value_to_docker_as_one_word(tmp_path
 
 @pytest.mark.parametrize("value", SMUGGLERS)
 def test_the_compose_file_reads_the_same_in_yaml_1_1_and_1_2_and_doubles_dollars(value):
-    text = render(deploy(plan_fleet(hostile_fleet(value))), "compose")
+    text = render(deployment_of(hostile_fleet(value)), "compose")
     assert text.startswith("# stack test, host npu-a")
     old, new = pyyaml.safe_load(text), YAML(typ="safe", pure=True).load(text)
     assert old == new
@@ -90,9 +76,16 @@ def test_the_compose_file_reads_the_same_in_yaml_1_1_and_1_2_and_doubles_dollars
     assert set(new) == {"name", "services"}
 
 
+def run_exported_script(script: str, tmp: Path) -> list[str]:
+    """The docker calls of an exported script, which ran no value as a command."""
+    calls = run_script_with_fake_docker(script, tmp)
+    assert not list(tmp.rglob(CANARY)), "a value ran as a command"
+    return calls
+
+
 def test_backticks_and_pipes_in_a_diff_stay_inside_their_code_spans():
-    before = plan_json(deploy(plan_fleet(hostile_fleet("plain"))))
-    after = plan_json(deploy(plan_fleet(hostile_fleet("``` | **bold** `x`"))))
+    before = plan_json_of(hostile_fleet("plain"))
+    after = plan_json_of(hostile_fleet("``` | **bold** `x`"))
     text = render_diff(diff_plans(before, after), "markdown")
     row = next(line for line in text.splitlines() if "env X" in line)
     cells = row.split(" | ")
@@ -109,9 +102,9 @@ def test_a_heading_of_the_plan_escapes_markdown_in_the_stack_name():
 
 
 def test_a_service_that_becomes_privileged_with_every_card_is_a_security_change():
-    before = plan_json(deploy(plan_fleet(fleet([host()], [service("a", devices=[4])]))))
-    after = plan_json(deploy(plan_fleet(fleet([host()], [service("a", devices=[4], allDevices=True,
-                                                                    mounts=[{"source": "/", "target": "/host", "readOnly": False}])]))))  # fmt: skip
+    before = plan_json_of(fleet([host()], [service("a", devices=[4])]))
+    after = plan_json_of(fleet([host()], [service("a", devices=[4], allDevices=True,
+                                                                    mounts=[{"source": "/", "target": "/host", "readOnly": False}])]))  # fmt: skip
     diff = diff_plans(before, after)
     [changed] = diff.changes()
     assert any(s.startswith("privileged false -> true") for s in changed.security)
@@ -209,7 +202,7 @@ def test_a_hostile_value_in_any_key_gives_a_plan_or_one_paragraph(tmp_path_facto
     code, script, err = run_main(["render", "--config", str(path), "--format", "docker-run"])
     assert code == 0, err
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
-    assert all(c.split("\0")[0] in ("stop", "rm", "run") for c in run_script_with_fake_docker(script, tmp))
+    assert all(c.split("\0")[0] in ("stop", "rm", "run") for c in run_exported_script(script, tmp))
 
 
 def run_main(argv: list[str]) -> tuple[int, str, str]:
@@ -223,6 +216,6 @@ def run_main(argv: list[str]) -> tuple[int, str, str]:
 
 
 def test_the_fake_docker_records_exactly_its_argv(tmp_path):
-    calls = run_script_with_fake_docker("docker run -- 'a b' c\n", tmp_path)
+    calls = run_exported_script("docker run -- 'a b' c\n", tmp_path)
     assert calls == ["run\0--\0a b\0c\0"]
     assert os.environ.get("DOCKER_LOG") is None

@@ -13,7 +13,7 @@ from allocation.errors import AllocationError, ConfigError
 from allocation.planner import plan_fleet
 from cli.pin import pin_stack_file
 from cli.stackfile import load_fleet
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 
 GIB = 1 << 30
 PROFILE = {"weightBytes": 8 * GIB, "numHiddenLayers": 64, "numKeyValueHeads": 8, "headDim": 128}

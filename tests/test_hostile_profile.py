@@ -4,22 +4,12 @@ validating what is written, and the services the documented workflow needs profi
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from ruamel.yaml import YAML
 
 from cli.main import main
-from tests.test_profile import QWEN3, model, safetensors, stack
-
-
-def profile(path: Path, root: Path, capsys) -> tuple[int, str]:
-    code = main(["profile", "--config", str(path), "--models-root", str(root)])
-    return code, capsys.readouterr().err
-
-
-def services_of(path: Path) -> dict[str, dict]:
-    return {s["name"]: s for s in YAML(typ="safe").load(path.read_text())["config"]["ascend-fleet:services"]}
+from tests.support.profiles import QWEN3, model, safetensors, stack
+from tests.support.profiles import profile, replicated_stack, services_of
 
 
 BAD_CONFIGS = {
@@ -111,17 +101,6 @@ def test_an_index_without_total_size_says_so_instead_of_claiming_there_are_no_we
     safetensors(folder / "model-00001-of-00001.safetensors", {"w": ("BF16", [8, 8])})
     code, err = profile(stack(tmp_path, ["qwen"]), root, capsys)
     assert code == 1 and "has no positive whole metadata.total_size" in err and "no safetensors weights" not in err
-
-
-def replicated_stack(tmp_path: Path, extra: str = "", args: str = "") -> Path:
-    path = tmp_path / "Pulumi.test.yaml"
-    path.write_text(
-        "config:\n  ascend-fleet:hosts:\n    - name: npu-a\n      address: 192.0.2.1\n"
-        "  ascend-fleet:services:\n"
-        "    - name: qwen\n      model: /disk2/qwen\n      tensorParallelSize: 2\n      replicas: 2\n"
-        f"      memoryFraction: auto\n      maxModelLen: 4096\n{extra}{args}"
-    )
-    return path
 
 
 def test_a_replicated_auto_service_without_a_profile_is_profiled_under_its_own_name(tmp_path, capsys):

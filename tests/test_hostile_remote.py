@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 
 import ops.doctor as doctor
-from records.deployment import deploy
 from records.host_requirements import requirements
-from allocation.planner import plan_fleet
-from ops.doctor.facts import FactsError, parse_facts
+from ops.doctor.facts import parse_facts
 from ops.doctor.findings import host_findings
 from ops.doctor.gather import MARK, gather_script
 from ops.framing import frame
@@ -24,9 +22,10 @@ from ops.model_files import gather_script as model_script
 from ops.model_files import parse_folders
 from ops.models import ProfileError, read_profile
 from ops.ssh import RemoteResult
-from tests.fleets import fleet, host, service
-from tests.test_doctor import gathered
-from tests.test_profile import QWEN3, model, safetensors
+from tests.support.stacks import fleet, host, service
+from tests.support.doctor import gathered
+from tests.support.profiles import QWEN3, model, safetensors
+from tests.support.pipeline import deployment_of
 
 DATA = Path(__file__).parent / "data" / "npu-smi"
 SHARE_OFF = "\tNPU ID : 0\n\tDevice-share Status : False\n"
@@ -126,7 +125,7 @@ def test_deep_json_huge_numbers_or_unicode_digits_in_docker_inspect_are_a_host_f
 
 def test_a_host_whose_output_cannot_be_read_is_a_finding_and_the_other_hosts_are_still_checked(monkeypatch):
     config = fleet([host("npu-a"), host("npu-b")], [service("alpha", 1, 0.4, host="npu-a", devices=[0])])
-    deployment = deploy(plan_fleet(config))
+    deployment = deployment_of(config)
 
     def fake_run_script(hd, script, *, timeout=None):
         if hd.name == "npu-a":
@@ -147,9 +146,9 @@ def test_terminal_escapes_from_remote_text_never_reach_the_table():
 
 
 def test_an_is_healthy_of_the_string_false_is_a_router_finding_not_a_healthy_replica():
-    from tests.test_doctor_router import router_findings, workers_body
+    from tests.support.doctor import router_findings, workers_body
 
-    hd = deploy(plan_fleet(fleet([host("npu-a")], [service("bge", 1, 0.1, replicas=2)]))).hosts[0]
+    hd = deployment_of(fleet([host("npu-a")], [service("bge", 1, 0.1, replicas=2)])).hosts[0]
     (rd,) = hd.routers
     body = workers_body({url: True for url in rd.workers}).replace("true", '"false"')
     (found,) = router_findings(hd, body)
@@ -157,8 +156,8 @@ def test_an_is_healthy_of_the_string_false_is_a_router_finding_not_a_healthy_rep
 
 
 def test_device_share_status_true_counts_only_from_the_real_field():
-    hd = deploy(plan_fleet(fleet([host("npu-a")], [
-        service("a", 1, 0.4, host="npu-a", devices=[0]), service("b", 1, 0.4, host="npu-a", devices=[0])]))).hosts[0]  # fmt: skip
+    hd = deployment_of(fleet([host("npu-a")], [
+        service("a", 1, 0.4, host="npu-a", devices=[0]), service("b", 1, 0.4, host="npu-a", devices=[0])])).hosts[0]  # fmt: skip
     said = "Error: the command failed: expected 'Device-share Status : True' but got nothing"
     facts = parse_facts(gathered(("device-share", "0", said), ("npu-smi-rc", "", "1")))
     assert "sharing" in [f.kind for f in host_findings(hd, facts)]

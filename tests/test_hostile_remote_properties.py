@@ -18,8 +18,6 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from records.deployment import deploy
-from allocation.planner import plan_fleet
 from ops.doctor import Finding, HostReport, render_reports
 from ops.doctor.facts import FactsError, parse_facts
 from ops.doctor.findings import host_findings
@@ -29,8 +27,9 @@ from ops.model_files import INDEX
 from ops.model_files import MARK as MODEL_MARK
 from ops.model_files import ModelFileError, parse_folders
 from ops.models import ProfileError, read_profile, validated
-from tests.fleets import fleet, host, service
-from tests.test_doctor import inspect_of
+from tests.support.stacks import fleet, host, service
+from tests.support.doctor import inspect_of
+from tests.support.pipeline import deployment_of
 
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 CONTROL = st.sampled_from(["\x1b[2J", "\x1b]0;title\x07", "\x9b1m", "\r", "\x00", "\u202e", "\x7f", "\x08"])
@@ -73,7 +72,7 @@ MODEL_SECTIONS = ["config.json", INDEX, "length", "header"]
 def hd():
     services = [service("a", 1, 0.4, host="npu-a", devices=[0]), service("b", 1, 0.4, host="npu-a", devices=[0]),
                 service("r", 1, 0.1, replicas=2)]  # fmt: skip
-    (deployment_host,) = deploy(plan_fleet(fleet([host("npu-a")], services))).hosts
+    (deployment_host,) = deployment_of(fleet([host("npu-a")], services)).hosts
     return deployment_host
 
 

@@ -17,9 +17,8 @@ from allocation.config import parse_fleet
 from allocation.planner import plan_fleet
 from allocation.windows import KINDS
 from records.deployment import deploy
-from tests.pulumi_harness import CONTAINER, run_program
-from tests.test_day2 import add_first
-from tests.test_program import _pinned, values_of
+from tests.support.pulumi_harness import CONTAINER, run_program
+from tests.support.stacks import add_first, pinned_values, values_of
 from views.diff import diff_plans
 from views.report import plan_json
 
@@ -140,7 +139,7 @@ def with_image(values: dict, service: str, image: str) -> dict:
 
 
 def test_a_new_image_rolls_exactly_the_deployment_the_plan_diff_names():
-    before = _pinned(k8s_values("prod"), "prod")
+    before = pinned_values(k8s_values("prod"), "prod")
     after = with_image(before, "qwen-long", "quay.io/ascend/vllm-ascend:v0.20.2rc2")
     changed, added_or_removed = rolled("prod", before, after)
     assert diff_restarts("prod", before, after) == {"qwen-long"}
@@ -148,7 +147,7 @@ def test_a_new_image_rolls_exactly_the_deployment_the_plan_diff_names():
 
 
 def test_a_newcomer_on_a_shared_card_restarts_no_running_pod():
-    before = _pinned(k8s_values("prod"), "prod")
+    before = pinned_values(k8s_values("prod"), "prod")
     after = add_first(copy.deepcopy(before))
     changed, added = rolled("prod", before, after)
     # The host's device-share ConfigMap names the newcomer among the card's users: no pod reads it.

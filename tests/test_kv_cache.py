@@ -19,7 +19,7 @@ from allocation.kv_cache import (
 )  # fmt: skip
 from allocation.planner import plan_fleet
 from views.report import plan_json
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 
 TOTAL_64 = RUNTIME_TOTAL_BYTES[64]
 DATA = Path(__file__).parent / "data"

@@ -3,30 +3,30 @@ doctor and the Pulumi program under the mocks. Off by default: then nothing of i
 
 from __future__ import annotations
 
-import copy
 import json
 import shlex
 
 import pytest
 from ruamel.yaml import YAML
 
-from allocation.config import parse_fleet
 from allocation.errors import ConfigError
-from allocation.planner import plan_fleet
-from cli.stackfile import StackFile, stack_values
 from views.exports import prometheus
 from ops.doctor import drift
 from ops.doctor.facts import HostFacts, LiveContainer
 from ops.doctor.findings import host_findings, planned
 from views.exports.render import compose_files, docker_run_args, render
+from allocation.planner import plan_fleet
+from cli.stackfile import StackFile, stack_values
 from records.deployment import deploy
 from records.exporter import ENTRYPOINT, NAME
 from views.report import plan_json
 from records.restarts import BY_KEY, CONSTANT_PROVIDER_INPUTS, INPUTS, changed
-from tests.fleets import fleet, host, service
-from tests.provider_readback import FORCE_NEW, attribute
-from tests.pulumi_harness import ASCEND_HOST, CONTAINER, PROJECT_ROOT, PROVIDER, REMOTE_IMAGE, fake_image_id, run_program
-from tests.test_doctor import clean_facts, inspect_of, make_fleet, with_container
+from tests.support.stacks import fleet, host, service
+from tests.support.provider_readback import FORCE_NEW, attribute
+from tests.support.pulumi_harness import ASCEND_HOST, CONTAINER, PROVIDER, REMOTE_IMAGE, fake_image_id, run_program
+from tests.support.doctor import clean_facts, inspect_of, make_fleet, with_container
+from tests.support.stacks import values
+from tests.support.pipeline import deployment_of
 
 IMAGE = "registry.example/npu-exporter:v6.0.0"
 ON = {"npuExporter": {"image": IMAGE}}
@@ -36,14 +36,7 @@ def two_hosts(metrics=None):
     """npu-a and npu-b in use, npu-c idle."""
     extra = {} if metrics is None else {"metrics": metrics}
     hosts = [host("npu-a"), host("npu-b"), host("npu-c")]
-    return deploy(plan_fleet(fleet(hosts, [service("x", host="npu-a"), service("y", host="npu-b")], **extra)))
-
-
-def values(stack: str, metrics=None) -> dict:
-    out = copy.deepcopy(stack_values(StackFile(stack, PROJECT_ROOT / f"Pulumi.{stack}.yaml")))
-    if metrics is not None:
-        out["metrics"] = {**out.get("metrics", {}), **metrics}
-    return out
+    return deployment_of(fleet(hosts, [service("x", host="npu-a"), service("y", host="npu-b")], **extra))
 
 
 # ---- config ------------------------------------------------------------------------------------
@@ -160,7 +153,7 @@ def test_prometheus_scrapes_exactly_the_deployed_exporters_when_the_fleet_deploy
 def test_a_router_only_host_s_exporter_is_scraped_too():
     hosts = [host("npu-a"), host("npu-b"), host("npu-c")]
     svc = service("x", 8, 0.9, replicas=2, router={"host": "npu-c"})
-    deployment = deploy(plan_fleet(fleet(hosts, [svc], metrics=ON)))
+    deployment = deployment_of(fleet(hosts, [svc], metrics=ON))
     assert [hd.name for hd in deployment.hosts if not hd.services] == ["npu-c"]
     assert [hd.name for hd in deployment.hosts if hd.exporter is not None] == ["npu-a", "npu-b", "npu-c"]
     assert _exporter_hosts(deployment) == ["npu-a", "npu-b", "npu-c"]
@@ -205,7 +198,7 @@ def test_doctor_ignores_an_image_s_own_entrypoint_where_the_plan_sets_none():
 @pytest.mark.parametrize("stack", ["prod", "staging"])
 def test_with_the_setting_on_the_stack_creates_one_exporter_container_per_host_in_use(stack):
     run = run_program(stack, values(stack, ON))
-    deployment = deploy(plan_fleet(parse_fleet(stack, values(stack, ON))))
+    deployment = deployment_of(values(stack, ON), stack)
     in_use = [hd for hd in deployment.hosts if hd.in_use]
     exporters = {r.name: r for r in run.of_type("ascend-fleet:index:NpuExporter")}
     assert sorted(exporters) == sorted(f"{hd.name}-npu-exporter" for hd in in_use)
@@ -242,7 +235,7 @@ def test_every_input_the_exporter_s_container_registers_is_classified_by_what_re
 
 
 def test_a_host_running_exactly_the_plan_and_its_exporter_has_no_finding():
-    plan = deploy(plan_fleet(make_fleet(metrics=ON)))
+    plan = deployment_of(make_fleet(metrics=ON))
     hd = plan.hosts[0]
     facts = with_container(clean_facts(plan), inspect_of(hd.exporter, cid="exporter-id", pid=4000))
     assert host_findings(hd, facts) == []

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 from allocation.planner import plan_fleet
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 
 
 def placed(plan) -> dict[str, tuple[str, tuple[int, ...]]]:

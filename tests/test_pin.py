@@ -17,45 +17,8 @@ from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
 from cli.pin import pin_stack_file
 from cli.stackfile import load_fleet
-from tests.test_cli import SEED_UNPINNED
-
-SEED = SEED_UNPINNED
-
-QWEN_PINS = """\
-      host: npu-a
-      devices: [0, 1, 2, 3]
-      apiPort: 8001
-      hcclNpuSocketPortRange: [16682, 16697]
-      hcclHostSocketPortRange: [60048, 60063]
-      hcclIfBasePort: 61032
-      vllmPort: 62016
-"""
-BGE_PINS = """\
-      host: npu-a
-      devices: [0]
-      apiPort: 8000
-      hcclNpuSocketPortRange: [16666, 16681]
-      hcclHostSocketPortRange: [60032, 60047]
-      hcclIfBasePort: 61000
-      vllmPort: 62000
-"""
-PINNED = SEED.replace("0.85\n", "0.85\n" + QWEN_PINS) + BGE_PINS
-
-
-def plan_of(path: Path):
-    fleet, _ = load_fleet(config=str(path))
-    return plan_fleet(fleet)
-
-
-def pin(path: Path) -> list[str]:
-    return pin_stack_file(path, plan_of(path))
-
-
-def write(tmp_path: Path, text: str, name: str = "Pulumi.t.yaml", newline: str = "\n") -> Path:
-    path = tmp_path / name
-    path.write_bytes(text.replace("\n", newline).encode("utf-8"))
-    return path
-
+from tests.support.pin_files import BGE_PINS, PINNED, QWEN_PINS, SEED, pin, plan_of, write
+from tests.support.pipeline import plan_json_of
 
 def services(path: Path) -> list[dict]:
     return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))["config"]["ascend-fleet:services"]
@@ -283,16 +246,12 @@ def test_adding_a_small_tp1_service_to_prod_restarts_no_running_service():
     """Prod pinned completely: a newcomer fits around the pins, and no window of a running service moves,
     so no container is re-created. (Every card of npu-a is in use, so the newcomer shares one: the diff
     says which holder must stop for the card's switch to device-share mode, by the host's heldCards.)"""
-    from records.deployment import deploy
-    from tests.fleets import service
-    from tests.test_program import values_of
+    from tests.support.stacks import service, values_of
     from views.diff import diff_plans
-    from views.report import plan_json
-    from allocation.config import parse_fleet
 
     before = values_of("prod")
     after = {**before, "services": [*before["services"], service("e5-small", 1, 0.05)]}
-    old, new = (plan_json(deploy(plan_fleet(parse_fleet("prod", v)))) for v in (before, after))
+    old, new = (plan_json_of(v, "prod") for v in (before, after))
     diff = diff_plans(old, new)
     assert [s.name for s in diff.changes()] == ["e5-small"] and diff.changes()[0].added
     assert diff.recreated() == []

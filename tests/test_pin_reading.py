@@ -19,8 +19,8 @@ import yaml as pyyaml
 from allocation.errors import ConfigError
 from cli import yaml12
 from cli.pulumi_scalars import program_value
-from tests.test_cli import SEED_UNPINNED
-from tests.test_pin import PINNED, pin, plan_of, write
+from tests.support.stacks import SEED_UNPINNED
+from tests.support.pin_files import PINNED, pin, plan_of, write
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,7 +147,7 @@ def test_profile_reads_a_model_folder_shared_by_many_services_once_and_writes_a_
 ):
     import ops.models
     from cli.main import main
-    from tests.test_profile import model, stack
+    from tests.support.profiles import model, stack
 
     root = tmp_path / "copy"
     qwen36 = json.loads((ROOT / "tests" / "data" / "qwen3.6-27b" / "config.json").read_text())

@@ -9,7 +9,7 @@ from decimal import Decimal
 from allocation.instance import instances
 from allocation.placement import Placer
 from allocation.windows import PortWindow, WindowKind
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 
 
 @dataclass(frozen=True)

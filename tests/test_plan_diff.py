@@ -1,8 +1,9 @@
 """`plan --against REF`: the allocation diff a pull request's reviewer reads.
 
-Unit tests feed `diff_plans` hand-made plan documents; the end-to-end test builds a
-two-commit git repository holding the real `allocation` package and asks
-`plan_at_revision` for the plan at the first commit.
+Unit tests feed `diff_plans` hand-made plan documents (tests/support/plan_documents.py).
+`plan_at_revision` runs on two-commit git repositories holding a stand-in program that says what it
+was asked to plan; two end-to-end tests hold the real `allocation` package and compare the plan
+the code at a revision really makes.
 """
 
 from __future__ import annotations
@@ -21,88 +22,11 @@ import pytest
 from views.diff import diff_plans, render_diff
 from allocation.errors import FleetError
 from cli import main as cli_main
-from cli.revision import plan_at_revision
+from cli.revision import plan_at_revision, resolve_revision
+from tests.support.plan_documents import by_name, fleet, plan, service
+from tests.support.pipeline import plan_json_of
 
 REPO = Path(__file__).resolve().parents[1]
-IMAGE = "quay.io/ascend/vllm-ascend:v0.20.2rc1"
-
-
-def service(
-    name: str,
-    host: str = "npu-a",
-    devices: list[int] | None = None,
-    api_port: int = 8000,
-    slot: int = 0,
-    max_model_len: int = 8192,
-    env: dict[str, str] | None = None,
-    image: str = IMAGE,
-) -> dict[str, Any]:
-    """A planned service as `plan --format json` prints it; `slot` picks its port windows."""
-    devices = [0] if devices is None else devices
-    npu = [16666 + 16 * slot, 16681 + 16 * slot]
-    host_range = [60032 + 16 * slot, 60047 + 16 * slot]
-    return {
-        "name": name,
-        "host": host,
-        "devices": devices,
-        "tensorParallelSize": len(devices),
-        "memoryFraction": 0.4,
-        "apiPort": api_port,
-        "hcclNpuSocketPortRange": npu,
-        "hcclHostSocketPortRange": host_range,
-        "hcclIfBasePort": 61000 + 32 * slot,
-        "vllmPort": 62000 + 16 * slot,
-        "container": {
-            "image": image,
-            "command": [
-                "vllm", "serve", f"/models/{name}",
-                "--port", str(api_port),
-                "--tensor-parallel-size", str(len(devices)),
-                "--gpu-memory-utilization", "0.4",
-                "--max-model-len", str(max_model_len),
-                "--trust-remote-code",
-            ],  # fmt: skip
-            "env": {
-                "ASCEND_RT_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(devices))),
-                "HCCL_NPU_SOCKET_PORT_RANGE": f"{npu[0]}-{npu[1]}",
-                "HCCL_HOST_SOCKET_PORT_RANGE": f"{host_range[0]}-{host_range[1]}",
-                "HCCL_IF_BASE_PORT": str(61000 + 32 * slot),
-                "VLLM_PORT": str(62000 + 16 * slot),
-                "HCCL_BUFFSIZE": "512",
-                **(env or {}),
-            },
-        },
-    }
-
-
-def plan(*services: dict[str, Any], stack: str = "prod") -> dict[str, Any]:
-    """A plan document with the hosts the services name (npu-a always present)."""
-    names = sorted({"npu-a", *(s["host"] for s in services)})
-    return {
-        "stack": stack,
-        "hosts": [
-            {
-                "name": h,
-                "address": f"192.0.2.{10 + i}",
-                "npus": 8,
-                "memoryBudget": 0.95,
-                "services": sorted((s for s in services if s["host"] == h), key=lambda s: s["name"]),
-            }
-            for i, h in enumerate(names)
-        ],
-    }
-
-
-def fleet() -> dict[str, Any]:
-    return plan(
-        service("bge-m3", devices=[0], api_port=7007, slot=0),
-        service("qwen-long", devices=[4, 5, 6, 7], api_port=6006, slot=1, max_model_len=100000),
-        service("qwen-vl", devices=[0, 1, 2, 3], api_port=9009, slot=2, max_model_len=25000),
-    )
-
-
-def by_name(diff) -> dict[str, Any]:
-    return {s.name: s for s in diff.services}
 
 
 # --- diff_plans -------------------------------------------------------------
@@ -110,7 +34,7 @@ def by_name(diff) -> dict[str, Any]:
 
 def test_an_identical_plan_reports_every_service_unchanged_and_no_change():
     diff = diff_plans(fleet(), fleet())
-    assert not diff.has_changes
+    assert not diff.has_changes and not diff.stack_is_new and diff.hosts == ()
     assert diff.changes() == []
     assert [s.status for s in diff.services] == ["unchanged"] * 3
     assert diff.summary() == "0 changed, 0 added, 0 removed, 3 unchanged"
@@ -118,7 +42,9 @@ def test_an_identical_plan_reports_every_service_unchanged_and_no_change():
 
 def test_an_unchanged_fleet_renders_no_allocation_changes_in_every_format():
     diff = diff_plans(fleet(), fleet(), against="origin/main")
-    assert "No allocation changes." in render_diff(diff, "markdown")
+    markdown = render_diff(diff, "markdown")
+    assert "**0 changed, 0 added, 0 removed, 3 unchanged**" in markdown.splitlines()
+    assert markdown.rstrip().endswith("No allocation changes.")
     assert "No allocation changes." in render_diff(diff, "table")
     doc = json.loads(render_diff(diff, "json"))
     assert doc["hasChanges"] is False
@@ -441,7 +367,20 @@ def test_an_unknown_format_is_refused():
         render_diff(sample_diff(), "yaml")
 
 
-# --- plan_at_revision, end to end on a real git repository -----------------
+def test_capacity_keys_an_older_plan_did_not_print_are_not_changes_but_new_values_of_known_ones_are():
+    old, new = fleet(), fleet()
+    for doc, extra in ((old, {}), (new, {"blockSizeTokens": 128, "kvCacheBlocks": 10})):
+        for h in doc["hosts"]:
+            for s in h["services"]:
+                s["capacity"] = {"fits": True, "kvCacheTokens": 1280, **extra}
+    assert not diff_plans(old, new).has_changes
+    new["hosts"][0]["services"][0]["capacity"]["kvCacheTokens"] = 2560
+    bge = by_name(diff_plans(old, new))["bge-m3"]
+    assert [(c.key, c.old, c.new) for c in bge.capacity] == [("kvCacheTokens", 1280, 2560)]
+    assert not bge.recreated, "a capacity verdict re-creates nothing"
+
+
+# --- plan_at_revision, on real git repositories -----------------------------
 
 PROJECT = """\
 name: ascend-fleet
@@ -521,6 +460,30 @@ def copy_program(dest: Path) -> None:
         shutil.copytree(REPO / package, dest / package, ignore=shutil.ignore_patterns("__pycache__"))
 
 
+# A stand-in for the program in the old tree: `python -m allocation plan (--stack S | --config F) --format
+# json` prints the stack it was asked for and that stack file's text, as found in the extracted tree. It
+# shows where `plan_at_revision` looks and what it runs, in milliseconds: the real program at a
+# revision runs in the two end-to-end tests.
+STAND_IN_PLAN = """\
+import json, sys
+from pathlib import Path
+args = sys.argv[1:]
+if "--stack" in args:
+    stack = args[args.index("--stack") + 1]
+    path = Path(f"Pulumi.{stack}.yaml")
+else:
+    path = Path(args[args.index("--config") + 1])
+    stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
+print(json.dumps({"stack": stack, "stackFile": path.read_text()}))
+"""
+
+
+def stand_in_program(dest: Path) -> None:
+    (dest / "allocation").mkdir(parents=True)
+    (dest / "allocation" / "__init__.py").write_text("")
+    (dest / "allocation" / "__main__.py").write_text(STAND_IN_PLAN)
+
+
 def current_plan(repo: Path, *selector: str) -> dict[str, Any]:
     result = subprocess.run(
         [sys.executable, "-m", "allocation", "plan", *selector, "--format", "json"],
@@ -530,25 +493,37 @@ def current_plan(repo: Path, *selector: str) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
-@pytest.fixture
-def history(tmp_path: Path) -> Path:
-    """A git repository with the allocation package and two commits of Pulumi.test.yaml."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    copy_program(repo)
-    (repo / "Pulumi.yaml").write_text(PROJECT)
-    (repo / "Pulumi.test.yaml").write_text(STACK_BEFORE)
-    git(repo, "init", "--quiet", "--initial-branch=main")
+def two_commits(repo: Path, project: Path, program) -> Path:
+    """`project` (inside the git repository `repo`) with `program`, and Pulumi.test.yaml committed
+    twice: STACK_BEFORE, then STACK_AFTER."""
+    program(project)
+    (project / "Pulumi.yaml").write_text(PROJECT)
+    (project / "Pulumi.test.yaml").write_text(STACK_BEFORE)
+    git(repo.parent, "init", "--quiet", "--initial-branch=main", str(repo))
     git(repo, "add", ".")
     git(repo, "commit", "--quiet", "-m", "before")
-    (repo / "Pulumi.test.yaml").write_text(STACK_AFTER)
+    (project / "Pulumi.test.yaml").write_text(STACK_AFTER)
     git(repo, "commit", "--quiet", "-am", "after")
-    return repo
+    return project
 
 
-def test_plan_against_the_previous_commit_reports_added_removed_moved_restarted_and_unchanged(history: Path):
-    new = current_plan(history, "--stack", "test")
-    old = plan_at_revision(history, "HEAD~1", "test", None)
+@pytest.fixture
+def history(tmp_path: Path) -> Path:
+    """A git repository with the stand-in program and two commits of Pulumi.test.yaml."""
+    return two_commits(tmp_path / "repo", tmp_path / "repo", stand_in_program)
+
+
+@pytest.fixture
+def history_with_the_program(tmp_path: Path) -> Path:
+    """The same, with the real program: the old plan is really computed by the code at the revision."""
+    return two_commits(tmp_path / "repo", tmp_path / "repo", copy_program)
+
+
+def test_plan_against_the_previous_commit_reports_added_removed_moved_restarted_and_unchanged(
+    history_with_the_program: Path,
+):
+    new = current_plan(history_with_the_program, "--stack", "test")
+    old = plan_at_revision(history_with_the_program, "HEAD~1", "test", None)
     assert old is not None and old["stack"] == "test"
     diff = diff_plans(old, new, against="HEAD~1")
     status = {s.name: s for s in diff.services}
@@ -563,58 +538,57 @@ def test_plan_against_the_previous_commit_reports_added_removed_moved_restarted_
     assert "### " in render_diff(diff, "markdown")
 
 
-def test_plan_against_the_same_commit_reports_no_change(history: Path):
-    new = current_plan(history, "--stack", "test")
-    old = plan_at_revision(history, "HEAD", "test", None)
-    diff = diff_plans(old, new)
-    assert not diff.has_changes and not diff.stack_is_new and diff.hosts == ()
-    assert [(s.name, s.status) for s in diff.services] == [
-        ("bge-m3", "unchanged"), ("qwen", "unchanged"), ("qwen-long", "unchanged"), ("rerank", "unchanged"),
-    ]  # fmt: skip
-    assert diff.summary() == "0 changed, 0 added, 0 removed, 4 unchanged"
-    text = render_diff(diff, "markdown")
-    assert "**0 changed, 0 added, 0 removed, 4 unchanged**" in text.splitlines()
-    assert text.rstrip().endswith("No allocation changes.")
-
-
-def test_the_plan_command_against_the_same_revision_reports_every_service_unchanged(
-    history: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_the_plan_command_against_the_same_revision_of_a_linked_stack_file_reports_every_service_unchanged(
+    history_with_the_program: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
-    """`plan --against HEAD` end to end through the command line: the old plan is really compared."""
+    """`plan --against HEAD` end to end through the command line, the old plan really compared. The
+    stack file is a link, `Pulumi.prod.yaml -> stacks/fleet.yaml`: both sides plan stack prod, so
+    nothing is re-created."""
+    history = history_with_the_program
+    (history / "stacks").mkdir()
+    git(history, "mv", "Pulumi.test.yaml", "stacks/fleet.yaml")
+    (history / "Pulumi.prod.yaml").symlink_to("stacks/fleet.yaml")
+    git(history, "add", "Pulumi.prod.yaml")
+    git(history, "commit", "--quiet", "-m", "the stack file lives under stacks/")
     monkeypatch.setattr(cli_main, "PROJECT_ROOT", history)
-    stack_file = str(history / "Pulumi.test.yaml")
-    code = cli_main.main(["plan", "--config", stack_file, "--against", "HEAD", "--format", "json"])
+    monkeypatch.chdir(history)
+    code = cli_main.main(["plan", "--config", "Pulumi.prod.yaml", "--against", "HEAD", "--format", "json"])
     out, err = capsys.readouterr()
     assert code == 0, err
     doc = json.loads(out)
-    assert (doc["stack"], doc["against"], doc["stackIsNew"], doc["hasChanges"]) == ("test", "HEAD", False, False)
+    assert (doc["stack"], doc["against"], doc["stackIsNew"], doc["hasChanges"]) == ("prod", "HEAD", False, False), doc
     assert doc["summary"] == {"changed": 0, "added": 0, "removed": 0, "unchanged": 4}
     assert [(s["name"], s["status"]) for s in doc["services"]] == [
         ("bge-m3", "unchanged"), ("qwen", "unchanged"), ("qwen-long", "unchanged"), ("rerank", "unchanged"),
     ]  # fmt: skip
 
 
+def test_a_stack_is_planned_from_its_file_at_the_revision(history: Path):
+    assert plan_at_revision(history, "HEAD~1", "test", None) == {"stack": "test", "stackFile": STACK_BEFORE}
+    assert plan_at_revision(history, "HEAD", "test", None) == {"stack": "test", "stackFile": STACK_AFTER}
+
+
 def test_a_config_path_is_looked_up_at_the_same_place_in_the_old_tree(history: Path):
-    new = current_plan(history, "--config", "Pulumi.test.yaml")
     old = plan_at_revision(history, "HEAD~1", None, history / "Pulumi.test.yaml")
-    assert old is not None
-    assert {s.name for s in diff_plans(old, new).services if s.removed} == {"old-embed"}
+    assert old == {"stack": "test", "stackFile": STACK_BEFORE}
+
+
+def test_a_linked_stack_file_is_planned_at_the_revision_under_the_links_name(history: Path, monkeypatch):
+    (history / "stacks").mkdir()
+    git(history, "mv", "Pulumi.test.yaml", "stacks/fleet.yaml")
+    (history / "Pulumi.prod.yaml").symlink_to("stacks/fleet.yaml")
+    git(history, "add", "Pulumi.prod.yaml")
+    git(history, "commit", "--quiet", "-m", "the stack file lives under stacks/")
+    monkeypatch.chdir(history)
+    assert plan_at_revision(history, "HEAD", None, Path("Pulumi.prod.yaml")) == {"stack": "prod", "stackFile": STACK_AFTER}
+    as_named = plan_at_revision(history, "HEAD", None, Path("Pulumi.prod.yaml"), as_named="Pulumi.other.yaml")
+    assert as_named == {"stack": "other", "stackFile": STACK_AFTER}
 
 
 def test_a_project_in_a_subdirectory_of_the_git_repository_is_planned_there(tmp_path: Path):
     repo = tmp_path / "monorepo"
-    project = repo / "infra" / "ascend"
-    copy_program(project)
-    (project / "Pulumi.yaml").write_text(PROJECT)
-    (project / "Pulumi.test.yaml").write_text(STACK_BEFORE)
-    git(repo.parent, "init", "--quiet", "--initial-branch=main", str(repo))
-    git(repo, "add", ".")
-    git(repo, "commit", "--quiet", "-m", "before")
-    (project / "Pulumi.test.yaml").write_text(STACK_AFTER)
-    git(repo, "commit", "--quiet", "-am", "after")
-    old = plan_at_revision(project, "HEAD~1", "test", None)
-    assert old is not None
-    assert {s.name for s in diff_plans(old, current_plan(project, "--stack", "test")).services if s.removed} == {"old-embed"}
+    project = two_commits(repo, repo / "infra" / "ascend", stand_in_program)
+    assert plan_at_revision(project, "HEAD~1", "test", None) == {"stack": "test", "stackFile": STACK_BEFORE}
 
 
 def test_a_directory_outside_any_git_repository_is_a_fleet_error(tmp_path: Path):
@@ -640,16 +614,17 @@ def test_a_revision_that_looks_like_an_option_is_refused(history: Path):
 
 
 def test_an_old_plan_that_fails_is_a_fleet_error_carrying_its_error_output(history: Path):
-    (history / "Pulumi.test.yaml").write_text(STACK_AFTER.replace("memoryFraction: 0.1", "memoryFractoin: 0.1"))
-    git(history, "commit", "--quiet", "-am", "typo")
-    (history / "Pulumi.test.yaml").write_text(STACK_AFTER)
+    error = "error: stack test: invalid configuration: unknown key 'memoryFractoin' (did you mean 'memoryFraction'?)"
+    main = history / "allocation" / "__main__.py"
+    main.write_text(f"import sys\nsys.exit({error!r})\n")
+    git(history, "commit", "--quiet", "-am", "a plan that fails")
+    main.write_text(STAND_IN_PLAN)
     git(history, "commit", "--quiet", "-am", "fix")
     with pytest.raises(FleetError, match="the plan at HEAD~1 failed") as info:
         plan_at_revision(history, "HEAD~1", "test", None)
     # The old plan's own error output is passed on after the explanation, word for word.
     _, _, passed_on = str(info.value).partition("so there is nothing to compare with: ")
-    assert passed_on.startswith("error: stack test: invalid configuration: ")
-    assert "unknown key 'memoryFractoin' (did you mean 'memoryFraction'?)" in passed_on
+    assert passed_on == error
 
 
 def test_a_config_file_outside_the_repository_is_a_fleet_error(history: Path, tmp_path: Path):
@@ -665,19 +640,6 @@ def test_a_revision_with_an_absolute_symlink_is_refused_in_one_paragraph(history
     git(history, "commit", "--quiet", "-m", "a link out of the tree")
     with pytest.raises(FleetError, match="cannot be unpacked safely"):
         plan_at_revision(history, "HEAD", "test", None)
-
-
-def test_capacity_keys_an_older_plan_did_not_print_are_not_changes_but_new_values_of_known_ones_are():
-    old, new = fleet(), fleet()
-    for doc, extra in ((old, {}), (new, {"blockSizeTokens": 128, "kvCacheBlocks": 10})):
-        for h in doc["hosts"]:
-            for s in h["services"]:
-                s["capacity"] = {"fits": True, "kvCacheTokens": 1280, **extra}
-    assert not diff_plans(old, new).has_changes
-    new["hosts"][0]["services"][0]["capacity"]["kvCacheTokens"] = 2560
-    bge = by_name(diff_plans(old, new))["bge-m3"]
-    assert [(c.key, c.old, c.new) for c in bge.capacity] == [("kvCacheTokens", 1280, 2560)]
-    assert not bge.recreated, "a capacity verdict re-creates nothing"
 
 
 @pytest.mark.parametrize(
@@ -702,25 +664,8 @@ def test_a_revision_that_is_not_one_commit_is_refused_saying_why(history: Path, 
 
 
 def test_one_commit_spelt_with_parent_and_ancestor_suffixes_is_accepted(history: Path):
-    assert plan_at_revision(history, "HEAD^", "test", None) == plan_at_revision(history, "HEAD~1", "test", None)
-
-
-def test_a_stack_file_given_by_a_symlink_is_planned_at_the_revision_under_the_links_stack_name(
-    history: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-):
-    """`Pulumi.prod.yaml -> stacks/fleet.yaml`: both sides plan stack prod, so nothing is re-created."""
-    (history / "stacks").mkdir()
-    git(history, "mv", "Pulumi.test.yaml", "stacks/fleet.yaml")
-    (history / "Pulumi.prod.yaml").symlink_to("stacks/fleet.yaml")
-    git(history, "add", "Pulumi.prod.yaml")
-    git(history, "commit", "--quiet", "-m", "the stack file lives under stacks/")
-    monkeypatch.setattr(cli_main, "PROJECT_ROOT", history)
-    monkeypatch.chdir(history)
-    code = cli_main.main(["plan", "--config", "Pulumi.prod.yaml", "--against", "HEAD", "--format", "json"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    doc = json.loads(out)
-    assert (doc["stack"], doc["stackIsNew"], doc["hasChanges"]) == ("prod", False, False), doc
+    assert resolve_revision(history, "HEAD^") == resolve_revision(history, "HEAD~1") != resolve_revision(history, "HEAD")
+    assert plan_at_revision(history, "HEAD^", "test", None) == {"stack": "test", "stackFile": STACK_BEFORE}
 
 
 HOSTILE_VALUE = "ok\x1b[2K\r\x1b[1Aforged | row\nnpu-a  bge-m3  restart  nothing\u202e\x07"
@@ -746,13 +691,9 @@ def test_escape_sequences_and_newlines_in_a_value_are_shown_escaped_and_forge_no
 
 def prod_plan(metrics: dict[str, Any] | None) -> dict[str, Any]:
     """Prod's plan JSON as `plan --format json` prints it, with these `metrics` settings."""
-    from allocation.config import parse_fleet
-    from allocation.planner import plan_fleet
-    from records.deployment import deploy
-    from tests.test_npu_exporter import values
-    from views.report import plan_json
+    from tests.support.stacks import values
 
-    return json.loads(json.dumps(plan_json(deploy(plan_fleet(parse_fleet("prod", values("prod", metrics)))))))
+    return json.loads(json.dumps(plan_json_of(values("prod", metrics), "prod")))
 
 
 EXPORTER = "ascend-fleet-npu-exporter"

@@ -10,12 +10,9 @@ from typing import Any
 
 import pytest
 
-from allocation.config import parse_fleet
-from allocation.planner import plan_fleet
-from records.deployment import deploy
-from tests.fleets import host, service
+from tests.support.stacks import host, service
 from views.diff import diff_plans, render_diff
-from views.report import plan_json
+from tests.support.pipeline import plan_json_of
 
 PROFILE = {"weightBytes": 2 << 30, "numHiddenLayers": 24, "numKeyValueHeads": 8, "headDim": 128}
 NEW_IMAGE = "quay.io/ascend/vllm-ascend:v0.20.3"
@@ -33,7 +30,7 @@ def values(image: str = "quay.io/ascend/vllm-ascend:v0.20.2rc1") -> dict[str, An
 
 
 def plan_doc(v: dict[str, Any]) -> dict[str, Any]:
-    return plan_json(deploy(plan_fleet(parse_fleet("t", v))))
+    return plan_json_of(v, "t")
 
 
 def entries(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:

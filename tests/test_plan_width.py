@@ -8,17 +8,16 @@ from pathlib import Path
 import pytest
 
 from cli.stackfile import load_fleet
-from allocation.planner import plan_fleet
-from records.deployment import deploy
 from views.report import WIDTH, render_plan
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
+from tests.support.pipeline import deployment_of
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml"))
 
 
 def _deployment(stack: str):
-    return deploy(plan_fleet(load_fleet(stack)[0]))
+    return deployment_of(load_fleet(stack)[0])
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -80,7 +79,7 @@ def test_wide_markdown_keeps_the_single_table():
 
 def test_a_host_title_longer_than_the_width_wraps_with_every_name_kept():
     old = [f"old-compose-container-{i}" for i in range(8)]
-    deployment = deploy(plan_fleet(fleet([host("npu-a", replaces=old)], [service("chat")])))
+    deployment = deployment_of(fleet([host("npu-a", replaces=old)], [service("chat")]))
     text = render_plan(deployment, "table")
     assert max(map(len, text.splitlines())) <= WIDTH
     assert all(name in text for name in old)

@@ -8,7 +8,7 @@ import pytest
 
 from allocation.errors import AllocationError
 from allocation.planner import plan_fleet
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 
 
 def where(plan) -> dict[str, str]:

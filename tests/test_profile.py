@@ -3,41 +3,12 @@
 from __future__ import annotations
 
 import json
-import struct
-from pathlib import Path
 
 import pytest
 
 from cli.main import main
 from ops.models import ProfileError, read_profile
-
-QWEN3 = {"model_type": "qwen3", "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
-         "hidden_size": 5120, "head_dim": 128, "torch_dtype": "bfloat16", "sliding_window": None,
-         "use_sliding_window": False}  # fmt: skip
-
-
-def safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> int:
-    """A safetensors file as the format defines it: u64 header length, JSON header, data. Its data bytes."""
-    sizes = {"BF16": 2, "I8": 1, "F32": 4}
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for name, (dtype, shape) in tensors.items():
-        n = sizes[dtype]
-        for d in shape:
-            n *= d
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
-        offset += n
-    raw = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
-    return offset
-
-
-def model(root: Path, name: str, config: dict, index_total: int | None = None) -> Path:
-    folder = root / name
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    if index_total is not None:
-        (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": index_total}}))
-    return folder
+from tests.support.profiles import QWEN3, model, safetensors, stack
 
 
 def test_a_dense_model_without_an_index_sums_its_safetensors_headers_int8_and_bf16_alike(tmp_path):
@@ -74,17 +45,6 @@ def test_an_unreadable_model_says_which_file_and_why(tmp_path):
     (folder / "model.safetensors").write_bytes(b"\xff" * 8)
     with pytest.raises(ProfileError, match="is not a safetensors file"):
         read_profile(folder)
-
-
-def stack(tmp_path: Path, models: list[str], tp: int = 4, fraction: float = 0.9) -> Path:
-    services = "".join(
-        f"    - name: {m}  # keep this comment\n      model: /disk2/{m}\n      tensorParallelSize: {tp}\n"
-        f"      memoryFraction: {fraction}\n      maxModelLen: 32768\n"
-        for m in models
-    )
-    path = tmp_path / "Pulumi.test.yaml"
-    path.write_text(f"config:\n  ascend-fleet:hosts:\n    - name: npu-a\n      address: 192.0.2.1\n  ascend-fleet:services:\n{services}")
-    return path
 
 
 def test_the_command_writes_every_profile_keeping_the_file_and_then_the_plan_shows_capacity(tmp_path, capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ops.models import Folder, ProfileError, read_profile
-from tests.test_profile import QWEN3
+from tests.support.profiles import QWEN3
 
 DATA = Path(__file__).parent / "data"
 INDEX = json.dumps({"metadata": {"total_size": 10**9}})

@@ -1,7 +1,7 @@
 """The Pulumi program under Pulumi's mocks: what each stack deploys, and what changes when config does.
 
 Every `Pulumi.*.yaml` in the repository is run through the real `__main__.py`
-(see pulumi_harness.py); assertions are on what the engine would receive.
+(see tests/support/pulumi_harness.py); assertions are on what the engine would receive.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,18 +24,16 @@ from records.containers import (
     CONTROL_DEVICES, DRIVER_MOUNTS, LOCK_DIR, LOCK_DIR_HOST, START_GATE, Site, container_spec,
 )  # fmt: skip
 from records.command import START_GATE_NAME
-from allocation.planner import plan_fleet
+from records.restarts import CONSTANT_PROVIDER_INPUTS, INPUTS
 from records.deployment import deploy
 from views.report import plan_json
-from cli.stackfile import StackFile, stack_values
 from records.durations import go_duration
 from records.ssh_options import ssh_options
 from records.host_check import DAEMON_JSON, DMI_PRODUCT, NPU_SMI, host_check_script
 from allocation.windows import KINDS
-from cli.pin import stack_pins
 from components.model_service import start_failure_text
 from components.router import SERVES_SUFFIX
-from tests.pulumi_harness import (
+from tests.support.pulumi_harness import (
     ASCEND_HOST,
     CONTAINER,
     FAKE_PRIVATE_KEY,
@@ -52,28 +51,8 @@ from tests.pulumi_harness import (
     run_program,
     unwrap,
 )
-
-STACK_FILES = sorted(PROJECT_ROOT.glob("Pulumi.*.yaml"))
-STACKS = {p.name.removeprefix("Pulumi.").removesuffix(".yaml"): p for p in STACK_FILES}
-
-
-def values_of(stack: str) -> dict:
-    return stack_values(StackFile(stack, STACKS[stack]))
-
-
-def planned(stack: str, values: dict):
-    fleet = parse_fleet(stack, values)
-    return fleet, plan_fleet(fleet)
-
-
-_RUNS: dict[str, object] = {}
-
-
-def stack_run(stack: str):
-    """One mocked run per stack file, shared by the tests that only read it."""
-    if stack not in _RUNS:
-        _RUNS[stack] = run_program(stack, values_of(stack))
-    return _RUNS[stack]
+from tests.support.provider_readback import PULUMI_NAMES
+from tests.support.stacks import STACKS, pinned_values, planned, stack_params, stack_run, two_host_values, values_of
 
 
 def without_nulls(value):
@@ -83,27 +62,6 @@ def without_nulls(value):
     if isinstance(value, list):
         return [without_nulls(v) for v in value]
     return value
-
-
-def two_host_values() -> dict:
-    """Two hosts, services pinned to each, one service sharing cards with another."""
-    return {
-        "hosts": [
-            {"name": "npu-a", "address": "192.0.2.10"},
-            {"name": "npu-b", "address": "192.0.2.11", "user": "deploy", "sshPort": 2222},
-        ],
-        "services": [
-            {"name": "embed-a", "host": "npu-a", "model": "/models/bge-m3", "memoryFraction": 0.1, "devices": [0]},
-            {"name": "chat-a", "host": "npu-a", "model": "/models/qwen", "tensorParallelSize": 4,
-             "memoryFraction": 0.8, "devices": [0, 1, 2, 3]},
-            {"name": "chat-b", "host": "npu-b", "model": "/models/qwen", "tensorParallelSize": 4,
-             "memoryFraction": 0.8},
-            {"name": "solo-b", "host": "npu-b", "model": "/models/small", "memoryFraction": 0.5},
-        ],
-    }  # fmt: skip
-
-
-stack_params = pytest.mark.parametrize("stack", sorted(STACKS))
 
 
 def test_the_project_file_is_one_the_pulumi_cli_accepts():
@@ -137,42 +95,59 @@ def test_there_is_at_least_the_prod_stack_file():
 # --- what each stack deploys ---------------------------------------------------------------
 
 
+def _durations(seconds: dict) -> dict:
+    """A health check's `...Seconds` keys as the provider's Go durations (`intervalSeconds` -> `interval`)."""
+    return {k.removesuffix("Seconds"): go_duration(v) if k.endswith("Seconds") else v for k, v in seconds.items()}
+
+
+# The docker provider's shape of a container key of the plan JSON, where it is not the plan JSON's
+# own (components/model_service.py `container_args`); every other key reaches the provider as printed.
+PROVIDER_SHAPE = {
+    "image": fake_image_id,  # the RemoteImage's image id, pulled by tag
+    "env": lambda env: [f"{k}={v}" for k, v in env.items()],
+    "deviceFiles": lambda paths: [{"hostPath": d, "containerPath": d, "permissions": "rwm"} for d in paths],
+    "mounts": lambda mounts: [{"type": "bind", **m} for m in mounts],
+    "ports": lambda ports: [{"internal": p, "external": p, "ip": "0.0.0.0", "protocol": "tcp"} for p in ports],
+    "labels": lambda labels: [{"label": k, "value": v} for k, v in labels.items()],
+    "healthcheck": lambda hc: {"tests": hc["test"], **_durations({k: v for k, v in hc.items() if k != "test"})},
+}
+
+
+def provider_inputs(spec) -> dict:
+    """What the component must register for a container record: each key of the record's plan JSON
+    (`ContainerSpec.to_json`) under every provider attribute the restart table (`records.restarts`)
+    says it becomes, and the inputs set on every container."""
+    expected = {pulumi_key(a): True for a in CONSTANT_PROVIDER_INPUTS}
+    printed = spec.to_json()
+    for item in INPUTS:
+        if item.key in printed:
+            value = PROVIDER_SHAPE.get(item.key, lambda v: v)(printed[item.key])
+            expected |= {pulumi_key(a): value for a in item.provider}
+    return expected
+
+
+def pulumi_key(provider_attribute: str) -> str:
+    """The registered input's name for a Terraform attribute (the inverse of provider_readback.attribute)."""
+    return next(
+        (k for k, a in PULUMI_NAMES.items() if a == provider_attribute),
+        re.sub(r"_([a-z])", lambda m: m.group(1).upper(), provider_attribute),
+    )
+
+
 @stack_params
 def test_every_service_becomes_one_container_built_from_its_container_spec(stack):
+    """Driven by the record and the restart table, not a copy of the mapping: a field the plan JSON
+    prints reaches the provider under the attributes the table names, and nothing else is registered."""
     run = stack_run(stack)
     fleet, plan = planned(stack, values_of(stack))
     containers = run.by_name(CONTAINER)
     routers = [f"{r.name}-container" for r in plan.routers]
     assert sorted(containers) == sorted([f"{ps.name}-container" for _, ps in plan.services()] + routers)
-    specs = {sd.name: sd.spec for sd in deploy(plan).services()}
-    for hp, ps in plan.services():
-        spec = specs[ps.name]
-        inputs = containers[f"{ps.name}-container"].inputs
-        assert inputs["name"] == spec.name
-        assert inputs["image"] == fake_image_id(spec.image), "the image is the RemoteImage's image id"
-        assert inputs["command"] == list(spec.command)
-        assert inputs["envs"] == [f"{k}={v}" for k, v in spec.env.items()]
-        assert inputs["devices"] == [{"hostPath": d, "containerPath": d, "permissions": "rwm"} for d in spec.device_files]
-        assert inputs["mounts"] == [
-            {"type": "bind", "source": m.source, "target": m.target, "readOnly": m.read_only} for m in spec.mounts
-        ]
-        assert inputs["ports"] == [{"internal": spec.api_port, "external": spec.api_port, "ip": "0.0.0.0", "protocol": "tcp"}]
-        assert inputs["labels"] == [{"label": k, "value": v} for k, v in spec.labels.items()]
-        assert inputs["healthcheck"] == {
-            "tests": list(spec.healthcheck.test),
-            "interval": go_duration(spec.healthcheck.interval_seconds),
-            "timeout": go_duration(spec.healthcheck.timeout_seconds),
-            "startPeriod": go_duration(spec.healthcheck.start_period_seconds),
-            "retries": spec.healthcheck.retries,
-        }
-        assert (inputs["ipcMode"], inputs["shmSize"], inputs["privileged"], inputs["restart"]) == (
-            spec.ipc_mode, spec.shm_size_mib, spec.privileged, spec.restart,
-        )  # fmt: skip
-        assert (inputs["logDriver"], inputs["logOpts"]) == (spec.log_driver, dict(spec.log_opts))
-        assert inputs["sysctls"] == dict(spec.sysctls)
+    deployment = deploy(plan)
+    for d in [*deployment.services(), *deployment.routers]:
+        inputs = without_nulls(containers[f"{d.name}-container"].inputs)
+        assert inputs == without_nulls(provider_inputs(d.spec)), d.name
         assert "hosts" not in inputs, "no neighbour's address: the start gate uses card locks"
-        assert inputs["stopTimeout"] == inputs["destroyGraceSeconds"] == spec.stop_grace_seconds
-        assert (inputs["wait"], inputs["waitTimeout"], inputs["mustRun"]) == (True, spec.start_timeout_seconds, True)
 
 
 def test_the_prod_seed_containers_get_exactly_their_cards_ports_and_command():
@@ -419,20 +394,10 @@ def test_changing_one_services_max_model_len_changes_only_that_container(stack):
     assert "--max-model-len" in after[target["name"]]["command"]
 
 
-def _pinned(values: dict, stack: str) -> dict:
-    """The stack's values with every service pinned to what the planner gave it."""
-    _, plan = planned(stack, values)
-    pinned = copy.deepcopy(values)
-    pins = stack_pins(plan)
-    for service in pinned.get("services", []):
-        service.update({k: list(v) if isinstance(v, list) else v for k, v in pins[service["name"]].items()})
-    return pinned
-
-
 @pytest.mark.parametrize("stack", [*sorted(STACKS), "two-hosts"])
 def test_adding_a_service_to_a_pinned_fleet_changes_no_other_container(stack):
     values = two_host_values() if stack == "two-hosts" else values_of(stack)
-    pinned = _pinned(values, stack)
+    pinned = pinned_values(values, stack)
     grown = copy.deepcopy(pinned)
     grown.setdefault("services", []).append(
         {"name": "zz-added", "model": "/models/added", "memoryFraction": 0.05, "maxModelLen": 2048}

@@ -15,12 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from records.deployment import deploy
-from allocation.planner import plan_fleet
 from cli.stackfile import load_fleet
 from views.exports import prometheus
 from views.exports.metric_names import NPU, ROUTER, VLLM
 from tests.conftest import Result, require_binary
+from tests.support.pipeline import deployment_of
 
 
 
@@ -71,7 +70,7 @@ def test_every_container_router_and_host_is_a_target_with_the_plans_labels(tmp_p
 def test_the_exporter_port_and_thresholds_come_from_the_stack(tmp_path):
     fleet, _ = load_fleet("staging")
     fleet = fleet.model_copy(update={"metrics": fleet.metrics.model_copy(update={"npu_exporter_port": 9100})})
-    files = prometheus.files(deploy(plan_fleet(fleet)))
+    files = prometheus.files(deployment_of(fleet))
     assert all(t["targets"][0].endswith(":9100") for t in json.loads(files[prometheus.NPU_TARGETS]))
 
 
@@ -155,7 +154,7 @@ def _unit_test(alert: str, series: list[tuple[str, str]], expected: list[dict]) 
 
 
 def test_every_alert_has_a_case():
-    rendered = prometheus.rules(deploy(plan_fleet(load_fleet("staging")[0])))
+    rendered = prometheus.rules(deployment_of(load_fleet("staging")[0]))
     alerts = [r["alert"] for g in rendered["groups"] for r in g["rules"] if "alert" in r]
     assert sorted(alerts) == sorted(CASES)
 

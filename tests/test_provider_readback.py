@@ -1,7 +1,7 @@
 """A second run would change nothing: the mock-level stand-in for `pulumi preview --expect-no-changes`.
 
 Every container the program registers is turned into provider state by the
-read-back model of `tests/provider_readback.py` (each rule cites the provider
+read-back model of `tests/support/provider_readback.py` (each rule cites the provider
 source), and the next run's inputs must equal that state.
 """
 
@@ -12,9 +12,9 @@ import copy
 import pytest
 
 from records.durations import go_duration
-from tests.provider_readback import differences, go_seconds, stored, stored_after_stop
-from tests.pulumi_harness import CONTAINER, REMOTE_IMAGE
-from tests.test_program import STACKS, stack_run, stack_params
+from tests.support.provider_readback import differences, go_seconds, stored, stored_after_stop
+from tests.support.pulumi_harness import CONTAINER, REMOTE_IMAGE
+from tests.support.stacks import STACKS, stack_run, stack_params
 
 DAEMON_DEFAULT = {"log-driver": "json-file", "log-opts": {"max-size": "10m"}}
 
@@ -69,8 +69,8 @@ def test_containers_and_images_carry_timeouts_beyond_the_providers_twenty_minute
 
 
 def test_a_27b_model_that_loads_in_25_minutes_is_not_cut_off_at_20():
-    from tests.test_program import values_of
-    from tests.pulumi_harness import run_program
+    from tests.support.stacks import values_of
+    from tests.support.pulumi_harness import run_program
 
     values = values_of("prod")
     values["defaults"] = {**values.get("defaults", {}), "startTimeoutSeconds": 1800}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from allocation.planner import plan_fleet
 from records.deployment import deploy
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 
 
 def _replicated():

@@ -17,17 +17,17 @@ import re
 import pytest
 
 from allocation.config import parse_fleet
-from records.deployment import deploy
 from views.diff import diff_plans, render_diff
 from allocation.errors import ConfigError
-from allocation.planner import plan_fleet
 from views.report import plan_json
 from cli.pin import pin_stack_file, stack_pins
 from cli.stackfile import StackFile, stack_values
 from views.exports.render import render
+from tests.support import doctor
+from tests.support.stacks import host, service
+from tests.support.pulumi_harness import CONTAINER, MODEL_SERVICE, PROJECT, PROJECT_ROOT, ROUTER, Registration, Run, run_program
+from tests.support.pipeline import deployment_of, plan_of
 from tests import test_doctor
-from tests.fleets import host, service
-from tests.pulumi_harness import CONTAINER, MODEL_SERVICE, PROJECT, PROJECT_ROOT, ROUTER, Registration, Run, run_program
 
 STACK = "urn:pulumi:{stack}::" + PROJECT + "::"
 
@@ -39,7 +39,7 @@ def values_of(stack: str) -> dict:
 def pinned(stack: str) -> dict:
     """The stack's values with every service pinned where the planner puts it today."""
     values = values_of(stack)
-    pins = stack_pins(plan_fleet(parse_fleet(stack, values)))
+    pins = stack_pins(plan_of(values, stack))
     for entry in values["services"]:
         entry.update({k: list(v) if isinstance(v, list) else v for k, v in pins[entry["name"]].items()})
     return values
@@ -214,7 +214,7 @@ def test_pin_writes_a_renamed_services_pins_under_its_new_name_and_keeps_its_pre
         "  ascend-fleet:services:\n    - name: qwen-vision\n      previousNames: [qwen-vl]\n"
         "      model: /m/qwen\n      tensorParallelSize: 4\n      memoryFraction: 0.85\n"
     )
-    plan = plan_fleet(parse_fleet("t", stack_values(StackFile("t", path))))
+    plan = plan_of(stack_values(StackFile("t", path)), "t")
     assert pin_stack_file(path, plan) == ["qwen-vision"]
     entry = stack_values(StackFile("t", path))["services"][0]
     assert entry["name"] == "qwen-vision" and entry["previousNames"] == ["qwen-vl"]
@@ -223,7 +223,7 @@ def test_pin_writes_a_renamed_services_pins_under_its_new_name_and_keeps_its_pre
 
 
 def plan_deployment(stack: str, values: dict):
-    return deploy(plan_fleet(parse_fleet(stack, values)))
+    return deployment_of(values, stack)
 
 
 def plan_doc(stack: str, values: dict) -> dict:
@@ -252,17 +252,17 @@ def test_plan_against_reports_each_replica_and_the_router_of_a_renamed_service_a
 
 
 def test_doctor_finds_the_containers_a_renamed_service_kept_and_reports_nothing():
-    original = test_doctor.deployed(test_doctor.make_fleet())
+    original = deployment_of(doctor.make_fleet())
     values = {"hosts": [host("npu-a")], "services": [
         service("alpha", 1, 0.4, devices=[0]),
         service("beta", 1, 0.4, devices=[0]),
         # Renamed only: the model stays the one gamma served (a new model would be command drift).
         service("delta", 2, 0.5, devices=[2, 3], previousNames=["gamma"], model="/models/gamma"),
     ]}  # fmt: skip
-    after = deploy(plan_fleet(parse_fleet("test", values)))
-    live = test_doctor.clean_facts(original)  # the host as it runs since before the rename
-    assert test_doctor.findings(original, live) == []
-    assert test_doctor.findings(after, live) == []
+    after = deployment_of(values)
+    live = doctor.clean_facts(original)  # the host as it runs since before the rename
+    assert doctor.findings(original, live) == []
+    assert doctor.findings(after, live) == []
 
 
 def test_a_renamed_replicated_service_renders_the_same_compose_file():

@@ -11,6 +11,7 @@ from records.deployment import deploy
 from allocation.planner import plan_fleet
 from cli.stackfile import load_fleet
 from views.exports.render import docker_run_args, render
+from tests.support.pipeline import deployment_of
 
 
 def prod():
@@ -65,7 +66,7 @@ def test_the_docker_run_script_is_valid_shell_and_deletes_before_it_creates():
 
 def test_the_docker_run_script_builds_each_router_image_on_its_host_then_runs_the_router():
     fleet, _ = load_fleet("staging")
-    deployment = deploy(plan_fleet(fleet))
+    deployment = deployment_of(fleet)
     script = render(deployment, "docker-run")
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
     (rd,) = deployment.routers

@@ -15,7 +15,8 @@ from views.report import plan_json
 from cli.pin import stack_pins
 from views.exports import prometheus
 from tests.goldens import PROFILE
-from tests.fleets import host, service
+from tests.support.stacks import host, service
+from tests.support.pipeline import deployment_of, plan_json_of, plan_of
 
 VALUES = {
     "hosts": [host("npu-a"), host("npu-b")],
@@ -37,7 +38,7 @@ def test_the_plan_keeps_the_configured_fleet_and_each_instance_carries_its_servi
 
 
 def test_a_replica_takes_its_own_pins_and_its_own_names_under_the_services_previous_names():
-    plan = plan_fleet(parse_fleet("test", VALUES))
+    plan = plan_of(VALUES)
     by_name = {ps.name: (hp.host.name, ps) for hp, ps in plan.services()}
     where, first = by_name["bge-1"]
     assert (where, first.assignment.api_port) == ("npu-b", 9100)
@@ -49,7 +50,7 @@ def test_a_replica_takes_its_own_pins_and_its_own_names_under_the_services_previ
 
 
 def test_replica_of_names_the_service_a_container_serves_in_the_plan_json_and_in_prometheus_alike():
-    deployment = deploy(plan_fleet(parse_fleet("test", VALUES)))
+    deployment = deployment_of(VALUES)
     in_json = {s["name"]: s["replicaOf"] for h in plan_json(deployment)["hosts"] for s in h["services"]}
     targets = prometheus.targets(deployment)[prometheus.VLLM_TARGETS]
     in_prometheus = {t["labels"]["service"]: t["labels"]["replica_of"] for t in targets}
@@ -57,7 +58,7 @@ def test_replica_of_names_the_service_a_container_serves_in_the_plan_json_and_in
 
 
 def test_a_plan_written_before_the_replica_model_with_null_replica_of_diffs_as_unchanged():
-    new = plan_json(deploy(plan_fleet(parse_fleet("test", VALUES))))
+    new = plan_json_of(VALUES)
     old = json.loads(json.dumps(new))
     for h in old["hosts"]:
         for s in h["services"]:
@@ -68,15 +69,15 @@ def test_a_plan_written_before_the_replica_model_with_null_replica_of_diffs_as_u
     added = {d.name: d for d in diff_plans(None, new).services}
     assert added["bge-1"].lines()[0][1].startswith("replica of bge, ")
     assert not added["chat"].lines()[0][1].startswith("replica of"), "a service of its own is no replica"
-    without_chat = plan_json(deploy(plan_fleet(parse_fleet("test", {**VALUES, "services": VALUES["services"][:1]}))))
+    without_chat = plan_json_of({**VALUES, "services": VALUES["services"][:1]})
     removed = {d.name: d for d in diff_plans(old, without_chat).services}
     assert removed["chat"].lines() == [("removed", "was on npu-b cards 0")]
 
 
 def test_a_re_created_service_of_its_own_costs_its_model_load_and_a_replica_one_replica_at_a_time():
-    old = plan_json(deploy(plan_fleet(parse_fleet("test", VALUES))))
+    old = plan_json_of(VALUES)
     upgraded = {**VALUES, "defaults": {"image": "quay.io/ascend/vllm-ascend:v0.21.0"}}
-    text = render_diff(diff_plans(old, plan_json(deploy(plan_fleet(parse_fleet("test", upgraded))))), "table")
+    text = render_diff(diff_plans(old, plan_json_of(upgraded)), "table")
     restarts = text.split("\n\n")[0].splitlines()  # the "Will restart" table comes first
     rows = {line.split()[1]: line for line in restarts if line.split()[:1] in (["npu-a"], ["npu-b"])}
     assert rows["chat"].endswith("down for the model load")
@@ -86,9 +87,9 @@ def test_a_re_created_service_of_its_own_costs_its_model_load_and_a_replica_one_
 def test_pinning_a_replicated_service_limited_to_hosts_writes_each_replicas_host_and_plans_the_same_again():
     values = {"hosts": [host("npu-a"), host("npu-b"), host("npu-c")],
               "services": [service("bge", 1, 0.1, replicas=2, hosts=["npu-b", "npu-c"])]}  # fmt: skip
-    plan = plan_fleet(parse_fleet("test", values))
+    plan = plan_of(values)
     pins = stack_pins(plan)["bge"]
     assert [p["host"] for p in pins["replicaPins"]] == ["npu-b", "npu-c"] and "hosts" not in pins["replicaPins"][0]
     pinned = {**values, "services": [{**values["services"][0], **pins}]}
-    again = plan_fleet(parse_fleet("test", json.loads(json.dumps(pinned))))
+    again = plan_of(json.loads(json.dumps(pinned)))
     assert plan_json(deploy(again)) == plan_json(deploy(plan))

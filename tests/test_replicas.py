@@ -7,7 +7,6 @@ against the real `vllm-router` in test_router_e2e.py.
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
@@ -26,21 +25,9 @@ from records.router import VERSION, image_tag
 from cli.pin import stack_pins
 from cli.stackfile import load_fleet
 from components.router import SERVES_SUFFIX
-from tests.pulumi_harness import CONTAINER, REMOTE_COMMAND, ROUTER, fake_image_id, plain_occurrences, run_program, unwrap
-
-HOSTS = [{"name": f"npu-{i}", "address": f"192.0.2.{10 + i}"} for i in range(1, 4)]
-
-
-def fleet_of(*services: dict, hosts: list[dict] = HOSTS) -> dict:
-    return {"hosts": copy.deepcopy(hosts), "services": list(services)}
-
-
-def bge(**extra) -> dict:
-    return {"name": "bge", "model": "/m/bge", "memoryFraction": 0.1, "replicas": 3, **extra}
-
-
-def plan_of(values: dict):
-    return plan_fleet(parse_fleet("test", values))
+from tests.support.pulumi_harness import CONTAINER, REMOTE_COMMAND, ROUTER, fake_image_id, plain_occurrences, run_program, unwrap
+from tests.support.replicas import HOSTS, bge, fleet_of, router_of
+from tests.support.pipeline import plan_of
 
 
 def placement(plan) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -146,12 +133,6 @@ def test_a_replica_or_router_name_taken_by_another_service_is_refused():
 
 
 # --- the router ---------------------------------------------------------------------------
-
-
-def router_of(values: dict):
-    deployment = deploy(plan_of(values))
-    (rd,) = deployment.routers
-    return deployment, rd
 
 
 def vllm_router_argv(spec) -> list[str]:

@@ -7,12 +7,11 @@ import json
 
 import pytest
 
-from allocation.config import ContainerSettings, Defaults, Mount, Router, Service, parse_fleet
-from records.deployment import deploy
-from allocation.planner import plan_fleet
+from allocation.config import ContainerSettings, Defaults, Mount, Router, Service
 from allocation.defaults import REQUEST_TIMEOUT_SECONDS
 from allocation.resolved import resolve
-from tests.fleets import host, service
+from tests.support.stacks import host, service
+from tests.support.pipeline import deployment_of
 
 BARE = resolve(Service(name="s", model="/m"), Defaults())
 
@@ -38,7 +37,7 @@ def test_the_service_wins_over_the_defaults_and_zero_and_false_are_settings_not_
 def test_every_container_reads_its_resolved_settings():
     values = {"hosts": [host()], "defaults": {"shmSizeMiB": 256, "restart": "always"},
               "services": [service("a", 1, 0.2, stopGraceSeconds=0), service("b", 1, 0.2, shmSizeMiB=512)]}  # fmt: skip
-    deployment = deploy(plan_fleet(parse_fleet("test", values)))
+    deployment = deployment_of(values)
     specs = {sd.name: sd.spec for hd in deployment.hosts for sd in hd.services}
     assert (specs["a"].shm_size_mib, specs["a"].stop_grace_seconds, specs["a"].restart) == (256, 0, "always")
     assert (specs["b"].shm_size_mib, specs["b"].stop_grace_seconds) == (512, 60)

@@ -2,7 +2,7 @@
 
 `records.restarts` classifies every key of a container's plan JSON as the docker provider
 classifies the attribute it becomes; `plan --against` and the table in docs/deploying.md read it. These
-tests hold it to the provider's schema (transcribed in tests/provider_readback.py), to what the
+tests hold it to the provider's schema (transcribed in tests/support/provider_readback.py), to what the
 program really registers, and to every format a container record is written in.
 """
 
@@ -18,8 +18,8 @@ from allocation.config import Mount
 from records.containers import ContainerSpec, HealthCheck
 from records.restarts import BY_KEY, CONSTANT_PROVIDER_INPUTS, INPUTS, restart_table
 from views.exports.render import compose_service, docker_run_args
-from tests.provider_readback import FORCE_NEW, UPDATED_IN_PLACE, attribute
-from tests.test_program import stack_run
+from tests.support.provider_readback import FORCE_NEW, UPDATED_IN_PLACE, attribute
+from tests.support.stacks import stack_run
 
 REPO = Path(__file__).resolve().parents[1]
 PROGRAM_REPLACES = {"healthcheck", "init"}  # components/model_service.py: replace_on_changes

@@ -10,7 +10,7 @@ Timings follow the plan's router flags (health checks every 10 s, 3 failures to 
 down, 2 successes to bring it back; vllm-router's defaults for the rest, such as its circuit
 breaker's 60 s), so a failover and a rejoin take a minute or two: the test waits for them
 instead of shortening the flags, so what is tested is what is deployed. Every wait polls for its
-condition with a bound of minutes (WAIT_SECONDS), far above what it takes on an idle machine, and
+condition with a bound of minutes (tests/support/waits.py), far above what it takes on an idle machine, and
 no assert counts on an even spread within a fixed number of requests: on a loaded machine a health
 check may time out and take a replica out for a while. How long a failover takes is measured by
 benchmarks/failover_bench.py, not asserted here.
@@ -18,16 +18,12 @@ benchmarks/failover_bench.py, not asserted here.
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -37,145 +33,20 @@ from pathlib import Path
 
 import pytest
 
-from allocation.config import parse_fleet
-from records.deployment import Deployment, deploy
-from allocation.planner import plan_fleet
 from cli.safe_write import write_set
 from views.exports import prometheus
 from ops.doctor.facts import HostFacts
 from ops.doctor.findings import host_findings
 from records import rollout
-from records.rollout import WORKERS_ENV
 from views.exports.metric_names import NPU
+from records.rollout import WORKERS_ENV
 from sim.host import free_port
 from tests.conftest import live_container, require_binary
+from tests.support.router_fleet import ADDRESSES, MODEL, Fleet, Replica, free_block, get, router_deployment, stack, traffic
+from tests.support import router_fleet
+from tests.support.waits import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
-MODEL = "bge"
-WAIT_SECONDS = 300  # a bound, not an expectation: an idle machine takes seconds to about a minute and a half
 ROUNDS = 10  # rounds of traffic (3 posts each) within which a healthy replica must serve
-
-
-def free_block() -> int:
-    """An `apiBase` for the test's fleet (`deployment_of`) whose every port, as planned, is free on
-    every replica address right now, away from any other run's on this machine (another checkout
-    running this module, say), and where the plan keeps the API ports: it moves one asked for
-    where its own ports lie, such as HCCL's default 60000-60031 (`ports.reserved`), and the
-    kernel hands out free ports up to 60999."""
-    for _ in range(100):
-        base = free_port()
-        deployment = deployment_of(3, base)
-        if not ports_kept(deployment, base):
-            continue
-        with contextlib.ExitStack() as bound:
-            try:
-                for port, address in itertools.product(sorted(fleet_ports(deployment)), ADDRESSES):
-                    bound.enter_context(socket.socket()).bind((address, port))
-            except OSError:
-                continue
-            return base
-    raise AssertionError(f"no free ports for the test's fleet on {ADDRESSES}")
-
-
-def deployment_of(replicas: int, api_base: int) -> Deployment:
-    """The plan's deployment of `replicas` replicas, one per loopback host, asking for the API
-    ports from `api_base`."""
-    values = {
-        "hosts": [{"name": f"lo-{i}", "address": f"127.0.0.{i}"} for i in (1, 2, 3)],
-        "services": [{"name": MODEL, "model": "/m/bge", "memoryFraction": 0.1, "replicas": replicas,
-                      "router": {"policy": "round_robin"}}],
-        "ports": {"apiBase": api_base},
-        "metrics": {"npuExporterPort": api_base + 2, "scrapeIntervalSeconds": 1},
-    }  # fmt: skip
-    return deploy(plan_fleet(parse_fleet("e2e", values)))
-
-
-def planned_ports(deployment: Deployment) -> tuple[set[int], int]:
-    """The replicas' API ports and the router's port, as planned."""
-    (router,) = deployment.routers
-    return {ps.assignment.api_port for _, ps in deployment.plan.services()}, router.plan.port
-
-
-def fleet_ports(deployment: Deployment) -> set[int]:
-    """Every port the test's fleet listens on: the replicas' API ports, the router's API and
-    Prometheus ports, and the NPU exporters'."""
-    (router,) = deployment.routers
-    api_ports, router_port = planned_ports(deployment)
-    return {*api_ports, router_port, router.plan.metrics_port, deployment.plan.fleet.metrics.npu_exporter_port}
-
-
-def ports_kept(deployment: Deployment, api_base: int) -> bool:
-    """Whether the plan gave the replicas `api_base` and the router the next port, as asked."""
-    return planned_ports(deployment) == ({api_base}, api_base + 1)
-
-
-def stack(replicas: int = 3, api_base: int | None = None) -> Deployment:
-    """`deployment_of` from `api_base` (by default free ports), its ports where asked."""
-    api_base = free_block() if api_base is None else api_base
-    deployment = deployment_of(replicas, api_base)
-    assert ports_kept(deployment, api_base), f"asked for {api_base}: {planned_ports(deployment)}"
-    return deployment
-
-
-def get(url: str, timeout: float = 5) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-
-
-def post(url: str, body: dict, timeout: float = 30) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-
-
-def wait_for(what: str, check, seconds: float = WAIT_SECONDS, every: float = 0.5):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except OSError:
-            value = None
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {seconds}s waiting for {what}")
-
-
-class Replica:
-    """One stand-in `vllm serve` process at a replica's planned address and port."""
-
-    def __init__(self, name: str, address: str, port: int) -> None:
-        self.name, self.address, self.port = name, address, port
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.address}:{self.port}"
-
-    def start(self) -> None:
-        argv = [sys.executable, str(ROOT / "tests/fake_vllm.py"), "--host", self.address, "--port", str(self.port),
-                "--served-model-name", MODEL, "--replica", self.name]  # fmt: skip
-        self.process = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        wait_for(f"{self.name} to listen", lambda: get(f"{self.url}/health", 1)[0] == 200, every=0.1)
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.kill()
-        self.process.wait(10)
-
-    def served(self) -> int:
-        """Requests this process served, from its own /metrics."""
-        for line in get(f"{self.url}/metrics")[1].decode().splitlines():
-            if line.startswith("vllm:request_success_total{"):
-                return int(float(line.rsplit(" ", 1)[1]))
-        raise AssertionError(f"{self.name}: no vllm:request_success_total in /metrics")
 
 
 class NpuExporter(ThreadingHTTPServer):
@@ -205,51 +76,6 @@ class NpuExporter(ThreadingHTTPServer):
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
-class Fleet:
-    def __init__(self, deployment: Deployment) -> None:
-        self.deployment = deployment
-        (self.router,) = deployment.routers
-        where = {ps.name: (hp.host.address, ps.assignment.api_port) for hp, ps in deployment.plan.services()}
-        self.replicas = {sd.name: Replica(sd.name, *where[sd.name]) for sd in self.router.replicas}
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.router.plan.port}"
-
-    def start_router(self, workers_file: Path) -> None:
-        """The router container's own command, as Docker runs it: sh reads the worker file the
-        deployment writes (here `workers_file`) and execs the real vllm-router."""
-        env = {**os.environ, **self.router.spec.env, WORKERS_ENV: str(workers_file),
-               "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # fmt: skip
-        argv = list(self.router.spec.command)
-        log = workers_file.with_name("router.log")
-        with log.open("wb") as out:
-            self.process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-        process = self.process
-
-        def ready() -> bool:
-            if process.poll() is not None:  # vllm-router panics on a port it cannot bind
-                raise AssertionError(f"vllm-router exited {process.returncode}: {log.read_text()[-2000:]}")
-            return get(f"{self.base}/readiness", 1)[0] == 200
-
-        wait_for("the router to be ready", ready)
-        cmdline = Path(f"/proc/{self.process.pid}/cmdline").read_bytes()
-        assert not cmdline.startswith(b"sh\0"), "sh execs vllm-router, which keeps its process (PID 1 in Docker)"
-
-    def workers(self) -> dict[str, bool]:
-        return {w["url"]: w["is_healthy"] for w in json.loads(get(f"{self.base}/workers")[1])["workers"]}
-
-    def stop(self) -> None:
-        for p in [self.process, *(r.process for r in self.replicas.values())]:
-            if p is not None and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory) -> Iterator[Fleet]:
     f = Fleet(stack())
@@ -266,25 +92,11 @@ def fleet(tmp_path_factory) -> Iterator[Fleet]:
         f.stop()
 
 
-def traffic(f: Fleet, rounds: int) -> list[tuple[str, int]]:
-    """Every kind of request a client sends through the router: (what, status) of each."""
-    out = []
-    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
-    for _ in range(rounds):
-        out.append(("chat", post(f"{f.base}/v1/chat/completions", chat)[0]))
-        status, body = post(f"{f.base}/v1/chat/completions", {**chat, "stream": True})
-        out.append(("stream", status if body.rstrip().endswith(b"data: [DONE]") else -1))
-        out.append(("embeddings", post(f"{f.base}/v1/embeddings", {"model": MODEL, "input": "hi"})[0]))
-        status, body = get(f"{f.base}/v1/models")
-        out.append(("models", status if status != 200 or json.loads(body)["data"][0]["id"] == MODEL else -1))
-    return out
-
-
 def test_a_free_block_is_never_one_the_plan_would_move_the_api_port_out_of(monkeypatch):
     """A flake under load: the kernel handed out 60001, the plan moved the router to 60033 (past
     its reserved and HCCL windows) and the test's api_base + 1 no longer named it."""
     offered = iter([60001, 40000])
-    monkeypatch.setattr(sys.modules[__name__], "free_port", lambda: next(offered))
+    monkeypatch.setattr(router_fleet, "free_port", lambda: next(offered))
     assert free_block() == 40000
     deployment = stack(api_base=40000)
     assert deployment.routers[0].plan.port == 40001
@@ -298,9 +110,9 @@ def test_a_free_block_leaves_every_port_of_the_fleet_free_the_routers_metrics_po
     busy.bind(("127.0.0.1", 0))
     taken = busy.getsockname()[1]
     offered = iter([taken - 3, 40000])
-    monkeypatch.setattr(sys.modules[__name__], "free_port", lambda: next(offered))
+    monkeypatch.setattr(router_fleet, "free_port", lambda: next(offered))
     with busy:
-        assert deployment_of(3, taken - 3).routers[0].plan.metrics_port == taken
+        assert router_deployment(3, taken - 3).routers[0].plan.metrics_port == taken
         assert free_block() == 40000
 
 
@@ -433,7 +245,6 @@ def takes_its_share(f: Fleet, replica: Replica) -> bool:
         if replica.served() - before >= 3:
             return True
     return False
-
 
 
 # --- scaling and rolling replacement, through the scripts the deployment runs on the router's host ---

@@ -9,7 +9,7 @@ from types import MappingProxyType
 from allocation.planner import plan_fleet
 from records.containers import Site
 from records.router import image_tag, router_spec
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 
 
 def _router(**extra):

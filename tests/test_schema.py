@@ -16,14 +16,13 @@ from jsonschema import Draft202012Validator
 
 from allocation.config import NAMESPACE, FleetConfig, parse_fleet
 from allocation.errors import ConfigError
-from allocation.planner import plan_fleet
 from allocation.schema import stack_schema
 from cli import schema as command
 from records.deployment import deploy
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 from tests.goldens import GOLDENS, _synthetic, fleets
 from views.plan_schema import plan_schema
-from views.report import plan_json
+from tests.support.pipeline import plan_json_of
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = sorted(ROOT.glob("Pulumi.*.yaml"))
@@ -134,13 +133,13 @@ def test_every_key_of_the_model_has_a_description_and_its_entry_in_the_reference
 @pytest.mark.parametrize("golden", sorted(p.stem for p in GOLDENS.glob("*.json") if p.stem != "host_checks"))
 def test_every_golden_plan_and_the_plan_of_its_fleet_today_fit_the_plan_schema(golden):
     stored = json.loads(json.loads((GOLDENS / f"{golden}.json").read_text())["json"])
-    today = plan_json(deploy(plan_fleet(fleets()[golden])))
+    today = plan_json_of(fleets()[golden])
     assert [e.message for e in PLAN.iter_errors(stored)] == []
     assert [e.message for e in PLAN.iter_errors(json.loads(json.dumps(today)))] == []
 
 
 def test_the_plan_schema_refuses_a_plan_with_a_key_missing_or_of_another_type_and_allows_a_new_key():
-    plan = plan_json(deploy(plan_fleet(fleets()["prod"])))
+    plan = plan_json_of(fleets()["prod"])
     service = plan["hosts"][0]["services"][0]
     assert PLAN.is_valid(plan | {"someNewKey": 1}) and PLAN.is_valid({**plan, "hosts": [plan["hosts"][0] | {"x": 1}]})
     service["apiPort"] = "7007"

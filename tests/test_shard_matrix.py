@@ -10,7 +10,7 @@ from pathlib import Path
 
 from allocation.planner import plan_fleet
 from cli.shards import HOST_SLOTS, deploy_matrix
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import pytest
 from allocation.errors import FleetError
 from allocation.planner import plan_fleet
 from records.deployment import deploy
-from tests.fleets import fleet, host, service
+from tests.support.stacks import fleet, host, service
 from views.report import plan_json, render_plan
 
 

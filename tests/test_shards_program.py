@@ -14,10 +14,8 @@ import pytest
 from allocation.config import parse_fleet
 from cli.main import main as cli
 from cli.stackfile import locate, stack_values
-from allocation.planner import plan_fleet
-from records.deployment import deploy
-from tests.pulumi_harness import CONTAINER, run_program
-from views.report import plan_json
+from tests.support.pulumi_harness import CONTAINER, run_program
+from tests.support.pipeline import plan_json_of
 
 STACK_IN_URN = re.compile(r"urn:pulumi:[^:]+::|(?<=pulumi:pulumi:Stack::ascend-fleet-)[A-Za-z0-9_.-]+")
 
@@ -77,8 +75,8 @@ def test_each_shard_registers_its_slice_and_together_what_one_stack_would(cut: P
     runs = {k: run_program(f"big-shard-{k}", shard_values(cut, k)) for k in range(3)}
     fleet = {k: v for k, v in shard_values(cut, 0).items() if k != "shardOf"} | {"shards": {"size": 1000}}
     one = fleet | {"shardOf": {"fleet": "big", "index": 0, "fleetHash": parse_fleet("big", fleet).fleet_hash()}}
-    sharded = plan_json(deploy(plan_fleet(parse_fleet("big-shard-0", shard_values(cut, 0)))))
-    single = plan_json(deploy(plan_fleet(parse_fleet("big-one", one))))
+    sharded = plan_json_of(shard_values(cut, 0), "big-shard-0")
+    single = plan_json_of(one, "big-one")
     assert [h.pop("shard") for h in sharded["hosts"]] == [0, 0, 1, 1, 2]
     assert [h.pop("shard") for h in single["hosts"]] == [0] * 5
     assert sharded == single

@@ -8,8 +8,8 @@ import json
 import pulumi
 import pytest
 
-from tests.pulumi_harness import PROVIDER, REMOTE_COMMAND, TEST_HOST_KEY, run_program, unwrap
-from tests.test_program import values_of
+from tests.support.pulumi_harness import PROVIDER, REMOTE_COMMAND, TEST_HOST_KEY, run_program, unwrap
+from tests.support.stacks import values_of
 
 PINNED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBj4dVx0qkO9pLWQ0oAh0fb3m3d7JMhmE8VY1sYVc8mN npu-a"
 

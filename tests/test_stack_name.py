@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import SEED_UNPINNED, spawn
+from tests.support.stacks import SEED_UNPINNED
+from tests.support.cli import spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,7 +16,7 @@ import cli.main
 import cli.stack_editor
 from allocation.errors import ConfigError
 from cli.stack_editor import set_service_keys
-from tests.test_cli import SEED_UNPINNED
+from tests.support.stacks import SEED_UNPINNED
 
 
 def _paused_between_read_and_write(monkeypatch, writers: int) -> None:
@@ -106,7 +106,7 @@ def test_a_writer_waits_for_the_lock_and_gives_up_with_one_paragraph(tmp_path, m
 
 def test_a_file_saved_while_profile_reads_the_models_is_not_overwritten(tmp_path, monkeypatch, capsys):
     import ops.models
-    from tests.test_profile import QWEN3, model, stack
+    from tests.support.profiles import QWEN3, model, stack
 
     root = tmp_path / "copy"
     model(root / "disk2", "qwen", QWEN3, index_total=30 * 2**30)

@@ -108,3 +108,25 @@ def test_the_readme_layout_table_names_every_top_level_folder_and_only_those():
     folders = {line.split("/")[0] for line in tracked.splitlines() if "/" in line} - {".ci"}  # beside the test command
     assert {path.split("/")[0] for path in listed} == folders | {"__main__.py"}
     assert all((ROOT / path).exists() for path in listed)
+
+
+def imported_modules(tree: ast.Module) -> set[str]:
+    """Every module an import statement names, `from tests import test_x` included as `tests.test_x`."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return found
+
+
+def test_no_test_module_imports_another_test_module():
+    """What tests share lives in tests/support/ (stacks, the pipeline, the Pulumi harness, the fakes):
+    a test module is read on its own, and a change to one never breaks another's imports."""
+    offenders = []
+    for path in sorted([*(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]):
+        for module in imported_modules(ast.parse(path.read_text(encoding="utf-8"))):
+            if module.split(".")[0] == "tests" and module.rsplit(".", 1)[-1].startswith("test_"):
+                offenders.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert offenders == [], "move what they share into tests/support/:\n" + "\n".join(offenders)

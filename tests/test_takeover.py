@@ -18,16 +18,17 @@ import pytest
 
 from allocation.config import parse_fleet
 from allocation.errors import AllocationError, ConfigError
-from allocation.planner import plan_fleet
 from views.exports.render import render
+from allocation.planner import plan_fleet
 from records.deployment import deploy
 from records.host_check import host_check_script
 from records.takeover import takeover_script
 from views.diff import diff_plans, render_diff
 from views.report import plan_json
-from tests.fleets import host, service
-from tests.pulumi_harness import CONTAINER, REMOTE_COMMAND, run_program
-from tests.test_program import values_of
+from tests.support.stacks import host, service
+from tests.support.pulumi_harness import CONTAINER, REMOTE_COMMAND, run_program
+from tests.support.stacks import values_of
+from tests.support.pipeline import deployment_of, plan_of
 
 
 def fleet_values(**host_settings) -> dict:
@@ -38,7 +39,7 @@ def fleet_values(**host_settings) -> dict:
 
 
 def deployment(**host_settings):
-    return deploy(plan_fleet(parse_fleet("prod", fleet_values(**host_settings))))
+    return deployment_of(fleet_values(**host_settings), "prod")
 
 
 # `docker ps -aq` / `inspect --format` as Docker prints them for the takeover's and the host check's
@@ -150,7 +151,7 @@ def test_replaces_is_checked_where_it_is_written():
     with pytest.raises(ConfigError, match=r"replaces"):
         parse_fleet("prod", fleet_values(replaces=["-rm"]))
     with pytest.raises(AllocationError, match=r"host npu-a replaces bge-m3, a name the plan gives one of its own containers"):
-        plan_fleet(parse_fleet("prod", fleet_values(replaces=["bge-m3"])))
+        plan_of(fleet_values(replaces=["bge-m3"]), "prod")
 
 
 def test_the_plan_lists_what_each_host_takes_over_and_the_diff_shows_it_first():

@@ -14,16 +14,16 @@ from allocation.planner import plan_fleet
 from allocation.resolved import resolve
 from allocation.vllm_args import ArgsError, VllmArgs, read_args, spelled
 from cli.main import main
+from records.router import prefix_caching
+from tests.support.stacks import fleet, host, service
+from tests.support.profiles import profiled
+from tests.support.profiles import QWEN3, model, profile, replicated_stack, services_of
+from tests.support.plan_documents import by_name
+from tests.support.plan_documents import fleet as planned_fleet
+from tests.support.replicas import bge, fleet_of, router_of
 from allocation.kv_cache import prefix_caching
-from tests.fleets import fleet, host, service
-from tests.test_capacity import profiled
-from tests.test_hostile_profile import QWEN3, model, profile, replicated_stack, services_of
-from tests.test_plan_diff import by_name
-from tests.test_plan_diff import fleet as planned_fleet
-from tests.test_replicas import bge, fleet_of, router_of
 from views.diff import diff_plans
-from records.deployment import deploy
-from views.report import plan_json
+from tests.support.pipeline import plan_json_of
 
 
 @pytest.mark.parametrize("word, as_vllm", [
@@ -92,7 +92,7 @@ def test_words_after_a_bare_double_dash_and_values_of_other_options_are_not_read
 def test_the_capacity_check_reads_an_underscore_block_size_and_prefix_caching_flag():
     # Without prefix caching or chunked prefill vLLM keeps the block size it is given: 16, not 128.
     def blocks(args):
-        (hp,) = plan_json(deploy(plan_fleet(profiled(0.9, args=args))))["hosts"]
+        (hp,) = plan_json_of(profiled(0.9, args=args))["hosts"]
         return hp["services"][0]["capacity"]
 
     dashed = blocks(["--no-enable-prefix-caching", "--no-enable-chunked-prefill", "--block-size", "16"])

@@ -18,13 +18,19 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from sim.host import SimHost
+from tests.support.sim_stacks import prod_values_on_the_simulated_host
+from views.diff import diff_plans
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = ("Pulumi.yaml", "__main__.py", "allocation", "records", "views", "components", "ops", "cli")
@@ -307,3 +313,65 @@ def installed_plugins(pulumi: str) -> list[dict[str, Any]]:
         return json.loads(proc.stdout) or [] if proc.returncode == 0 else []
     except json.JSONDecodeError:
         return []
+
+
+def sim_stack_values(host: SimHost) -> dict[str, Any]:
+    values = prod_values_on_the_simulated_host(host)
+    values["defaults"] = {
+        **values["defaults"],
+        "startTimeoutSeconds": START_TIMEOUT,
+        "stopGraceSeconds": 10,
+        "shmSizeMiB": 64,
+    }
+    return values
+
+
+def stack_has_resources(project: Project) -> bool:
+    proc = project.cli("stack", "export", "--stack", project.stack, check=False)
+    return proc.returncode == 0 and len(json.loads(proc.stdout).get("deployment", {}).get("resources") or []) > 1
+
+
+def inspect(host: SimHost, name: str) -> dict[str, Any]:
+    return json.loads(host.docker("inspect", name).stdout)[0]
+
+
+def health(host: SimHost, name: str) -> str | None:
+    proc = host.docker("inspect", "-f", "{{json .State}}", name, check=False)
+    if proc.returncode != 0:
+        return None
+    state = json.loads(proc.stdout)
+    return (state.get("Health") or {}).get("Status") if state.get("Running") else state.get("Status")
+
+
+def plan_of(project: Project, values: dict[str, Any]) -> dict[str, Any]:
+    """`python -m allocation plan --format json` of these values, in the project copy."""
+    path = project.root.parent / f"Pulumi.{STACK}.yaml"  # same stem: the plan JSON names the stack
+    path.write_text(json.dumps({"config": {f"ascend-fleet:{k}": v for k, v in values.items()}}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "allocation", "plan", "--config", str(path), "--format", "json"],
+        cwd=project.root, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def plan_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[set[str], set[str], set[str], set[str]]:
+    """(added, removed, re-created, updated in place) services as the plan diff that `plan --against`
+    prints reports them (views.diff); a capacity-only change touches no container."""
+    diff = diff_plans(old, new)
+    added = {s.name for s in diff.services if s.added}
+    removed = {s.name for s in diff.services if s.removed}
+    recreated = {s.name for s in diff.services if s.recreated}
+    in_place = {s.name for s in diff.services if s.in_place and not s.recreated}
+    return added, removed, recreated, in_place
+
+
+def get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.status, resp.read()
+
+
+STACK = "engine"
+
+
+START_TIMEOUT = 150  # seconds: generous, on a loaded 2-core machine

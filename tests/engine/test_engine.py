@@ -15,17 +15,12 @@ host's Docker 20.10 (records.health), so a start takes about its load.
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from records.device_share import BOOT_SCRIPT, UNIT_PATH
-from views.diff import diff_plans
 from sim.host import IMAGE, SimHost
 from tests.engine.engine import (
     CONTAINER,
@@ -36,28 +31,16 @@ from tests.engine.engine import (
     urn_name,
     urn_type,
 )
-from tests.simhost.test_prod_layout import prod_values_on_the_simulated_host
+from tests.engine.engine import get, health, inspect, plan_diff, plan_of, sim_stack_values, stack_has_resources
+from tests.engine.engine import STACK
 
 pytestmark = pytest.mark.engine
 
-STACK = "engine"
 SERVICES = {"bge-m3": ([0], 7007), "qwen-vl": ([0, 1, 2, 3], 9009), "qwen-long": ([4, 5, 6, 7], 6006)}
-START_TIMEOUT = 150  # seconds: generous, on a loaded 2-core machine
 FAILING_START_TIMEOUT = 60
 DAY2_IMAGE = "ascend-fleet/npu-sim:engine-day2"
 BROKEN_MODEL = "/srv/models/engine-half-copied"
 STACK_LABEL = f"ascend-fleet.stack={STACK}"
-
-
-def sim_stack_values(host: SimHost) -> dict[str, Any]:
-    values = prod_values_on_the_simulated_host(host)
-    values["defaults"] = {
-        **values["defaults"],
-        "startTimeoutSeconds": START_TIMEOUT,
-        "stopGraceSeconds": 10,
-        "shmSizeMiB": 64,
-    }
-    return values
 
 
 @pytest.fixture(scope="module")
@@ -85,53 +68,8 @@ def project(host: SimHost, engine_env, tmp_path_factory: pytest.TempPathFactory)
             Path(path).unlink(missing_ok=True)
 
 
-def stack_has_resources(project: Project) -> bool:
-    proc = project.cli("stack", "export", "--stack", project.stack, check=False)
-    return proc.returncode == 0 and len(json.loads(proc.stdout).get("deployment", {}).get("resources") or []) > 1
-
-
-def inspect(host: SimHost, name: str) -> dict[str, Any]:
-    return json.loads(host.docker("inspect", name).stdout)[0]
-
-
-def health(host: SimHost, name: str) -> str | None:
-    proc = host.docker("inspect", "-f", "{{json .State}}", name, check=False)
-    if proc.returncode != 0:
-        return None
-    state = json.loads(proc.stdout)
-    return (state.get("Health") or {}).get("Status") if state.get("Running") else state.get("Status")
-
-
 def stack_containers(host: SimHost) -> set[str]:
     return set(host.docker("ps", "-a", "--filter", f"label={STACK_LABEL}", "--format", "{{.Names}}").stdout.split())
-
-
-def plan_of(project: Project, values: dict[str, Any]) -> dict[str, Any]:
-    """`python -m allocation plan --format json` of these values, in the project copy."""
-    path = project.root.parent / f"Pulumi.{STACK}.yaml"  # same stem: the plan JSON names the stack
-    path.write_text(json.dumps({"config": {f"ascend-fleet:{k}": v for k, v in values.items()}}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "allocation", "plan", "--config", str(path), "--format", "json"],
-        cwd=project.root, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
-def plan_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[set[str], set[str], set[str], set[str]]:
-    """(added, removed, re-created, updated in place) services as the plan diff that `plan --against`
-    prints reports them (views.diff); a capacity-only change touches no container."""
-    diff = diff_plans(old, new)
-    added = {s.name for s in diff.services if s.added}
-    removed = {s.name for s in diff.services if s.removed}
-    recreated = {s.name for s in diff.services if s.recreated}
-    in_place = {s.name for s in diff.services if s.in_place and not s.recreated}
-    return added, removed, recreated, in_place
-
-
-def get(url: str) -> tuple[int, bytes]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return resp.status, resp.read()
 
 
 # --- 1. pulumi up -------------------------------------------------------------
@@ -183,7 +121,7 @@ def test_a_container_stopped_by_hand_shows_as_drift_on_refresh_and_up_re_creates
     refresh = project.run("refresh")
     assert {urn_name(u): ops - {"refresh"} for u, ops in refresh.changed().items()} == {"bge-m3-container": {"update"}}
     # A stopped container reads back with must_run false and no published ports (the rule in
-    # tests/provider_readback.py, `stored_after_stop`); ports re-create a container.
+    # tests/support/provider_readback.py, `stored_after_stop`); ports re-create a container.
     assert {urn_name(u): d for u, d in refresh.diffs().items()} == {"bge-m3-container": {"mustRun", "ports"}}
 
     changes = container_changes(project.preview_json())

@@ -33,8 +33,8 @@ from records.rollout import workers_dir
 from sim.host import CLAIMS_DIR, IMAGE, SimHost
 from sim.router_image import build_router_image
 from tests.engine.engine import CONTAINER, REPLACE_OPS, Project, apply_and_preview, container_changes, preview_steps, urn_name, urn_type
-from tests.engine.test_engine import get, health, inspect, plan_diff, plan_of, stack_has_resources
-from tests.simhost.test_rolling_upgrade import LOCAL_DOCKER, SERVICE, Watch, derived_image, host_address
+from tests.engine.engine import get, health, inspect, plan_diff, plan_of, stack_has_resources
+from tests.support.rolling import LOCAL_DOCKER, SERVICE, Watch, derived_image, host_address
 
 pytestmark = pytest.mark.engine
 

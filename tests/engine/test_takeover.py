@@ -16,8 +16,8 @@ from records.card_order import BOOT_SCRIPT as ORDER_BOOT_SCRIPT, UNIT_PATH as OR
 from records.device_share import BOOT_SCRIPT, UNIT_PATH
 from sim.host import SimHost
 from tests.engine.engine import Project, preview_steps, urn_name
-from tests.engine.test_engine import sim_stack_values
-from tests.simhost.test_takeover import OLD, PLANNED, restart_policy, serving, start_the_compose_deployment
+from tests.engine.engine import sim_stack_values
+from tests.support.takeover import OLD, PLANNED, restart_policy, serving, start_the_compose_deployment
 
 pytestmark = pytest.mark.engine
 

@@ -16,13 +16,12 @@ from typing import Any
 
 import pytest
 
-from records.deployment import deploy
-from allocation.planner import plan_fleet
 from cli.stackfile import load_fleet
 from ops import doctor
 from views.exports.render import docker_run_args
 from sim.host import CLAIMS_DIR, DCMI_DIR, IMAGE, SimHost, free_port
 from tests.simhost.probes import probed_often
+from tests.support.pipeline import deployment_of
 
 pytestmark = pytest.mark.simhost
 
@@ -89,7 +88,7 @@ def probed_deployment(config: Path):
     """The deployment of the stack file, each container's health probed as `run_args` starts it: doctor
     compares the health check too, and the containers here are probed every second."""
     fleet, _ = load_fleet(config=str(config))
-    deployment = deploy(plan_fleet(fleet))
+    deployment = deployment_of(fleet)
     hosts = tuple(
         dataclasses.replace(hd, services=tuple(dataclasses.replace(sd, spec=probed_often(sd.spec)) for sd in hd.services))
         for hd in deployment.hosts
@@ -114,7 +113,7 @@ def deployed(sim_host: SimHost, tmp_path: Path):
     models = {EMBED: sim_host.make_model("doc-bge-m3"), VL: sim_host.make_model("doc-qwen")}
     config = write_stack(tmp_path, sim_host, models)
     fleet, _ = load_fleet(config=str(config))
-    deployment = deploy(plan_fleet(fleet))
+    deployment = deployment_of(fleet)
     assert deployment.hosts[0].shared_cards == (0,)
     sim_host.set_device_share(0)  # what the deployment's device-share command does first
     specs = {sd.name: sd.spec for sd in deployment.services()}

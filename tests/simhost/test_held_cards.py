@@ -10,15 +10,15 @@ first, naming the card and the holder, and nothing changes.
 from __future__ import annotations
 
 import json
-import subprocess
 
 from allocation.config import parse_fleet
+from views.exports.render import docker_run_args
 from records.deployment import deploy
 from allocation.planner import plan_fleet
-from views.exports.render import docker_run_args
 from sim.host import SimHost
 from tests.simhost.probes import probed_often
-from tests.simhost.test_start_gate import start_prod
+from tests.support.sim_stacks import start_prod
+from tests.support.pipeline import deployment_of
 
 NEWCOMER = {"name": "a-embed", "model": "/srv/models/a-embed", "host": "npu-a", "devices": [4], "memoryFraction": 0.05}
 
@@ -32,7 +32,7 @@ def with_newcomer(values: dict, held: str) -> dict:
 
 def host_deployment(values: dict):
     fleet = parse_fleet("prod-on-sim", {k.removeprefix("ascend-fleet:"): v for k, v in values.items()})
-    [hd] = [h for h in deploy(plan_fleet(fleet)).hosts if h.services]
+    [hd] = [h for h in deployment_of(fleet).hosts if h.services]
     return hd
 
 

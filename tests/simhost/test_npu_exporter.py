@@ -18,26 +18,24 @@ planned one. A daemon that starts privileged containers runs the planned argumen
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from allocation.config import parse_fleet
 from allocation.errors import ConfigError
-from allocation.planner import plan_fleet
 from cli.safe_write import write_set
 from views.exports import dashboard, prometheus
 from views.exports.render import docker_run_args
+from records.deployment import Deployment
 from records.deployment import Deployment, deploy
 from sim.exporter import IMAGE, as_this_daemon_allows, build_exporter_image, npu_state_in_driver
 from sim.host import CLAIMS_DIR, SimHost, free_port
 from tests.conftest import require_binary
-from tests.simhost.test_prod_layout import prod_values_on_the_simulated_host
+from tests.support.sim_stacks import prod_values_on_the_simulated_host
+from tests.support.pipeline import deployment_of
+from tests.support.waits import wait_for
 
-WAIT_SECONDS = 300  # a bound, not an expectation: Prometheus scrapes every 15 s and evaluates rules as often
 
 
 def prod_with_the_exporter(sim: SimHost) -> Deployment:
@@ -50,23 +48,10 @@ def prod_with_the_exporter(sim: SimHost) -> Deployment:
             continue
         values["metrics"] = {**values.get("metrics", {}), "npuExporter": {"image": IMAGE}, "npuExporterPort": port}
         try:
-            return deploy(plan_fleet(parse_fleet("prod", values)))
+            return deployment_of(values, "prod")
         except ConfigError:
             continue  # a port inside a pinned window
     raise AssertionError("no free port in 1025-40000 that prod's plan accepts")
-
-
-def wait_for(what: str, check, seconds: float = WAIT_SECONDS, detail=lambda: ""):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except OSError:
-            value = None
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out after {seconds}s waiting for {what}\n{detail()}")
 
 
 def query(api: str, expr: str) -> list[dict]:

@@ -12,6 +12,9 @@ import pytest
 from sim.host import CLAIMS_DIR, ContainerFailed, SimHost
 from tests.simhost.loads import stretched_loads
 
+# The simulator's own test: `make test` leaves it out (pytest.ini, marker `simulator`).
+pytestmark = pytest.mark.simulator
+
 
 def test_npu_sim_serves_health_and_the_served_model_name_on_the_published_port(sim_host: SimHost) -> None:
     model = sim_host.make_model("bge-m3")

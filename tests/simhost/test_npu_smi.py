@@ -6,7 +6,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from sim.host import CLAIMS_DIR, SimHost
+
+# The simulator's own test: `make test` leaves it out (pytest.ini, marker `simulator`).
+pytestmark = pytest.mark.simulator
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "npu-smi"
 
@@ -235,17 +240,3 @@ def test_an_a3_layout_shows_sixteen_chips_by_npu_and_chip_and_shares_per_npu(sim
     assert sim_host.device_shared_cards() == [2, 3]
     sim_host.reset()
     assert len(parse_npu_smi(sim_host.npu_smi("info")).npus) == 8, "reset goes back to the A2 board"
-
-
-def test_the_host_check_over_ssh_refuses_a_32_gb_a3_board_declared_64_and_accepts_its_board(sim_host: SimHost) -> None:
-    from allocation.planner import plan_fleet
-    from records.deployment import deploy
-    from tests.fleets import fleet, host, service
-
-    sim_host.set_layout("a3", hbm_mb=32768)
-    stack = fleet([host("npu-c", board="a3", npus=16)], [service("a", 2, 0.5, host="npu-c", devices=[10, 11])])
-    check = sim_host.run(deploy(plan_fleet(stack)).hosts[0].check_script, check=False, timeout=120)
-    assert check.returncode == 1
-    assert "card 10 has 32768 MB of HBM (npu-smi info), but host npu-c declares hbmGiB: 64" in check.stderr
-    assert "card 11 has 32768 MB" in check.stderr and "card 9 has" not in check.stderr
-    assert "compute chip" not in check.stderr and "addresses it as" not in check.stderr, check.stderr

@@ -13,36 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli.stackfile import locate, stack_values
-from sim.host import CLAIMS_DIR, IMAGE, SimHost
+from sim.host import CLAIMS_DIR, SimHost
 from tests.simhost.probes import script_probed_often
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def prod_values_on_the_simulated_host(sim: SimHost) -> dict:
-    """The prod stack's `ascend-fleet:` values with the host's SSH endpoint, the image and the
-    simulator's card-NIC folder swapped for the simulated host's (tests/engine deploys them too)."""
-    values = stack_values(locate("prod", None))
-    [host] = values["hosts"]
-    host.update(address=sim.address, sshPort=sim.ssh_port)
-    values["ssh"] = {"identityFile": str(sim.identity_file), "knownHostsFile": str(sim.known_hosts_file)}
-    values["defaults"] = {
-        **values.get("defaults", {}),
-        "image": IMAGE,
-        "mounts": [{"source": str(CLAIMS_DIR), "target": str(CLAIMS_DIR), "readOnly": False}],
-    }
-    return values
-
-
-def prod_on_the_simulated_host(sim: SimHost, tmp_path: Path) -> Path:
-    """The prod stack file for the simulated host. Its models load in 1 s; a test that needs two
-    loads on a card to meet stretches them (tests/simhost/loads.py)."""
-    values = prod_values_on_the_simulated_host(sim)
-    values["defaults"]["env"] = {**values["defaults"].get("env", {}), "NPU_SIM_LOAD_SECONDS": "1"}
-    path = tmp_path / "Pulumi.prod-on-sim.yaml"
-    path.write_text(json.dumps({"config": {f"ascend-fleet:{k}": v for k, v in values.items()}}))  # JSON is YAML
-    return path
+from tests.support.sim_stacks import REPO, prod_on_the_simulated_host
 
 
 def test_the_planned_prod_layout_starts_all_three_services_healthy(sim_host: SimHost, tmp_path: Path, boot_files) -> None:

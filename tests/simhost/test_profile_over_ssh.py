@@ -8,9 +8,9 @@ from pathlib import Path
 from ruamel.yaml import YAML
 
 from sim.host import SimHost
-from tests.simhost.test_prod_layout import prod_on_the_simulated_host
-from tests.simhost.test_shared_cards import allocation
-from tests.test_profile import safetensors
+from tests.support.sim_stacks import prod_on_the_simulated_host
+from tests.support.sim_stacks import allocation
+from tests.support.profiles import safetensors
 
 # bge-m3's config.json (an XLM-RoBERTa encoder); Qwen3.6-27B's config as published (Gated DeltaNet
 # layers with full attention every fourth layer: tests/data/qwen3.6-27b/SOURCES.md).

@@ -12,22 +12,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 from records.device_share import BOOT_SCRIPT
 from sim.host import SimHost
 from tests.simhost.loads import now, stretched_loads, wait_for_any_log
 from tests.simhost.probes import script_probed_often
-from tests.simhost.test_prod_layout import REPO, prod_on_the_simulated_host
+from tests.support.sim_stacks import prod_on_the_simulated_host
+from tests.support.sim_stacks import DCMI_BUSY, LABEL, WAITING, allocation, start_rendered
 
-LABEL = "ascend-fleet.stack=prod-on-sim"  # the stack of Pulumi.prod-on-sim.yaml
-DCMI_BUSY = "dcmi module initialize failed. ret is -8005"
-WAITING = "ascend-fleet: start gate: waiting for"
 """A gate waiting: for a card's lock, or for an instance ranked before it on a card (records.card_order)."""
-
-
-def allocation(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "allocation", *args], cwd=REPO, capture_output=True, text=True)
 
 
 def test_prod_shares_card_0_only_in_device_share_mode_and_restarts_in_order(sim_host: SimHost, tmp_path, boot_files):
@@ -74,19 +67,6 @@ def test_prod_shares_card_0_only_in_device_share_mode_and_restarts_in_order(sim_
     assert waited == ["qwen-vl"]
     for name in ("bge-m3", "qwen-vl"):
         assert "No available memory" not in sim_host.logs(name, since) and DCMI_BUSY not in sim_host.logs(name, since)
-
-
-def start_rendered(sim: SimHost, config) -> None:
-    """The models of the stack file `config` made, and its `render --format docker-run` script run,
-    probed often (tests/simhost/probes.py)."""
-    plan = json.loads(allocation("plan", "--config", str(config), "--format", "json").stdout)
-    for s in plan["hosts"][0]["services"]:
-        command = s["container"]["command"]
-        sim.make_model(command[command.index("serve") + 1])
-    script = allocation("render", "--config", str(config), "--format", "docker-run").stdout
-    script = script_probed_often(script, len(plan["hosts"][0]["services"]))
-    started = subprocess.run(["sh", "-c", script], env=sim.docker_env(), capture_output=True, text=True)
-    assert started.returncode == 0, started.stderr
 
 
 def test_after_a_reboot_without_the_boot_unit_doctor_reports_the_shared_card(sim_host: SimHost, tmp_path, boot_files):

@@ -16,24 +16,15 @@ import json
 
 from allocation.config import parse_fleet
 from records.command import START_GATE_NAME
+from views.exports.render import docker_run_args
 from records.deployment import deploy
 from allocation.planner import plan_fleet
-from views.exports.render import docker_run_args
 from sim.host import SimHost
-from tests.simhost.test_prod_layout import prod_on_the_simulated_host
+from tests.support.sim_stacks import prod_on_the_simulated_host
 from tests.simhost.loads import now, stretched_loads, wait_for_any_log
-from tests.simhost.test_shared_cards import DCMI_BUSY, WAITING, start_rendered
-
-NO_MEMORY = "No available memory for the cache blocks"
-
-
-def start_prod(sim: SimHost, tmp_path) -> dict:
-    """The prod layout running healthy on the simulated host (card 0 in device-share mode)."""
-    config = prod_on_the_simulated_host(sim, tmp_path)
-    start_rendered(sim, config)
-    for name in ("bge-m3", "qwen-vl", "qwen-long"):
-        sim.wait_healthy(name, timeout=120)
-    return json.loads(config.read_text())
+from tests.support.sim_stacks import DCMI_BUSY, WAITING
+from tests.support.sim_stacks import NO_MEMORY, start_prod
+from tests.support.pipeline import deployment_of
 
 
 def test_two_instances_started_at_once_on_one_card_load_one_after_the_other(sim_host: SimHost, tmp_path, boot_files):
@@ -60,7 +51,7 @@ def test_without_the_gate_the_simulator_fails_the_second_instance_loading_on_the
     it); the simulator refuses the later load as vLLM would (the first one keeps loading until then)."""
     values = json.loads(prod_on_the_simulated_host(sim_host, tmp_path).read_text())["config"]
     fleet = parse_fleet("prod-on-sim", {k.removeprefix("ascend-fleet:"): v for k, v in values.items()})
-    specs = {sd.name: sd.spec for sd in deploy(plan_fleet(fleet)).services()}
+    specs = {sd.name: sd.spec for sd in deployment_of(fleet).services()}
     sim_host.set_device_share(0)
     for name in ("bge-m3", "qwen-vl"):
         spec = specs[name]

@@ -18,17 +18,17 @@ import time
 from collections.abc import Callable, Sequence
 
 from allocation.config import parse_fleet
-from allocation.planner import plan_fleet
 from views.exports.render import docker_run_args
+from allocation.planner import plan_fleet
 from records.containers import LOCK_DIR_HOST, START_WAIT_ENV
-from records.deployment import deploy
 from records.device_share import BOOT_SCRIPT as DEVICE_SHARE_BOOT
 from sim.host import CLAIMS_DIR, SimHost
 from tests.simhost.loads import now, stretched_loads
 from tests.simhost.probes import probed_often
-from tests.simhost.test_prod_layout import prod_on_the_simulated_host
-from tests.simhost.test_shared_cards import DCMI_BUSY, LABEL
-from tests.simhost.test_start_gate import NO_MEMORY, start_prod
+from tests.support.sim_stacks import prod_on_the_simulated_host
+from tests.support.sim_stacks import DCMI_BUSY, LABEL
+from tests.support.sim_stacks import NO_MEMORY, start_prod
+from tests.support.pipeline import deployment_of
 
 PROD = ("bge-m3", "qwen-vl", "qwen-long")
 WAITS_FOR_BGE = "waiting for bge-m3, which loads before qwen-vl on card 0"
@@ -119,7 +119,7 @@ def test_a_neighbour_stopped_by_hand_never_blocks_qwen_vl_after_a_reboot(sim_hos
 def test_the_holder_keeps_the_card_locks_past_the_start_timeout_while_the_model_loads(sim_host: SimHost, tmp_path):
     values = json.loads(prod_on_the_simulated_host(sim_host, tmp_path).read_text())["config"]
     fleet = parse_fleet("prod-on-sim", {k.removeprefix("ascend-fleet:"): v for k, v in values.items()})
-    [spec] = [sd.spec for sd in deploy(plan_fleet(fleet)).services() if sd.name == "bge-m3"]
+    [spec] = [sd.spec for sd in deployment_of(fleet).services() if sd.name == "bge-m3"]
     # A start timeout of 1 s: the load outlasts it for as long as the test keeps it loading.
     spec = probed_often(dataclasses.replace(spec, env={**spec.env, START_WAIT_ENV: "1"}))
     sim_host.make_model(spec.command[spec.command.index("serve") + 1])

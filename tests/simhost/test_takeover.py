@@ -14,63 +14,17 @@ is dockerd's own rules (`SimHost.reboot_with`).
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
-from allocation.planner import plan_fleet
 from cli.stackfile import load_fleet
-from records.deployment import deploy
-from sim.ascend_files import CLAIMS_DIR, CONTROL_DEVICES, DCMI_DIR, DRIVER_DIR, INSTALL_INFO, NPU_SMI
-from sim.host import IMAGE, SimHost
-from tests.simhost.test_prod_layout import prod_on_the_simulated_host
+from sim.host import SimHost
+from tests.support.sim_stacks import prod_on_the_simulated_host
+from tests.support.takeover import OLD, PLANNED, restart_policy, serving, start_the_compose_deployment
+from tests.support.pipeline import deployment_of
 
 REPO = Path(__file__).resolve().parents[2]
-COMPOSE_IMAGE = "quay.io/ascend/vllm-ascend:v0.20.2rc1"
-OLD = ("model-emb-vl", "model-text")
-PLANNED = ("bge-m3", "qwen-long", "qwen-vl")
-# The seed's commands (DOMAIN.md), each server on its own HCCL range as the hand fix had them.
-EMB_VL = (
-    "ASCEND_RT_VISIBLE_DEVICES=0 HCCL_NPU_SOCKET_PORT_RANGE=16666-16676 vllm serve {bge} --served-model-name bge-m3 "
-    "--port 7007 --gpu-memory-utilization 0.1 & sleep 3; ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 "
-    "HCCL_NPU_SOCKET_PORT_RANGE=16677-16687 exec vllm serve {qwen} --served-model-name qwen-vl --port 9009 "
-    "--tensor-parallel-size 4 --gpu-memory-utilization 0.85"
-)
-TEXT = (
-    "ASCEND_RT_VISIBLE_DEVICES=4,5,6,7 HCCL_NPU_SOCKET_PORT_RANGE=16688-16698 exec vllm serve {qwen} "
-    "--served-model-name qwen-long --port 6006 --tensor-parallel-size 4 --gpu-memory-utilization 0.9"
-)
-
-
-def start_the_compose_deployment(sim: SimHost, bge: str, qwen: str) -> None:
-    sim.local_docker("tag", IMAGE, COMPOSE_IMAGE)
-    common = ["run", "-d", "--restart", "always", "-e", "NPU_SIM_LOAD_SECONDS=1"]
-    common += [f"--label={k}={v}" for k, v in sim.labels().items()]
-    common += ["--privileged"] if sim.privileged_containers_run() else []
-    common += [a for card in range(8) for a in ("--device", f"/dev/davinci{card}")]
-    common += [a for device in CONTROL_DEVICES for a in ("--device", device)]
-    for path in (DRIVER_DIR, DCMI_DIR, NPU_SMI, INSTALL_INFO, bge, qwen):
-        common += ["-v", f"{path}:{path}:ro"]
-    common += ["-v", f"{CLAIMS_DIR}:{CLAIMS_DIR}"]
-    emb = [*common, "--name", "model-emb-vl", "-p", "7007:7007", "-p", "9009:9009"]
-    sim.local_docker(*emb, COMPOSE_IMAGE, "sh", "-c", EMB_VL.format(bge=bge, qwen=qwen))
-    sim.local_docker(*common, "--name", "model-text", "-p", "6006:6006", COMPOSE_IMAGE, "sh", "-c", TEXT.format(qwen=qwen))
-    for port in (7007, 9009, 6006):
-        serving(sim, port)
-
-
-def serving(sim: SimHost, port: int, timeout: float = 90) -> None:
-    """Wait until the host answers /v1/models on `port`; the host's own view on failure."""
-    wait = f"for i in $(seq {int(timeout)}); do wget -q -O - http://127.0.0.1:{port}/v1/models && exit 0; sleep 1; done; exit 1"
-    result = sim.run(wait, check=False, timeout=timeout + 30)
-    ps = sim.local_docker("ps", "-a", "--format", "{{.Names}} {{.Status}}").stdout
-    assert result.returncode == 0, f"nothing serves on {port} after {timeout}s; containers:\n{ps}"
-
-
-def restart_policy(sim: SimHost, name: str) -> tuple[bool, str]:
-    info = json.loads(sim.local_docker("inspect", "--format", "{{json .}}", name).stdout)
-    return info["State"]["Running"], info["HostConfig"]["RestartPolicy"]["Name"]
 
 
 def doctor(config: Path) -> subprocess.CompletedProcess[str]:
@@ -83,7 +37,7 @@ def test_prod_takes_over_the_compose_deployment_a_reboot_brings_back_the_plan_an
 ) -> None:
     config = prod_on_the_simulated_host(sim_host, tmp_path)
     fleet, _ = load_fleet(config=str(config))
-    deployment = deploy(plan_fleet(fleet))
+    deployment = deployment_of(fleet)
     [hd] = [h for h in deployment.hosts if h.in_use]
     models = sorted({sd.plan.service.model for sd in hd.services})
     for model in models:
@@ -92,7 +46,7 @@ def test_prod_takes_over_the_compose_deployment_a_reboot_brings_back_the_plan_an
 
     # Without `replaces` the host check refuses the old containers, with a way out a reboot keeps.
     assert hd.host.replaces == list(OLD)
-    unnamed = deploy(plan_fleet(fleet.model_copy(update={"hosts": [hd.host.model_copy(update={"replaces": []})]})))
+    unnamed = deployment_of(fleet.model_copy(update={"hosts": [hd.host.model_copy(update={"replaces": []})]}))
     refused = sim_host.run(unnamed.hosts[0].check_script, check=False, timeout=120)
     assert refused.returncode == 1
     assert "container model-text outside the plan (running, restart always) holds" in refused.stderr

@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pulumi
-from pulumi.runtime import mocks as pulumi_mocks
-from pulumi.runtime import rpc, settings
+from pulumi.runtime import mocks as pulumi_mocks, rpc, settings
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MAIN = PROJECT_ROOT / "__main__.py"
 PROJECT = "ascend-fleet"
 NAMESPACE = "ascend-fleet"

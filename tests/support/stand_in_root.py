@@ -10,7 +10,7 @@ from pathlib import Path
 
 from records.containers import NPU_SMI
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 GONE = "while [ -e /proc/{pid} ] && ! grep -q '^State:.*Z' /proc/{pid}/status 2>/dev/null; do sleep 0.05; done"
 """Shell that returns once process {pid} has exited (gone, or a zombie its parent has not reaped): as
