@@ -31,8 +31,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from views.exports.render import docker_run_args  # noqa: E402
-from allocation.config import parse_fleet  # noqa: E402
-from allocation.planner import plan_fleet  # noqa: E402
 from records.containers import ContainerSpec  # noqa: E402
 from records.router import ROUTER_OF_LABEL  # noqa: E402
 from sim.host import IMAGE, SimHost  # noqa: E402

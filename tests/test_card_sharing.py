@@ -23,7 +23,6 @@ from tests.support.stacks import fleet, host, service
 from tests.support.pulumi_harness import CONTAINER, LOCAL_COMMAND, REMOTE_COMMAND, run_program
 from tests.support.stacks import values_of
 from tests.support.pipeline import deployment_of, plan_json_of
-from views.report import plan_json, render_plan
 
 
 def sharing_fleet(card_sharing: str | None = None, **extra):

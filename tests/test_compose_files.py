@@ -10,8 +10,6 @@ import pytest
 from ruamel.yaml import YAML
 
 from views.exports.render import compose_files, render
-from allocation.planner import plan_fleet
-from records.deployment import deploy
 from tests.conftest import require_binary
 from tests.support.stacks import fleet, host, service
 from tests.goldens import fleets

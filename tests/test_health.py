@@ -13,8 +13,6 @@ from ruamel.yaml import YAML
 from allocation.config import Host, parse_fleet
 from allocation.errors import ConfigError
 from views.exports.render import docker_run_args, render
-from allocation.planner import plan_fleet
-from records.deployment import deploy
 from records.host_check import host_check_script
 from records.restarts import restart_table
 from records.health import probe_timing, unhealthy_after_seconds

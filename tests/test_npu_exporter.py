@@ -15,9 +15,6 @@ from ops.doctor import drift
 from ops.doctor.facts import HostFacts, LiveContainer
 from ops.doctor.findings import host_findings, planned
 from views.exports.render import compose_files, docker_run_args, render
-from allocation.planner import plan_fleet
-from cli.stackfile import StackFile, stack_values
-from records.deployment import deploy
 from records.exporter import ENTRYPOINT, NAME
 from views.report import plan_json
 from records.restarts import BY_KEY, CONSTANT_PROVIDER_INPUTS, INPUTS, changed

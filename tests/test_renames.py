@@ -27,7 +27,6 @@ from tests.support import doctor
 from tests.support.stacks import host, service
 from tests.support.pulumi_harness import CONTAINER, MODEL_SERVICE, PROJECT, PROJECT_ROOT, ROUTER, Registration, Run, run_program
 from tests.support.pipeline import deployment_of, plan_of
-from tests import test_doctor
 
 STACK = "urn:pulumi:{stack}::" + PROJECT + "::"
 

@@ -39,7 +39,6 @@ from ops.doctor.facts import HostFacts
 from ops.doctor.findings import host_findings
 from records import rollout
 from views.exports.metric_names import NPU
-from records.rollout import WORKERS_ENV
 from sim.host import free_port
 from tests.conftest import live_container, require_binary
 from tests.support.router_fleet import ADDRESSES, MODEL, Fleet, Replica, free_block, get, router_deployment, stack, traffic

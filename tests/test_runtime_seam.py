@@ -25,7 +25,7 @@ import pytest
 
 from cli.stackfile import StackFile, stack_values
 from tests import goldens
-from tests.support.pulumi_harness import CONTAINER, LOCAL_COMMAND, PROJECT_ROOT, REMOTE_COMMAND, run_program
+from tests.support.pulumi_harness import LOCAL_COMMAND, PROJECT_ROOT, REMOTE_COMMAND, run_program
 
 FIXTURE = Path(__file__).parent / "data" / "runtime_seam.json"
 SYNTHETIC_STACK = "golden"

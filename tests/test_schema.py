@@ -18,7 +18,6 @@ from allocation.config import NAMESPACE, FleetConfig, parse_fleet
 from allocation.errors import ConfigError
 from allocation.schema import stack_schema
 from cli import schema as command
-from records.deployment import deploy
 from tests.support.stacks import fleet, host, service
 from tests.goldens import GOLDENS, _synthetic, fleets
 from views.plan_schema import plan_schema
@@ -167,7 +166,7 @@ def test_the_plan_schema_states_kind_must_stop_and_shard_and_refuses_them_of_ano
     pins = [{"host": "npu-a", "devices": [0]}, {"host": "npu-b", "devices": [0]}]
     services = [service("r", 1, 0.6, replicas=2, replicaPins=pins), service("c", 1, 0.3), service("s", 1, 0.3)]
     hosts = [host("npu-a", npus=1), host("npu-b", npus=1), host("npu-c", npus=1)]
-    plan = json.loads(json.dumps(plan_json(deploy(plan_fleet(fleet(hosts, services, shards={"size": 2}))))))
+    plan = json.loads(json.dumps(plan_json_of(fleet(hosts, services, shards={"size": 2}))))
     first = plan["hosts"][0]
     assert {e["kind"] for h in plan["hosts"] for e in h["services"]} | {r["kind"] for r in plan["routers"]} == {
         "service", "replica", "router"

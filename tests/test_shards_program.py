@@ -15,7 +15,7 @@ from allocation.config import parse_fleet
 from cli.main import main as cli
 from cli.stackfile import locate, stack_values
 from tests.support.pulumi_harness import CONTAINER, run_program
-from tests.support.pipeline import plan_json_of
+from tests.support.pipeline import plan_json_of, plan_of
 
 STACK_IN_URN = re.compile(r"urn:pulumi:[^:]+::|(?<=pulumi:pulumi:Stack::ascend-fleet-)[A-Za-z0-9_.-]+")
 
@@ -140,7 +140,7 @@ def test_pin_writes_each_hosts_shard_so_hosts_added_later_move_no_host(tmp_path:
     assert cli(["pin", "--config", str(fleet)]) == 0
     assert "nothing new" in capsys.readouterr().out
     fleet.write_text(text.replace("  ascend-fleet:services:", "    - {name: npu-0, address: 10.0.0.9}\n  ascend-fleet:services:"))
-    plan = plan_fleet(parse_fleet("big", stack_values(locate(None, str(fleet)))))
+    plan = plan_of(stack_values(locate(None, str(fleet))), "big")
     assert {hp.host.name: hp.shard for hp in plan.hosts} == {
         "npu-0": 2, "npu-a": 0, "npu-b": 0, "npu-c": 1, "npu-d": 1, "npu-e": 2,
     }  # fmt: skip

@@ -8,7 +8,6 @@ overwritten: the writer re-reads the file under a lock and refuses a file that c
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 

@@ -19,8 +19,6 @@ import pytest
 from allocation.config import parse_fleet
 from allocation.errors import AllocationError, ConfigError
 from views.exports.render import render
-from allocation.planner import plan_fleet
-from records.deployment import deploy
 from records.host_check import host_check_script
 from records.takeover import takeover_script
 from views.diff import diff_plans, render_diff

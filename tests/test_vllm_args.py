@@ -14,7 +14,6 @@ from allocation.planner import plan_fleet
 from allocation.resolved import resolve
 from allocation.vllm_args import ArgsError, VllmArgs, read_args, spelled
 from cli.main import main
-from records.router import prefix_caching
 from tests.support.stacks import fleet, host, service
 from tests.support.profiles import profiled
 from tests.support.profiles import QWEN3, model, profile, replicated_stack, services_of

@@ -13,8 +13,6 @@ import json
 
 from allocation.config import parse_fleet
 from views.exports.render import docker_run_args
-from records.deployment import deploy
-from allocation.planner import plan_fleet
 from sim.host import SimHost
 from tests.simhost.probes import probed_often
 from tests.support.sim_stacks import start_prod

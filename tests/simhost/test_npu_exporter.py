@@ -28,7 +28,6 @@ from cli.safe_write import write_set
 from views.exports import dashboard, prometheus
 from views.exports.render import docker_run_args
 from records.deployment import Deployment
-from records.deployment import Deployment, deploy
 from sim.exporter import IMAGE, as_this_daemon_allows, build_exporter_image, npu_state_in_driver
 from sim.host import CLAIMS_DIR, SimHost, free_port
 from tests.conftest import require_binary

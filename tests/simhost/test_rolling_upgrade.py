@@ -39,9 +39,6 @@ import pytest
 
 from records.rollout import workers_dir
 from sim.host import IMAGE, ContainerFailed, SimHost
-from views.exports.render import docker_run_args
-from sim.host import CLAIMS_DIR, DOCKER_SOCKET, IMAGE, ContainerFailed, SimHost
-from components.router import SERVES_SUFFIX
 from sim.router_image import build_router_image
 from tests.support.rolling import Chain, LOCAL_DOCKER, SERVICE, Stack, Watch, derived_image, values_of
 from tests.support.rolling import REPLICAS

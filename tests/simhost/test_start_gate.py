@@ -17,8 +17,6 @@ import json
 from allocation.config import parse_fleet
 from records.command import START_GATE_NAME
 from views.exports.render import docker_run_args
-from records.deployment import deploy
-from allocation.planner import plan_fleet
 from sim.host import SimHost
 from tests.support.sim_stacks import prod_on_the_simulated_host
 from tests.simhost.loads import now, stretched_loads, wait_for_any_log

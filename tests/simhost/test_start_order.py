@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 
 from allocation.config import parse_fleet
 from views.exports.render import docker_run_args
-from allocation.planner import plan_fleet
 from records.containers import LOCK_DIR_HOST, START_WAIT_ENV
 from records.device_share import BOOT_SCRIPT as DEVICE_SHARE_BOOT
 from sim.host import CLAIMS_DIR, SimHost
