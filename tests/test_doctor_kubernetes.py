@@ -76,6 +76,17 @@ def test_a_claim_on_a_device_no_slice_of_its_node_publishes_is_a_claim_finding()
     assert finding.kind == "claim" and "in no ResourceSlice of npu-a's node" in finding.message
 
 
+def test_a_claim_on_a_device_of_another_driver_with_the_same_physic_id_is_a_claim_finding():
+    lists = healthy("prod")
+    other = state.mindcluster.resource_slice("npu-a")
+    other["spec"]["driver"] = "gpu.example.com"
+    lists["slices"].append(other)
+    claim = next(c for c in lists["claims"] if c["metadata"]["name"] == "npu-a-npu-3")
+    claim["status"]["allocation"]["devices"]["results"][0]["driver"] = "gpu.example.com"
+    [finding] = judge("prod", lists)
+    assert finding.kind == "claim" and "(driver gpu.example.com), in no ResourceSlice" in finding.message
+
+
 def test_an_unallocated_or_absent_claim_is_a_claim_finding():
     lists = healthy("prod")
     lists["claims"][0].pop("status")

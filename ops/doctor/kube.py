@@ -1,7 +1,8 @@
 """`doctor` for a stack whose target is `kubernetes`: read the cluster through its API, judge, report.
 
-One read of four lists (the stack's pods and claims in its namespace, by the `ascend-fleet/stack`
-label the renderer sets; the driver's ResourceSlices; the nodes), then `kube_findings` per host. The
+One read of four lists (in the stack's namespace, the pods with an `ascend-fleet/instance` label and
+the claims with the stack's `ascend-fleet/stack` label, as the renderer sets them; the driver's
+ResourceSlices; the nodes), then `kube_findings` per host. The
 reports become the docker target's (`ops.doctor.HostReport`), one per planned host, so `render_reports`
 prints both targets alike. A cluster that cannot be read is an `unreachable` finding on every host,
 not a failure of the run; a kubeconfig that cannot be used is a configuration error (exit 2).
@@ -17,14 +18,15 @@ from ops.doctor.findings import Finding
 from ops.doctor.kube_facts import ClusterFacts, parse_cluster
 from ops.doctor.kube_findings import cluster_findings
 from records.deployment import Deployment
-from views.exports.kubernetes import STACK_LABEL
+from views.exports.kubernetes import INSTANCE_LABEL, STACK_LABEL
 
 
 def read_cluster(access: kube_api.Access, deployment: Deployment) -> ClusterFacts:
     fleet = deployment.plan.fleet
-    ns, selector = fleet.kubernetes.namespace, {"labelSelector": f"{STACK_LABEL}={fleet.fleet_name}"}
-    pods = kube_api.list_items(access, f"/api/v1/namespaces/{ns}/pods", selector)
-    claims = kube_api.list_items(access, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", selector)
+    ns, stack = fleet.kubernetes.namespace, {"labelSelector": f"{STACK_LABEL}={fleet.fleet_name}"}
+    # A pod template carries the instance and host labels, not the stack's (views.exports.kubernetes).
+    pods = kube_api.list_items(access, f"/api/v1/namespaces/{ns}/pods", {"labelSelector": INSTANCE_LABEL})
+    claims = kube_api.list_items(access, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", stack)
     slices = kube_api.list_items(access, "/apis/resource.k8s.io/v1/resourceslices", {"fieldSelector": f"spec.driver={DRA_DRIVER}"})
     nodes = kube_api.list_items(access, "/api/v1/nodes")
     return parse_cluster(pods, claims, slices if fleet.kubernetes.dra else [], nodes, fleet.kubernetes.hostname_label)

@@ -14,8 +14,8 @@ where they mean the same (docs/doctor.md):
 - `claim`: a pod naming other claims than its planned cards'; a planned claim absent, not
   allocated, or allocated to devices whose `physicId` (looked up in the planned node's
   ResourceSlices) are not exactly its card.
-- `drift`: a container's HCCL windows differ: any `HCCL_*` key or `VLLM_PORT` that the plan sets or
-  the pod carries, compared value for value.
+- `drift`: a container's HCCL windows differ: any `HCCL_*` key or window variable (`VLLM_PORT`:
+  `allocation.windows.WINDOW_ENV`) that the plan sets or the pod carries, compared value for value.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from allocation.target import DRA_DRIVER
+from allocation.windows import WINDOW_ENV
 from ops.doctor.drift import shown
 from ops.doctor.findings import Finding
 from ops.doctor.kube_facts import ClusterFacts, LiveClaim, LivePod
@@ -31,7 +32,7 @@ from records.deployment import Deployment
 from views.exports.kubernetes import HOST_LABEL, manifests
 
 WINDOW_PREFIX = "HCCL_"
-WINDOW_KEYS = ("VLLM_PORT",)
+"""Every HCCL setting, windows or not (`HCCL_BUFFSIZE` too): a pod's HCCL must be configured as planned."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def planned(deployment: Deployment) -> tuple[list[PlannedPod], list[PlannedClaim
 
 
 def is_window(key: str) -> bool:
-    return key.startswith(WINDOW_PREFIX) or key in WINDOW_KEYS
+    return key.startswith(WINDOW_PREFIX) or key in WINDOW_ENV
 
 
 def _status(plan: PlannedPod, pod: LivePod, ns: str) -> list[Finding]:
