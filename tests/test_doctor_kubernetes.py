@@ -22,18 +22,18 @@ from views.exports.kubernetes import manifests
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
-def objects(stack: str) -> list[dict]:
-    return [copy.deepcopy(dict(m.obj)) for m in manifests(deployment_of(stack))]
+def objects(stack: str, extra: dict | None = None) -> list[dict]:
+    return [copy.deepcopy(dict(m.obj)) for m in manifests(deployment_of(stack, extra))]
 
 
-def healthy(stack: str) -> dict[str, list[dict]]:
-    hosts = {hd.name: hd.host.npus for hd in deployment_of(stack).hosts}
-    return state.cluster(objects(stack), hosts)
+def healthy(stack: str, extra: dict | None = None) -> dict[str, list[dict]]:
+    hosts = {hd.name: hd.host.npus for hd in deployment_of(stack, extra).hosts}
+    return state.cluster(objects(stack, extra), hosts)
 
 
-def judge(stack: str, lists: dict[str, list[dict]]) -> list:
+def judge(stack: str, lists: dict[str, list[dict]], extra: dict | None = None) -> list:
     facts = parse_cluster(lists["pods"], lists["claims"], lists["slices"], lists["nodes"], HOSTNAME_LABEL)
-    return [f for findings in cluster_findings(deployment_of(stack), facts).values() for f in findings]
+    return [f for findings in cluster_findings(deployment_of(stack, extra), facts).values() for f in findings]
 
 
 def pod(lists: dict, name: str) -> dict:
@@ -116,6 +116,15 @@ def test_a_drifted_hccl_window_is_a_drift_finding_and_other_env_is_not_judged():
     ]  # fmt: skip
     assert "env HCCL_IF_BASE_PORT: 61032 (plan) != 60000 (live)" in found[1].message
     assert "62016 (plan) != unset (live)" in found[2].message
+
+
+def test_without_dra_the_cards_the_runtime_is_told_are_compared_and_there_is_no_claim():
+    fallback = {"kubernetes": {"dra": False}}
+    lists = healthy("prod", fallback)
+    assert lists["claims"] == [] and judge("prod", lists, fallback) == []
+    env(pod(lists, "qwen-vl"), "ASCEND_VISIBLE_DEVICES")["value"] = "0"
+    [finding] = judge("prod", lists, fallback)
+    assert finding.kind == "drift" and finding.key == "env ASCEND_VISIBLE_DEVICES"
 
 
 @pytest.mark.parametrize(

@@ -27,9 +27,13 @@ def read_cluster(access: kube_api.Access, deployment: Deployment) -> ClusterFact
     # A pod template carries the instance and host labels, not the stack's (views.exports.kubernetes).
     pods = kube_api.list_items(access, f"/api/v1/namespaces/{ns}/pods", {"labelSelector": INSTANCE_LABEL})
     claims = kube_api.list_items(access, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", stack)
-    slices = kube_api.list_items(access, "/apis/resource.k8s.io/v1/resourceslices", {"fieldSelector": f"spec.driver={DRA_DRIVER}"})
+    slices = (
+        kube_api.list_items(access, "/apis/resource.k8s.io/v1/resourceslices", {"fieldSelector": f"spec.driver={DRA_DRIVER}"})
+        if fleet.kubernetes.dra
+        else []
+    )
     nodes = kube_api.list_items(access, "/api/v1/nodes")
-    return parse_cluster(pods, claims, slices if fleet.kubernetes.dra else [], nodes, fleet.kubernetes.hostname_label)
+    return parse_cluster(pods, claims, slices, nodes, fleet.kubernetes.hostname_label)
 
 
 def audit_cluster(deployment: Deployment, kubeconfig: Path) -> list[tuple[str, bool, tuple[Finding, ...]]]:

@@ -15,7 +15,8 @@ where they mean the same (docs/doctor.md):
   allocated, or allocated to devices whose `physicId` (looked up in the planned node's
   ResourceSlices) are not exactly its card.
 - `drift`: a container's HCCL windows differ: any `HCCL_*` key or window variable (`VLLM_PORT`:
-  `allocation.windows.WINDOW_ENV`) that the plan sets or the pod carries, compared value for value.
+  `allocation.windows.WINDOW_ENV`) that the plan sets or the pod carries, compared value for value;
+  without DRA (`kubernetes.dra: false`) also `ASCEND_VISIBLE_DEVICES`, which then chooses the cards.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ops.doctor.drift import shown
 from ops.doctor.findings import Finding
 from ops.doctor.kube_facts import ClusterFacts, LiveClaim, LivePod
 from records.deployment import Deployment
-from views.exports.kubernetes import HOST_LABEL, manifests
+from views.exports.kubernetes import HOST_LABEL, RUNTIME_VISIBLE_ENV, manifests
 
 WINDOW_PREFIX = "HCCL_"
 """Every HCCL setting, windows or not (`HCCL_BUFFSIZE` too): a pod's HCCL must be configured as planned."""
@@ -68,7 +69,7 @@ def planned(deployment: Deployment) -> tuple[list[PlannedPod], list[PlannedClaim
 
 
 def is_window(key: str) -> bool:
-    return key.startswith(WINDOW_PREFIX) or key in WINDOW_ENV
+    return key.startswith(WINDOW_PREFIX) or key in WINDOW_ENV or key == RUNTIME_VISIBLE_ENV
 
 
 def _status(plan: PlannedPod, pod: LivePod, ns: str) -> list[Finding]:
