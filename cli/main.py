@@ -101,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument(
         "--shard", type=int, metavar="K", help="a fleet deployed as shards: check shard K's hosts only (a shard's stack: its own)"
     )
+    doctor.add_argument(
+        "--kubeconfig", metavar="PATH", help="target kubernetes: the cluster's kubeconfig (default $KUBECONFIG, then ~/.kube/config)"
+    )
 
     _shard_parsers(sub)
 
@@ -240,9 +243,23 @@ def _doctor(args: argparse.Namespace) -> int:
         if fleet.shards is None:
             raise ConfigError(f"doctor --shard {index}: stack {deployment.stack} is not deployed as shards (no ascend-fleet:shards)")
         deployment = deployment.shard(index)
-    text, code = doctor.run(deployment, args.format)
+    if args.kubeconfig is not None and fleet.target != "kubernetes":
+        raise ConfigError(f"doctor --kubeconfig: stack {deployment.stack} targets {fleet.target}, not kubernetes; its hosts are read over SSH")
+    if fleet.target == "kubernetes":
+        text, code = _doctor_kubernetes(deployment, args)
+    else:
+        text, code = doctor.run(deployment, args.format)
     print(text)
     return code
+
+
+def _doctor_kubernetes(deployment: Deployment, args: argparse.Namespace) -> tuple[str, int]:
+    from ops import doctor, kube_api
+
+    try:
+        return doctor.run_kubernetes(deployment, kube_api.kubeconfig_path(args.kubeconfig), args.format)
+    except kube_api.KubeError as exc:
+        raise ConfigError(f"doctor --stack {deployment.stack} (target kubernetes): {exc}") from None
 
 
 def _profile(args: argparse.Namespace) -> int:

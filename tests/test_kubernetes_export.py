@@ -11,10 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from allocation.config import parse_fleet
-from allocation.planner import plan_fleet
-from cli.stackfile import locate, stack_values
-from records.deployment import deploy
+from tests.support.kubernetes import kubernetes_deployment
 from views.exports.kubernetes import RUNTIME_VISIBLE_ENV, UNACCOUNTED, claim_name, manifests
 
 KUBERNETES_VERSION = "1.34.0"
@@ -25,11 +22,6 @@ SETTINGS = {
     "dra-pod": {},
     "fallback-hostNetwork": {"kubernetes": {"dra": False, "network": "hostNetwork", "namespace": "ascend"}},
 }
-
-
-def deployment_of(stack: str, extra: dict | None = None):
-    values = stack_values(locate(stack, None)) | {"target": "kubernetes"} | (extra or {})
-    return deploy(plan_fleet(parse_fleet(stack, values)))
 
 
 def rendered(cli, tmp_path: Path, stack: str, extra: dict) -> tuple[list[dict], str]:
@@ -70,7 +62,7 @@ def test_the_validator_refuses_a_misspelt_field_so_the_test_above_can_fail(cli, 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_each_pod_is_pinned_to_its_host_and_names_one_claim_per_planned_card(stack):
-    deployment = deployment_of(stack)
+    deployment = kubernetes_deployment(stack)
     objects = [m.obj for m in manifests(deployment)]
     claims = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ResourceClaim"}
     for sd in deployment.services():
@@ -88,7 +80,7 @@ def test_each_pod_is_pinned_to_its_host_and_names_one_claim_per_planned_card(sta
 
 
 def test_a_shared_card_is_one_claim_that_every_pod_on_it_names():
-    deployment = deployment_of("prod")
+    deployment = kubernetes_deployment("prod")
     objects = [m.obj for m in manifests(deployment)]
     on_card_0 = sorted(n for n, p in pods(objects).items() if "npu-a-npu-0" in [r["resourceClaimName"] for r in p["resourceClaims"]])
     assert on_card_0 == ["bge-m3", "qwen-vl"]
@@ -98,7 +90,7 @@ def test_a_shared_card_is_one_claim_that_every_pod_on_it_names():
 
 
 def test_the_container_gets_the_env_mounts_probes_and_grace_the_docker_target_gives_it():
-    deployment = deployment_of("prod")
+    deployment = kubernetes_deployment("prod")
     sd = next(s for s in deployment.services() if s.name == "qwen-vl")
     pod = pods([m.obj for m in manifests(deployment)])["qwen-vl"]
     (c,) = pod["containers"]
@@ -120,7 +112,7 @@ def test_the_container_gets_the_env_mounts_probes_and_grace_the_docker_target_gi
 
 
 def test_each_instance_is_one_pod_replaced_by_stopping_the_old_one_first():
-    for o in (m.obj for m in manifests(deployment_of("staging"))):
+    for o in (m.obj for m in manifests(kubernetes_deployment("staging"))):
         if o["kind"] == "Deployment":
             assert o["spec"]["replicas"] == 1 and o["spec"]["strategy"] == {"type": "Recreate"}
 
@@ -140,7 +132,7 @@ def test_without_dra_the_cards_go_through_the_runtime_and_are_flagged_unaccounte
 
 
 def test_the_router_reads_its_replicas_from_a_config_map_and_its_service_selects_only_it():
-    deployment = deployment_of("staging")
+    deployment = kubernetes_deployment("staging")
     objects = {(m.kind, m.name): m.obj for m in manifests(deployment)}
     workers = objects[("ConfigMap", "bge-m3-router-workers")]["data"]["workers"]
     assert workers.splitlines() == [
@@ -156,7 +148,7 @@ def test_render_output_writes_one_file_per_object_in_apply_order(cli, tmp_path):
     result = cli("render", "--stack", "prod", "--format", "kubernetes", "--output", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == [f"{i:03d}-{m.kind.lower()}-{m.name}.yaml" for i, m in enumerate(manifests(deployment_of("prod")), 1)]
+    assert names == [f"{i:03d}-{m.kind.lower()}-{m.name}.yaml" for i, m in enumerate(manifests(kubernetes_deployment("prod")), 1)]
     assert yaml.safe_load((tmp_path / "out" / names[0]).read_text())["kind"] == "ConfigMap"
 
 

@@ -10,6 +10,7 @@ import pytest
 from allocation.config import parse_fleet
 from allocation.errors import ConfigError
 from cli.stackfile import locate, stack_values
+from tests.support.kubernetes import with_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 PROD_HASH_BEFORE_TARGET = "7c646b87bbb18525bcbfda9850d680cab3c0720467e181f310e39a809662e70c"
@@ -23,21 +24,13 @@ KUBERNETES_KEYS = (
 )
 
 
-def _with_keys(tmp_path: Path, stack: str, keys: str) -> Path:
-    text = (ROOT / f"Pulumi.{stack}.yaml").read_text(encoding="utf-8")
-    assert "\nconfig:\n" in text
-    path = tmp_path / f"Pulumi.{stack}.yaml"
-    path.write_text(text.replace("\nconfig:\n", "\nconfig:\n" + keys, 1), encoding="utf-8")
-    return path
-
-
 @pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
 def test_plan_of_prod_is_byte_for_byte_the_same_whichever_target_it_names(cli, tmp_path, fmt):
     docker = cli("plan", "--stack", "prod", "--format", fmt)
-    moved = cli("plan", "--config", str(_with_keys(tmp_path, "prod", KUBERNETES_KEYS)), "--format", fmt)
+    moved = cli("plan", "--config", str(with_keys(tmp_path, "prod", KUBERNETES_KEYS)), "--format", fmt)
     assert docker.returncode == moved.returncode == 0, moved.stderr
     assert moved.stdout == docker.stdout
-    named = cli("plan", "--config", str(_with_keys(tmp_path, "prod", "  ascend-fleet:target: docker\n")), "--format", fmt)
+    named = cli("plan", "--config", str(with_keys(tmp_path, "prod", "  ascend-fleet:target: docker\n")), "--format", fmt)
     assert named.stdout == docker.stdout
 
 

@@ -2,7 +2,8 @@
 
 Three parts: `gather` (the one remote script per host), `facts` (its output
 parsed, pure) and `findings` (one judge per kind of finding over a view of the
-host built once, pure). This module runs them: hosts in parallel, one round
+host built once, pure). A stack whose target is `kubernetes` is read through the cluster's API
+instead (`kube`, `kube_facts`, `kube_findings`: docs/doctor.md). This module runs them: hosts in parallel, one round
 trip each (ssh, or a local shell for a `unix://` Docker daemon); an
 unreachable host is a finding, not a failure of the run. What a host must have
 (device files, driver paths) is the table the host check reads too
@@ -12,6 +13,7 @@ unreachable host is a finding, not a failure of the run. What a host must have
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -20,6 +22,7 @@ from allocation.errors import printable
 from ops.doctor.facts import FactsError, parse_facts
 from ops.doctor.findings import Finding, host_findings, required
 from ops.doctor.gather import gather_script
+from ops.doctor.kube import audit_cluster
 from ops.ssh import run_script
 
 FORMATS = ("table", "json")
@@ -76,4 +79,11 @@ def render_reports(stack: str, reports: list[HostReport], fmt: str) -> str:
 def run(deployment: Deployment, fmt: str = "table") -> tuple[str, int]:
     """The `doctor` command: (report text, exit code 0 clean / 1 findings)."""
     reports = audit(deployment)
+    return render_reports(deployment.stack, reports, fmt), 0 if not any(r.findings for r in reports) else 1
+
+
+def run_kubernetes(deployment: Deployment, kubeconfig: Path, fmt: str = "table") -> tuple[str, int]:
+    """`doctor` of a stack whose target is `kubernetes`: the cluster read through its API
+    (ops.doctor.kube), reported as the hosts are."""
+    reports = [HostReport(*r) for r in audit_cluster(deployment, kubeconfig)]
     return render_reports(deployment.stack, reports, fmt), 0 if not any(r.findings for r in reports) else 1

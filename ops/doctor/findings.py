@@ -61,8 +61,9 @@ HCCS = ("HCCS", "HCCS_SW")
 
 Kind = Literal[
     "unreachable", "host", "missing", "stopped", "restarting", "unhealthy", "drift", "foreign-card", "foreign-port",
-    "sharing", "router", "topology",
+    "sharing", "router", "topology", "node", "claim",
 ]  # fmt: skip
+"""`node` and `claim` are the Kubernetes target's (ops/doctor/kube_findings.py)."""
 
 
 @dataclass(frozen=True)
