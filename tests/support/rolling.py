@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 
 from components.router import SERVES_SUFFIX
-from ops.render import docker_run_args
+from views.exports.render import docker_run_args
 from records.containers import ContainerSpec
 from records.deployment import Deployment, RouterDeployment
 from sim.host import CLAIMS_DIR, DOCKER_SOCKET, IMAGE, SimHost
