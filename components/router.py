@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_docker as docker
 
-from records.deployment import RouterDeployment, ServiceDeployment
+from records.deployment import RouterDeployment, ServiceDeployment, previous_replicas
 from allocation.windows import ROUTER_KINDS
 from components.ascend_host import AscendHost, script
 from components.model_service import ModelService, container_args, container_options, renamed
@@ -42,7 +42,7 @@ class Rollout:
     def __init__(self, routers: Sequence[RouterDeployment]) -> None:
         loop = asyncio.get_running_loop()
         self._steps = {sd: loop.create_future() for rd in routers for sd in rd.replicas}
-        self._previous = {later: earlier for rd in routers for earlier, later in zip(rd.replicas, rd.replicas[1:])}
+        self._previous = previous_replicas(routers)
 
     def waits_for(self, replica: ServiceDeployment) -> list[asyncio.Future]:
         """What the container of `replica` depends on beyond its host: its predecessor serving again."""

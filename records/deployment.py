@@ -11,7 +11,7 @@ fleet, so what is deployed, exported and checked cannot drift apart. Pure.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from allocation import names
 from allocation.config import Host, Ssh
@@ -193,6 +193,12 @@ class Deployment:
         """What shard `index` of a fleet deployed as shards deploys: its hosts, with their services,
         routers and exporters (a replicated service's replicas and router are in one shard)."""
         return replace(self, hosts=tuple(hd for hd in self.hosts if hd.plan.shard == index))
+
+
+def previous_replicas(routers: Iterable[RouterDeployment]) -> dict[ServiceDeployment, ServiceDeployment]:
+    """Each replica after its service's first -> the replica before it: the one-at-a-time order in
+    which both targets roll a replicated service (components.router.Rollout, components.kubernetes)."""
+    return {later: earlier for rd in routers for earlier, later in zip(rd.replicas, rd.replicas[1:])}
 
 
 def _service_deployment(

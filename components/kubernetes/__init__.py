@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import pulumi
 
 from components.kubernetes.objects import create
-from records.deployment import Deployment, RouterDeployment, ServiceDeployment
+from records.deployment import Deployment, RouterDeployment, ServiceDeployment, previous_replicas
 from views.exports.kubernetes import Manifest, manifests, worker_url
 
 
@@ -52,24 +52,20 @@ class KubernetesFleet:
     """The stack output `services`, as the docker target's: each instance's and router's summary."""
 
 
-def _previous_replicas(deployment: Deployment) -> dict[str, str]:
-    return {r.name: rd.replicas[i - 1].name for rd in deployment.routers for i, r in enumerate(rd.replicas) if i}
-
-
-def _services(deployment: Deployment, owned: dict[str, list[Manifest]], nodes: dict[str, Group]) -> dict[str, Group]:
+def _services(deployment: Deployment, owned: dict[str, list[Manifest]], nodes: dict[str, Group]) -> dict[ServiceDeployment, Group]:
     """Each service's group, after its node's, its card neighbours' and its previous replica's."""
-    previous = _previous_replicas(deployment)
-    needs = {sd.name: [*(d.name for d in sd.after), *([previous[sd.name]] if sd.name in previous else [])] for sd in deployment.services()}
-    built: dict[str, Group] = {}
+    previous = previous_replicas(deployment.routers)
+    needs = {sd: [*sd.after, *([previous[sd]] if sd in previous else [])] for sd in deployment.services()}
+    built: dict[ServiceDeployment, Group] = {}
     pending: list[ServiceDeployment] = list(deployment.services())
     while pending:
-        ready = [sd for sd in pending if all(n in built for n in needs[sd.name])]
+        ready = [sd for sd in pending if all(n in built for n in needs[sd])]
         assert ready, f"services wait for each other in a circle: {[sd.name for sd in pending]}"
         for sd in ready:
             host = nodes.get(sd.plan.assignment.host_name)
-            waits = [*([host] if host else []), *(built[n].deployment for n in needs[sd.name])]
-            built[sd.name] = Group("ModelService", sd.name, owned[f"service/{sd.name}"], waits, sd.spec.create_timeout_seconds)
-        pending = [sd for sd in pending if sd.name not in built]
+            waits = [*([host] if host else []), *(built[n].deployment for n in needs[sd])]
+            built[sd] = Group("ModelService", sd.name, owned[f"service/{sd.name}"], waits, sd.spec.create_timeout_seconds)
+        pending = [sd for sd in pending if sd not in built]
     return built
 
 
@@ -89,7 +85,7 @@ def build(deployment: Deployment) -> KubernetesFleet:
     services = _services(deployment, owned, nodes)
     routers = {
         rd.plan.service.name: Group(
-            "Router", rd.name, owned[f"router/{rd.name}"], [services[rd.first].deployment], rd.spec.create_timeout_seconds
+            "Router", rd.name, owned[f"router/{rd.name}"], [services[rd.replicas[0]].deployment], rd.spec.create_timeout_seconds
         )
         for rd in deployment.routers
     }
@@ -98,4 +94,4 @@ def build(deployment: Deployment) -> KubernetesFleet:
         sd.name: {"endpoint": worker_url(fleet, sd) + "/v1", **sd.summary()} for sd in deployment.services()
     }
     endpoints |= {rd.plan.service.name: _router_summary(deployment, rd, owned) for rd in deployment.routers}
-    return KubernetesFleet(nodes, services, routers, endpoints)
+    return KubernetesFleet(nodes, {sd.name: g for sd, g in services.items()}, routers, endpoints)

@@ -333,14 +333,13 @@ def _device_share(fleet: FleetConfig, hd: HostDeployment) -> Manifest | None:
     return Manifest(f"node/{hd.name}", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
 
 
-def _replica_order(deployment: Deployment) -> dict[str, tuple[int, str | None]]:
-    """Each replica's place in its service's one-at-a-time order, and the replica before it."""
-    order: dict[str, tuple[int, str | None]] = {}
-    for rd in deployment.routers:
-        names = [ps.name for ps in rd.plan.replicas]
-        for i, replica in enumerate(names):
-            order[replica] = (i, names[i - 1] if i else None)
-    return order
+def _replica_order(deployment: Deployment) -> dict[ServiceDeployment, tuple[int, str | None]]:
+    """Each replica's place in its service's one-at-a-time order, and the name of the replica before it."""
+    return {
+        replica: (i, rd.replicas[i - 1].name if i else None)
+        for rd in deployment.routers
+        for i, replica in enumerate(rd.replicas)
+    }
 
 
 def manifests(deployment: Deployment) -> tuple[Manifest, ...]:
@@ -356,7 +355,7 @@ def manifests(deployment: Deployment) -> tuple[Manifest, ...]:
             cards = sorted({c for sd in hd.services for c in sd.plan.assignment.cards})
             out += [Manifest(f"node/{hd.name}", resource_claim(fleet, hd.name, c)) for c in cards]
         for sd in hd.services:
-            out += _service_manifests(fleet, sd, order.get(sd.name))
+            out += _service_manifests(fleet, sd, order.get(sd))
     for rd in deployment.routers:
         out += _router_manifests(fleet, rd)
     return tuple(out)
