@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from records.device_share import A3_ADDRESSING, device_share_script
 from records.host_check import HBM_AWK, MAP_AWK, host_check_script
 from tests.support.stacks import fleet, host, service
 from tests.support.docker_fakes import stand_in_docker
-from tests.support.stand_in_root import hold, npu_smi
+from tests.support.stand_in_root import held, npu_smi
 from views.diff import diff_plans
 from views.report import render_plan
 from tests.support.pipeline import deployment_of, plan_json_of
@@ -163,14 +162,10 @@ def test_the_a2_addressing_on_an_a3_board_is_refused_as_the_real_tool_refuses_it
 
 def test_the_other_chip_of_the_npu_held_by_a_container_is_named_as_the_holder(root):
     (root / "board").write_text("a3\n")
-    holder = hold(root, 3, "qwen-long")
-    stand_in_docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ")
-    try:
+    with held(root, 3, "qwen-long"):
+        stand_in_docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ")
         refused = sh(root, device_share_script(A3, [2, 3], root=str(root)))
         hd_check = sh(root, host_check_script(A3, [], shared_cards=[2, 3], root=str(root)))
-    finally:
-        os.killpg(holder.pid, signal.SIGKILL)
-        holder.wait()
     assert refused.returncode == 1
     assert "card 2 could not be put into device-share mode" in refused.stderr
     assert "containers holding it: qwen-long" in refused.stderr
@@ -179,14 +174,10 @@ def test_the_other_chip_of_the_npu_held_by_a_container_is_named_as_the_holder(ro
 
 def test_with_stop_holders_the_holder_of_the_other_chip_is_stopped_for_the_npu_switch(root):
     (root / "board").write_text("a3\n")
-    holder = hold(root, 3, "qwen-long")
-    stand_in_docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ", holder)
-    stop = Host(name="npu-c", address="192.0.2.30", board="a3", npus=16, heldCards="stopHolders")
-    try:
+    with held(root, 3, "qwen-long") as holder:
+        stand_in_docker(root, "/qwen-long false /dev/davinci3 /dev/davinci_manager ", holder)
+        stop = Host(name="npu-c", address="192.0.2.30", board="a3", npus=16, heldCards="stopHolders")
         result = sh(root, device_share_script(stop, [2, 3], own=["qwen-long"], root=str(root)))
-    finally:
-        os.killpg(holder.pid, signal.SIGKILL)  # stopped by the stand-in docker, unless the script refused
-        holder.wait()
     assert result.returncode == 0, result.stderr
     assert sets(root) == [
         "set -t device-share -i 1 -d 1",  # refused: chip 1 is busy

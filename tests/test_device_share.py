@@ -7,9 +7,10 @@ under a temporary root; `docker` is a stand-in that prints what `docker inspect 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -17,7 +18,7 @@ from allocation.config import Host
 from records.device_share import BOOT_SCRIPT, UNIT_PATH, boot_unit, device_share_script
 from records.host_check import host_check_script
 from tests.support.docker_fakes import stand_in_docker
-from tests.support.stand_in_root import hold, npu_smi
+from tests.support.stand_in_root import held, npu_smi
 
 HOST = Host(name="npu-a", address="192.0.2.10")
 
@@ -79,24 +80,16 @@ def test_the_boot_script_fails_when_a_card_cannot_be_shared_so_systemd_shows_the
     assert run(root, [0, 3]).returncode == 0
     for card in (0, 3):
         (root / "claims/device-share" / f"card{card}").unlink()  # what a reboot does
-    holder = hold(root, 3, "bge-m3")
-    try:
+    with held(root, 3, "bge-m3"):
         boot = subprocess.run([str(root / BOOT_SCRIPT.lstrip("/"))], capture_output=True, text=True)
-    finally:
-        os.killpg(holder.pid, signal.SIGKILL)
-        holder.wait()
     assert boot.returncode == 1, boot.stdout + boot.stderr
     assert "card 0: device-share on" in boot.stdout and "card 3 could not be put into device-share mode" in boot.stdout
     assert (root / "claims/device-share/card0").read_text().strip() == "1"
 
 
 def test_a_card_held_by_a_container_stops_the_deployment_naming_host_card_and_holder(root):
-    holder = hold(root, 0, "bge-m3")
-    try:
+    with held(root, 0, "bge-m3"):
         result = run(root, [0])
-    finally:
-        os.killpg(holder.pid, signal.SIGKILL)  # the reader loop and its `cat`
-        holder.wait()
     assert result.returncode == 1 and result.stdout == ""
     message = result.stderr
     assert message.startswith("ascend-fleet: host npu-a cannot share cards 0 between containers:")
@@ -113,20 +106,17 @@ def test_a_board_without_the_mode_is_named_as_such(root):
     assert "card 0 does not support container sharing (npu-smi: This device does not support querying device-share.)" in result.stderr
 
 
-def held_by_a_container(root: Path, card: int) -> subprocess.Popen:
-    """Card `card` held by a running container `qwen-long`, which the stand-in `docker stop` ends."""
-    holder = hold(root, card, "bge-m3")
-    stand_in_docker(root, f"/qwen-long false /dev/davinci{card} /dev/davinci_manager ", holder)
-    return holder
+@contextmanager
+def held_by_a_container(root: Path, card: int) -> Iterator[None]:
+    """Card `card` held by a running container `qwen-long` for the block, which the stand-in `docker stop` ends."""
+    with held(root, card, "bge-m3") as holder:
+        stand_in_docker(root, f"/qwen-long false /dev/davinci{card} /dev/davinci_manager ", holder)
+        yield
 
 
 def test_with_stop_holders_the_script_stops_the_holder_switches_the_card_and_starts_it_again(root):
-    holder = held_by_a_container(root, 4)
-    try:
+    with held_by_a_container(root, 4):
         result = run_on(Host(name="npu-a", address="192.0.2.10", heldCards="stopHolders"), root, [4], own=("qwen-long",))
-    finally:
-        os.killpg(holder.pid, signal.SIGKILL)  # stopped by the stand-in docker, unless the script refused
-        holder.wait()
     assert result.returncode == 0, result.stderr
     assert "card 4: device-share on; qwen-long started again" in result.stdout
     calls = [c for c in (root / "calls").read_text().splitlines() if c.startswith(("docker stop", "docker start", "set"))]
@@ -142,13 +132,9 @@ def test_with_stop_holders_the_script_stops_the_holder_switches_the_card_and_sta
 def test_with_stop_holders_a_container_outside_the_plan_is_never_stopped_and_the_card_is_refused(root):
     """The compose deployment's containers, say: stopping and starting them again would bring them back
     beside the plan's (a `restart: always` container started again holds its ports and every card)."""
-    holder = held_by_a_container(root, 4)
-    try:
+    with held_by_a_container(root, 4):
         host = Host(name="npu-a", address="192.0.2.10", heldCards="stopHolders")
         result = run_on(host, root, [4], own=("bge-m3", "qwen-vl"))
-    finally:
-        os.killpg(holder.pid, signal.SIGKILL)
-        holder.wait()
     assert result.returncode == 1
     assert "card 4 is held by qwen-long, outside the plan: pulumi up stops only the plan's own containers" in result.stderr
     assert "docker update --restart=no NAME && docker stop NAME" in result.stderr
@@ -157,8 +143,7 @@ def test_with_stop_holders_a_container_outside_the_plan_is_never_stopped_and_the
 
 
 def test_by_default_a_held_card_stops_pulumi_up_in_the_host_check_naming_card_and_holder(root):
-    holder = held_by_a_container(root, 4)
-    try:
+    with held_by_a_container(root, 4):
         for host, refused in ((HOST, True), (Host(name="npu-a", address="192.0.2.10", heldCards="stopHolders"), False)):
             script = host_check_script(host, [], shared_cards=[4], root=str(root))
             env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
@@ -167,6 +152,3 @@ def test_by_default_a_held_card_stops_pulumi_up_in_the_host_check_naming_card_an
             assert check.returncode == 1  # the stand-in root has no driver either
             assert (line in check.stderr) is refused, check.stderr
         assert not any(c.startswith("docker stop") for c in (root / "calls").read_text().splitlines())
-    finally:
-        os.killpg(holder.pid, signal.SIGKILL)
-        holder.wait()

@@ -5,8 +5,11 @@ npu-smi under it, and a live NPU claim as a running rank keeps one. The scripts 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from records.containers import NPU_SMI
 
@@ -43,3 +46,15 @@ def hold(root: Path, card: int, service: str) -> subprocess.Popen:
     (claim / "owner").write_text(f"service={service}\ncontainer=c0ffee\nmem_mb=6000\n")
     rank = 'exec 3<>"$1"; while :; do read -r _ <&3; done'
     return subprocess.Popen(["sh", "-c", rank, "npu-sim-rank", str(claim / "alive")], start_new_session=True)
+
+
+@contextmanager
+def held(root: Path, card: int, service: str) -> Iterator[subprocess.Popen]:
+    """`hold` for the block, the rank killed after it: the stand-in `docker stop` may have ended it
+    already (its process group is then a zombie's, which the kill and the wait accept)."""
+    holder = hold(root, card, service)
+    try:
+        yield holder
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
