@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 
 from records.deployment import Deployment
-from records.pipeline import deployment_of
+from records.pipeline import deployment_of, plan_of
 from views.diff import diff_plans, render_diff
 from allocation.config import ModelProfile
 from allocation.config_errors import field_aliases
@@ -283,7 +283,7 @@ def _schema(args: argparse.Namespace) -> int:
 def _shards(args: argparse.Namespace) -> int:
     stack_file = _locate(args)
     read = read_bytes(stack_file.path)
-    plan = deployment_of(stack_file.stack, stack_values(stack_file, data=read)).plan
+    plan = plan_of(stack_file.stack, stack_values(stack_file, data=read))
     if args.matrix:
         print(json.dumps(deploy_matrix(stack_file.stack, plan)))
         return 0

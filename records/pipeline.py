@@ -14,11 +14,18 @@ from typing import Any, Callable, Mapping
 from allocation.config import Ssh, parse_fleet
 from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
+from allocation.plan import Plan
 from records.deployment import Deployment, deploy, untrusted_hosts
 
 
 def _no_known_hosts(ssh: Ssh) -> str:
     return ""
+
+
+def plan_of(stack: str, values: Mapping[str, Any]) -> Plan:
+    """The plan of stack `stack` from its `ascend-fleet:` values, for what needs no records (`shards`
+    cuts stack files from the hosts' shards; a fleet's records cost as much again as its plan)."""
+    return plan_fleet(parse_fleet(stack, values))
 
 
 def deployment_of(
@@ -27,8 +34,8 @@ def deployment_of(
     """The deployment of stack `stack` from its `ascend-fleet:` values. `known_hosts` returns the text
     of the known_hosts file the stack's `ssh` settings name, for host keys the config does not give
     (the program reads it; the command line trusts no key file and gives none)."""
-    fleet = parse_fleet(stack, values)
-    return deploy(plan_fleet(fleet), known_hosts(fleet.ssh))
+    plan = plan_of(stack, values)
+    return deploy(plan, known_hosts(plan.fleet.ssh))
 
 
 def trusted(deployment: Deployment) -> Deployment:
