@@ -34,7 +34,6 @@ from records.health import START_INTERVAL_ENGINE, has_start_interval
 from allocation.plan import ServicePlan
 from allocation.windows import KINDS
 
-DAEMON_JSON = DAEMON_CONFIG
 RANGE_ENV = tuple(k.env for k in KINDS if k.hccl_range and k.env)
 DMI_PRODUCT = "/sys/class/dmi/id/product_name"
 # CANN's env-var reference (envref_07_0143/0144): on Atlas A2 the socket-range variables are
@@ -54,8 +53,8 @@ def _needs(containers: Containers) -> tuple[dict, dict, dict, dict]:
     mounts: dict[str, list[str]] = {}
     caches: dict[str, list[str]] = {}
     for ps, spec in containers:
-        for path in spec.device_files:
-            devices.setdefault(path, []).append(spec.name)
+        for device in spec.device_files:
+            devices.setdefault(device, []).append(spec.name)
         for mount in spec.mounts:
             if mount.source in DRIVER_MOUNTS or mount.source == LOCK_DIR_HOST:
                 continue  # checked, or created, once for every service
@@ -86,9 +85,9 @@ def _path_checks(needs: tuple[dict, dict, dict, dict], root: str) -> list[str]:
     lines.append(f"mkdir -p {_q(locks)} 2>/dev/null || missing {_q(text)}")
     # The compile caches (records.containers.cache_dir): created, never required, so a new service
     # finds its own empty one.
-    for path in sorted(caches):
-        text = f"cannot create the compile cache {root + path} (used by {', '.join(caches[path])}): create it as root"
-        lines.append(f"mkdir -p {_q(root + path)} 2>/dev/null || missing {_q(text)}")
+    for cache in sorted(caches):
+        text = f"cannot create the compile cache {root + cache} (used by {', '.join(caches[cache])}): create it as root"
+        lines.append(f"mkdir -p {_q(root + cache)} 2>/dev/null || missing {_q(text)}")
     npu_smi = root + NPU_SMI
     lines.append(f"[ ! -e {_q(npu_smi)} ] || [ -x {_q(npu_smi)} ] || missing {_q(f'{npu_smi} is not executable')}")
     for path in sorted(models):
@@ -111,7 +110,7 @@ def _daemon_log_check(containers: Containers, root: str) -> list[str]:
     default; the provider reads the merged map back and, log_opts forcing replacement, would
     replace every container on every `pulumi up`. So extra keys there stop the deployment."""
     own = sorted({key for _, spec in containers for key in spec.log_opts})
-    daemon = _q(root + DAEMON_JSON)
+    daemon = _q(root + DAEMON_CONFIG)
     flat = f"tr -d '\\n' < {daemon}"
     return [
         f"if [ -r {daemon} ]; then",
@@ -120,7 +119,7 @@ def _daemon_log_check(containers: Containers, root: str) -> list[str]:
         "  extra=$(printf '%s' \"$opts\" | grep -o '\"[^\"]*\"[[:space:]]*:' | tr -d '\":[:blank:]' | "
         + "grep -vx " + " ".join(f"-e {_q(k)}" for k in own) + " | tr '\\n' ' ')",
         '  if [ "${driver:-json-file}" = json-file ] && [ -n "$extra" ]; then',
-        f'    missing "{DAEMON_JSON} sets log-opts $extra for every json-file container; the {PROVIDER} '
+        f'    missing "{DAEMON_CONFIG} sets log-opts $extra for every json-file container; the {PROVIDER} '
         + "reads them back as a change and would replace every container on every pulumi up: remove them there, "
         + 'or set the same keys in ascend-fleet:defaults.logOpts"',
         "  fi",

@@ -29,7 +29,8 @@ from records.deployment import deploy
 from views.report import plan_json
 from records.durations import go_duration
 from records.ssh_options import ssh_options
-from records.host_check import DAEMON_JSON, DMI_PRODUCT, NPU_SMI, host_check_script
+from records.host_check import DMI_PRODUCT, NPU_SMI, host_check_script
+from records.runtime import DAEMON_CONFIG
 from allocation.windows import KINDS
 from components.model_service import start_failure_text
 from components.router import SERVES_SUFFIX
@@ -636,7 +637,7 @@ def test_the_host_check_refuses_daemon_log_options_that_would_replace_every_cont
     fleet, plan = planned("prod", values_of("prod"))
     [hp] = plan.hosts
     _complete_host(tmp_path, fleet, hp)
-    path = tmp_path / DAEMON_JSON.lstrip("/")
+    path = tmp_path / DAEMON_CONFIG.lstrip("/")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(daemon)
     result = _run_script("sh", check_script(fleet, hp, root=str(tmp_path)))
@@ -652,7 +653,7 @@ def test_setting_the_daemons_log_keys_in_log_opts_satisfies_the_host_check(tmp_p
     [hp] = plan.hosts
     _complete_host(tmp_path, fleet, hp)
     (tmp_path / "etc/docker").mkdir(parents=True)
-    (tmp_path / DAEMON_JSON.lstrip("/")).write_text('{"log-opts": {"compress": "true"}}')
+    (tmp_path / DAEMON_CONFIG.lstrip("/")).write_text('{"log-opts": {"compress": "true"}}')
     assert _run_script("sh", check_script(fleet, hp, root=str(tmp_path))).returncode == 0
 
 

@@ -22,7 +22,7 @@ from ruamel.yaml.representer import SafeRepresenter
 from allocation.config import Mount
 from records.containers import ContainerSpec, created_on_host
 from records.deployment import Deployment, HostDeployment
-from records.takeover import DISABLE
+from records.runtime import DISABLE
 from records.ssh_argv import script_argv
 
 # Ends the here-documents that feed a host its device-share, start-order and router-image scripts; they never contain it.
