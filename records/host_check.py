@@ -90,12 +90,12 @@ def _path_checks(needs: tuple[dict, dict, dict, dict], root: str) -> list[str]:
         lines.append(f"mkdir -p {_q(root + cache)} 2>/dev/null || missing {_q(text)}")
     npu_smi = root + NPU_SMI
     lines.append(f"[ ! -e {_q(npu_smi)} ] || [ -x {_q(npu_smi)} ] || missing {_q(f'{npu_smi} is not executable')}")
-    for path in sorted(models):
-        text = f"missing model directory {root + path} (used by {', '.join(models[path])})"
-        lines.append(f"[ -d {_q(root + path)} ] || missing {_q(text)}")
-    for path in sorted(mounts):
-        text = f"missing mount source {root + path} (used by {', '.join(mounts[path])})"
-        lines.append(f"[ -e {_q(root + path)} ] || missing {_q(text)}")
+    for folder in sorted(models):
+        text = f"missing model directory {root + folder} (used by {', '.join(models[folder])})"
+        lines.append(f"[ -d {_q(root + folder)} ] || missing {_q(text)}")
+    for source in sorted(mounts):
+        text = f"missing mount source {root + source} (used by {', '.join(mounts[source])})"
+        lines.append(f"[ -e {_q(root + source)} ] || missing {_q(text)}")
     # npu-smi only answers when the driver and the cards are healthy; its error
     # codes (e.g. -8005: a card held by another container) are worth showing.
     return lines + [
