@@ -8,11 +8,18 @@ stand-in containers (tests/engine/shard_fleet.py). For each size, one shard of t
 - `up s`: wall time of the first `pulumi up --parallel P`, P = the shard's resources (no
   container waits for a slot);
 - `preview s`: wall time of the `pulumi preview` after it (which must change nothing);
-- `plugins`: the peak number of plugin processes (`pulumi-resource-*`, `pulumi-language-*`)
+- `providers`: the peak number of resource plugin processes (`pulumi-resource-*`: a docker
+  provider per host, one command provider); `plugins`: the same with the language host
+  (`pulumi-language-*`, one per program run)
   under the `pulumi` process during the `up`, sampled every 0.2 s;
 - `RSS MB`, `PSS MB`: the peak sum over the `pulumi` process tree (RSS counts the pages the
   plugin processes share once per process; PSS shares them out);
-- `state KB`: `pulumi stack export | wc -c`.
+- `state KB`: the size of the shard's checkpoint as the file backend stores it (compact JSON,
+  rewritten after every step: pulumi `pkg/backend/diy/state.go`, `compactJSONMarshaler`);
+- `export KB`: `pulumi stack export | wc -c` (the same state, indented).
+
+After each size, 10 hosts join the fleet (unpinned, so they fill a new shard) and every shard
+already up is previewed again: it must change nothing (the run stops if it does).
 
 Then `--pair N`: two shards of N hosts, `up` side by side (both processes trees summed). Each shard
 is destroyed before the next size. Timings are single runs on a shared machine: read the growth,
@@ -28,8 +35,11 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -38,8 +48,10 @@ from sim.host import SimHost  # noqa: E402
 from tests.engine.engine import Project  # noqa: E402
 from tests.engine.shard_fleet import MODEL, SERVICES_PER_HOST, ShardedFleet, fleet_values  # noqa: E402
 
-PLUGIN_PREFIXES = ("pulumi-resource", "pulumi-language")
+PROVIDER_PREFIX = "pulumi-resource"
+PLUGIN_PREFIXES = (PROVIDER_PREFIX, "pulumi-language")
 RESOURCES_PER_HOST = 4 + 2 * SERVICES_PER_HOST  # provider, check, image, component; service + container
+GROWTH = 10  # hosts that join the fleet after each size
 
 
 def _proc_table() -> dict[int, tuple[int, str]]:
@@ -72,7 +84,7 @@ class TreeSampler(threading.Thread):
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.plugins = self.rss_kb = self.pss_kb = 0
+        self.providers = self.plugins = self.rss_kb = self.pss_kb = 0
         self._done = threading.Event()
 
     def run(self) -> None:
@@ -85,7 +97,9 @@ class TreeSampler(threading.Thread):
                 more = {pid for pid, (ppid, _) in table.items() if ppid in tree} - tree
                 tree |= more
                 grew = bool(more)
-            self.plugins = max(self.plugins, sum(table[p][1].startswith(PLUGIN_PREFIXES) for p in tree if p in table))
+            names = [table[p][1] for p in tree if p in table]
+            self.providers = max(self.providers, sum(n.startswith(PROVIDER_PREFIX) for n in names))
+            self.plugins = max(self.plugins, sum(n.startswith(PLUGIN_PREFIXES) for n in names))
             self.rss_kb = max(self.rss_kb, sum(_kb(p, "status", "VmRSS:") for p in tree))
             self.pss_kb = max(self.pss_kb, sum(_kb(p, "smaps_rollup", "Pss:") for p in tree))
 
@@ -111,11 +125,34 @@ def measure(shards: list[Project], hosts_per_shard: int) -> dict[str, float]:
         if steps:
             raise SystemExit(f"the preview after up of {shard.stack} changes {len(steps)} resources: {steps[:3]}")
     preview = (time.monotonic() - started) / len(shards)
-    state = sum(len(s.cli("stack", "export", "--stack", s.stack).stdout) for s in shards)
+    state = sum(checkpoint(s).stat().st_size for s in shards)
+    export = sum(len(s.cli("stack", "export", "--stack", s.stack).stdout) for s in shards)
     return {
-        "up s": up, "preview s": preview, "plugins": sampler.plugins,
-        "RSS MB": sampler.rss_kb / 1024, "PSS MB": sampler.pss_kb / 1024, "state KB": state / len(shards) / 1024,
+        "up s": up, "preview s": preview, "providers": sampler.providers, "plugins": sampler.plugins,
+        "RSS MB": sampler.rss_kb / 1024, "PSS MB": sampler.pss_kb / 1024,
+        "state KB": state / len(shards) / 1024, "export KB": export / len(shards) / 1024,
     }  # fmt: skip
+
+
+def checkpoint(shard: Project) -> Path:
+    """The shard's checkpoint file in the project's file backend (`.pulumi/stacks/PROJECT/STACK.json`)."""
+    backend = Path(urllib.parse.urlparse(shard.env["PULUMI_BACKEND_URL"]).path)
+    project = yaml.safe_load((shard.root / "Pulumi.yaml").read_text())["name"]
+    return backend / ".pulumi" / "stacks" / project / f"{shard.stack}.json"
+
+
+def grow_by(sim: SimFleet, fleet: ShardedFleet, pins: dict[str, int], per_shard: int, more: int) -> None:
+    """`more` hosts join the fleet unpinned; every shard stack already up must preview no change."""
+    before = dict(fleet.shards)
+    wanted = len(pins) + more
+    if len(sim.endpoints) < wanted:
+        sim.add(wanted - len(sim.endpoints))
+    fleet.write(fleet_values(sim, per_shard, pins, wanted))
+    fleet.cut()
+    for shard in before.values():
+        steps = [s for s in shard.preview_json().get("steps") or () if s["op"] != "same"]
+        if steps:
+            raise SystemExit(f"{more} hosts more changed {len(steps)} resources of {shard.stack}: {steps[:3]}")
 
 
 def run_case(sim: SimFleet, workdir: Path, shards: int, per_shard: int) -> dict[str, float]:
@@ -127,7 +164,9 @@ def run_case(sim: SimFleet, workdir: Path, shards: int, per_shard: int) -> dict[
     fleet = ShardedFleet(workdir, fleet_values(sim, per_shard, pins, wanted), dict(os.environ))
     stacks = list(fleet.cut().values())
     try:
-        return measure(stacks, per_shard)
+        row = measure(stacks, per_shard)
+        grow_by(sim, fleet, pins, per_shard, GROWTH)
+        return row
     finally:
         for shard in stacks:
             shard.cli("destroy", "--stack", shard.stack, "--yes", "--parallel", "64", check=False)
@@ -140,14 +179,14 @@ def main() -> None:
     args = parser.parse_args()
     cases = [(1, int(n)) for n in args.hosts.split(",") if n] + ([(2, args.pair)] if args.pair else [])
     print(f"# {os.cpu_count()} cores; {SERVICES_PER_HOST} containers per host; {json.dumps(os.uname()[2])}")
-    print("| shards x hosts | containers | up s | preview s | plugins | RSS MB | PSS MB | state KB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| shards x hosts | containers | up s | preview s | providers | plugins | RSS MB | PSS MB | state KB | export KB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="shard-bench-") as tmp, SimHost(Path(tmp) / "host", lock_timeout=3600) as host:
         host.make_model(MODEL)
         with SimFleet(host, Path(tmp) / "fleet") as sim:
             for i, (shards, per_shard) in enumerate(cases):
                 row = run_case(sim, Path(tmp) / f"case{i}", shards, per_shard)
-                cells = " | ".join(f"{v:.0f}" if k in ("plugins",) else f"{v:.1f}" for k, v in row.items())
+                cells = " | ".join(f"{v:.0f}" if k in ("providers", "plugins") else f"{v:.1f}" for k, v in row.items())
                 print(f"| {shards} x {per_shard} | {shards * per_shard * SERVICES_PER_HOST} | {cells} |", flush=True)
 
 

@@ -140,11 +140,14 @@ def script(
     triggers: Optional[pulumi.Input[list]] = None,
 ) -> pulumi.CustomResource:
     """A script run on the host: over SSH, or here for the dev stack's local daemon. A changed
-    script runs again as an update (`update`), never as a replacement, whose create-then-delete
-    would run the new script and then the old one's `delete`; `delete` runs when the resource goes.
-    A change of `triggers` replaces it: the script runs again as a create."""
+    script runs again as an update, never as a replacement, whose create-then-delete would run the
+    new script and then the old one's `delete`; `delete` runs when the resource goes. A change of
+    `triggers` replaces it: the script runs again as a create.
+
+    The script is `create` alone: pulumi-command runs `create` for an update when `update` is
+    unset (`Command.Update` in provider/pkg/provider/{remote,local}/commandController.go, v1.2.1),
+    and only `triggers` replace. An `update` equal to it would store the script twice more in the
+    state, inputs and outputs, which every step of an `up` rewrites (docs/performance.md)."""
     if connection is None:
-        return command.local.Command(name, create=text, update=text, delete=delete, triggers=triggers, opts=opts)
-    return command.remote.Command(
-        name, connection=connection, create=text, update=text, delete=delete, triggers=triggers, opts=opts
-    )
+        return command.local.Command(name, create=text, delete=delete, triggers=triggers, opts=opts)
+    return command.remote.Command(name, connection=connection, create=text, delete=delete, triggers=triggers, opts=opts)

@@ -15,6 +15,7 @@ host's Docker 20.10 (records.health), so a start takes about its load.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from records.device_share import BOOT_SCRIPT, UNIT_PATH
 from sim.host import IMAGE, SimHost
 from tests.engine.engine import (
     CONTAINER,
+    Outcome,
     Project,
     apply_and_preview,
     container_changes,
@@ -33,6 +35,7 @@ from tests.engine.engine import (
 )
 from tests.engine.engine import get, health, inspect, plan_diff, plan_of, sim_stack_values, stack_has_resources
 from tests.engine.engine import STACK
+from tests.support.pulumi_harness import REMOTE_COMMAND
 
 pytestmark = pytest.mark.engine
 
@@ -147,9 +150,9 @@ def test_a_container_removed_by_hand_shows_as_drift_on_refresh_and_up_creates_it
 # --- 4. day-2 changes -------------------------------------------------------------
 
 
-def day2(project: Project, host: SimHost, change) -> None:
+def day2(project: Project, host: SimHost, change) -> Outcome:
     """Edit the stack, and check that the engine would re-create exactly the containers the plan
-    diff names, then that `pulumi up` did so and left every container of the stack healthy."""
+    diff names, then that `pulumi up` did so and left every container of the stack healthy. The `up`."""
     old_values, changes = apply_and_preview(project, change)
     new_plan = plan_of(project, project.values())
     added, removed, recreated, in_place = plan_diff(plan_of(project, old_values), new_plan)
@@ -162,10 +165,20 @@ def day2(project: Project, host: SimHost, change) -> None:
     assert stack_containers(host) == names
     for name in names:
         assert health(host, name) == "healthy", host.logs(name)
+    return up
 
 
 def test_removing_a_service_deletes_exactly_its_container(project, host):
-    day2(project, host, lambda v: v.update(services=[s for s in v["services"] if s["name"] != "qwen-long"]))
+    """The host's check and device-share scripts change with it (the check counts the services). They
+    have a `create` and no `update` (components.ascend_host.script): pulumi-command runs the new
+    `create` as the update, and nothing is replaced, so no old `delete` runs."""
+    up = day2(project, host, lambda v: v.update(services=[s for s in v["services"] if s["name"] != "qwen-long"]))
+    scripts = {urn_name(u): ops for u, ops in up.changed().items() if urn_type(u) == REMOTE_COMMAND}
+    assert scripts == {"npu-a-check": {"update"}, "npu-a-device-share": {"update"}}, up.explain()
+    state = json.loads(project.cli("stack", "export", "--stack", project.stack).stdout)
+    [check] = [r for r in state["deployment"]["resources"] if r["urn"].endswith("::npu-a-check")]
+    assert "update" not in check["inputs"]
+    assert "ready for 2 service(s)" in check["outputs"]["stdout"], check["outputs"]["stdout"]
 
 
 def test_adding_a_service_creates_exactly_its_container(project, host):
