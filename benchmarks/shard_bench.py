@@ -179,8 +179,10 @@ def main() -> None:
     args = parser.parse_args()
     cases = [(1, int(n)) for n in args.hosts.split(",") if n] + ([(2, args.pair)] if args.pair else [])
     print(f"# {os.cpu_count()} cores; {SERVICES_PER_HOST} containers per host; {json.dumps(os.uname()[2])}")
-    print("| shards x hosts | containers | up s | preview s | providers | plugins | RSS MB | PSS MB | state KB | export KB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    columns = ["shards x hosts", "containers", "up s", "preview s", "providers", "plugins", "RSS MB", "PSS MB"]
+    columns += ["state KB", "export KB"]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
     with tempfile.TemporaryDirectory(prefix="shard-bench-") as tmp, SimHost(Path(tmp) / "host", lock_timeout=3600) as host:
         host.make_model(MODEL)
         with SimFleet(host, Path(tmp) / "fleet") as sim:
