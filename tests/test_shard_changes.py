@@ -16,7 +16,7 @@ from cli.revision import plan_at_revision
 from cli.shard_changes import PROGRAM, ShardChanges, since
 from cli.stackfile import StackFile, stack_document, stack_values
 from records.pipeline import deployment_of
-from tests.test_plan_diff import PROJECT, copy_program, git
+from tests.support.git_repos import PROJECT, copy_program, git
 from views.report import plan_json
 
 # Shard 0: a, b; shard 1: c, d. Every service is pinned to its host.
