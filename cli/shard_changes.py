@@ -11,9 +11,11 @@ So each shard's *slice* is compared, as the program at both revisions would buil
 - its hosts' own entries in the stack file, which say how they are reached (address, SSH, Docker
   host, host keys: the plan JSON does not print them), without their `shard:` pin (the plan says
   which shard holds a host; `pin` writes the pin without moving anything);
-- every other value of the stack file that reaches the program (every namespace but the hosts and
-  services of all shards, and `encryptionsalt` and the like), without `ascend-fleet:shardOf`, which
-  the program checks and deploys nothing from.
+- every other value of the fleet's file (every namespace but the hosts and services of all shards,
+  and `encryptionsalt` and the like). A shard's own file is the fleet's file plus
+  `ascend-fleet:shardOf`, whose index is the shard's own and whose `fleetHash` the program checks
+  and deploys nothing from; `shards --check` (run before, in the workflow) holds the shard files
+  equal to that cut, so the fleet's file stands for every shard's.
 
 Values, not bytes: a comment or a respelling of the same value reaches no program. The comparison
 is sound only for one program: when the program changed between the revisions (`PROGRAM`, the paths
@@ -34,7 +36,7 @@ from cli.stackfile import stack_document
 PROGRAM = ("Pulumi.yaml", "__main__.py", "requirements.txt", "allocation", "records", "views", "components", "ops", "cli")
 """What every stack is built from, as `.github/workflows/pull-request.yml` lists it (a test holds them equal)."""
 
-HOSTS, SERVICES, SHARD_OF = (f"{NAMESPACE}:{key}" for key in ("hosts", "services", "shardOf"))
+HOSTS, SERVICES = f"{NAMESPACE}:hosts", f"{NAMESPACE}:services"
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class ShardChanges:
 def slices(plan: Mapping[str, Any], document: Any) -> dict[int, str]:
     """Shard index -> its slice as canonical JSON text, from a plan JSON and its stack file's values."""
     config = (document.get("config") if isinstance(document, dict) else None) or {}
-    rest = {k: v for k, v in config.items() if k not in (HOSTS, SERVICES, SHARD_OF)}
+    rest = {k: v for k, v in config.items() if k not in (HOSTS, SERVICES)}
     shared = {**{k: v for k, v in document.items() if k != "config"}, "config": rest} if isinstance(document, dict) else {}
     entries = {
         e.get("name"): {k: v for k, v in e.items() if k != "shard"}

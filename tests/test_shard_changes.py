@@ -89,6 +89,15 @@ def test_how_a_host_is_reached_changes_its_shard_though_the_plan_json_does_not_p
     assert changes(repo).changed == (0,)
 
 
+def test_a_routers_own_setting_changes_the_shard_of_its_replicas_and_router_only(repo: Path):
+    replicated = "    - {name: r, model: /models/r, memoryFraction: 0.4, replicas: 2, replicaPins: [{host: c}, {host: d}], router: {policy: round_robin}}\n"
+    (repo / "Pulumi.test.yaml").write_text(FLEET + replicated)
+    git(repo, "commit", "--quiet", "-am", "a replicated service in shard 1")
+    edit(repo, "policy: round_robin", "policy: random")
+    got = changes(repo)
+    assert (got.changed, got.unchanged) == ((1,), (0,))
+
+
 def test_pinning_hosts_to_the_shards_they_are_in_changes_no_shard(repo: Path):
     edit(repo, "{name: a, address: 192.0.2.1}", "{name: a, address: 192.0.2.1, shard: 0}")
     assert changes(repo).changed == ()

@@ -15,6 +15,7 @@ silently stopped checking would be noticed.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,6 +24,8 @@ from typing import Any, Iterator
 
 import pytest
 from ruamel.yaml import YAML
+
+from tests.support.git_repos import git
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_DIR = REPO / ".github" / "workflows"
@@ -312,6 +315,29 @@ def test_a_fleet_deployed_as_shards_is_not_previewed_as_one_stack_but_listed_apa
     script = "\n".join(str(s.get("run", "")) for s in changes["steps"])
     assert "grep -q '^  ascend-fleet:shards:'" in script and 'fleets+=(' in script and 'echo "fleets=${json}"' in script
     assert jobs(wf)["plan"]["strategy"]["matrix"]["stack"] == "${{ fromJSON(needs.changes.outputs.stacks) }}"
+
+
+def test_the_changes_script_sends_a_touched_fleet_deployed_as_shards_to_fleets_and_the_others_to_stacks(tmp_path: Path):
+    """The `changes` job's script, run in a git repository whose base branch is origin/main."""
+    [step] = [s for s in jobs(load(WORKFLOW_DIR / "pull-request.yml"))["changes"]["steps"] if s.get("id") == "stacks"]
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in ("prod", "staging", "dev"):
+        (repo / f"Pulumi.{name}.yaml").write_text("config:\n  ascend-fleet:hosts: []\n")
+    git(tmp_path, "init", "--quiet", "--initial-branch=main", str(repo))
+    git(repo, "add", ".")
+    git(repo, "commit", "--quiet", "-m", "base")
+    git(repo, "update-ref", "refs/remotes/origin/main", "HEAD")
+    (repo / "Pulumi.prod.yaml").write_text("config:\n  ascend-fleet:shards: {size: 50}\n  ascend-fleet:hosts: []\n")
+    (repo / "Pulumi.staging.yaml").write_text("config:\n  ascend-fleet:hosts: [] # edited\n")
+    git(repo, "commit", "--quiet", "-am", "prod deployed as shards; staging edited")
+    output = tmp_path / "output"
+    proc = subprocess.run(
+        ["bash", "-e", "-c", step["run"]], cwd=repo, capture_output=True, text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], "BASE_REF": "main", "GITHUB_OUTPUT": str(output)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert output.read_text().splitlines() == ['stacks=["staging"]', 'fleets=["prod"]']
 
 
 def test_only_the_changed_shards_are_previewed_each_into_an_artifact_with_read_only_permissions():
