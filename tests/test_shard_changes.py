@@ -198,3 +198,45 @@ def test_a_shards_own_file_and_a_config_path_are_refused_in_one_paragraph(repo: 
     assert "is shard 0 of fleet test: cut the fleet's own file (--stack test)" in error
     assert "give --stack NAME" in one_paragraph(run(repo, "--config", str(repo / "Pulumi.test.yaml"), "--changed-since", "HEAD"))
     assert "give --changed-since REF too" in one_paragraph(run(repo, "--stack", "test", "--comment", "x"))
+
+
+# --- the workflow's scripts, run as the pull-request workflow runs them -------
+
+
+def workflow_step(job: str, name: str) -> str:
+    from ruamel.yaml import YAML
+
+    wf = YAML(typ="safe").load((Path(__file__).resolve().parents[1] / ".github" / "workflows" / "pull-request.yml").read_text())
+    [step] = [s for s in wf["jobs"][job]["steps"] if s.get("name") == name]
+    return step["run"]
+
+
+def run_step(repo: Path, script: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-e", "-c", script], cwd=repo, capture_output=True, text=True, timeout=600,
+        env={"PATH": os.environ["PATH"], "HOME": str(repo), **env},
+    )  # fmt: skip
+
+
+def test_the_workflow_lists_the_changed_shards_of_every_fleet_and_writes_one_comment_each(repo: Path, tmp_path: Path):
+    (repo / ".venv").symlink_to(Path(sys.executable).parents[1])  # the workflow runs .venv/bin/python
+    (repo / "Pulumi.prod.yaml").write_text(FLEET)
+    git(repo, "add", "Pulumi.test.yaml", "Pulumi.prod.yaml")
+    git(repo, "commit", "--quiet", "-m", "prod")
+    git(repo, "update-ref", "refs/remotes/origin/main", "HEAD")
+    edit(repo, "{name: on-c, model: /models/x,", "{name: on-c, model: /models/y,")
+    for fleet in ("test", "prod"):
+        assert run(repo, "--stack", fleet).returncode == 0  # the shard files, cut as the pull request commits them
+    output, summary = tmp_path / "output", tmp_path / "summary"
+    fleets = json.dumps(["test", "prod"])
+    listing = run_step(repo, workflow_step("shard-changes", "Changed shards and their --parallel"),
+                       BASE_REF="main", FLEETS=fleets, GITHUB_OUTPUT=str(output))  # fmt: skip
+    assert listing.returncode == 0, listing.stderr
+    [line] = output.read_text().splitlines()
+    assert [row["stack"] for row in json.loads(line.removeprefix("matrix="))] == ["test-shard-1"]
+    posting = run_step(repo, workflow_step("shard-comment", "One comment per fleet"),
+                       BASE_REF="main", FLEETS=fleets, SAME_REPO="false", GITHUB_STEP_SUMMARY=str(summary))  # fmt: skip
+    assert posting.returncode == 0, posting.stderr
+    assert "#### test-shard-1: no preview" in (repo / "comment-test.md").read_text()
+    assert "**Changed**: none" in (repo / "comment-prod.md").read_text()
+    assert summary.read_text().count("### Shard previews of fleet") == 2
