@@ -64,13 +64,14 @@ def _shard_parsers(sub: argparse._SubParsersAction) -> None:
     """`shards` and `move-host`: the commands of a fleet deployed as shards (docs/shards.md)."""
     shards = sub.add_parser("shards", help="a fleet deployed as shards: write one stack file per shard beside the fleet's")
     _stack_args(shards)
-    shards.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every shard file that is not current")
-    shards.add_argument(
+    only = shards.add_mutually_exclusive_group()
+    only.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every shard file that is not current")
+    only.add_argument(
         "--matrix", action="store_true",
         help="write nothing; print the stacks a deploy runs as JSON ([{stack, parallel}]: each shard, or the stack "
         "itself when it is not deployed as shards), parallel being a --parallel at which no container waits",
     )  # fmt: skip
-    shards.add_argument(
+    only.add_argument(
         "--changed-since", metavar="REF",
         help="write nothing; print the --matrix rows of the shards whose slice (what the shard's program deploys) "
         "differs from the one at git revision REF, and on stderr which shards are unchanged",

@@ -198,6 +198,8 @@ def test_a_shards_own_file_and_a_config_path_are_refused_in_one_paragraph(repo: 
     assert "is shard 0 of fleet test: cut the fleet's own file (--stack test)" in error
     assert "give --stack NAME" in one_paragraph(run(repo, "--config", str(repo / "Pulumi.test.yaml"), "--changed-since", "HEAD"))
     assert "give --changed-since REF too" in one_paragraph(run(repo, "--stack", "test", "--comment", "x"))
+    both = run(repo, "--stack", "test", "--matrix", "--changed-since", "HEAD")
+    assert both.returncode == 2 and "not allowed with argument --matrix" in both.stderr
 
 
 # --- the workflow's scripts, run as the pull-request workflow runs them -------
