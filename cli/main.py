@@ -25,8 +25,8 @@ from cli.pin import pin_stack_file
 from cli.stack_editor import read_bytes, set_service_keys
 from cli.revision import plan_at_revision
 from cli.safe_write import write_set
-from cli.shards import deploy_matrix, shard_files, stale
-from cli.stackfile import PROJECT_ROOT, StackFile, locate, stack_values
+from cli.shards import deploy_matrix, preview_matrix, require_fleet, shard_files, shard_stack, stale
+from cli.stackfile import PROJECT_ROOT, StackFile, locate, stack_document, stack_values
 
 DASHBOARD = "grafana-dashboard.json"
 
@@ -64,11 +64,22 @@ def _shard_parsers(sub: argparse._SubParsersAction) -> None:
     """`shards` and `move-host`: the commands of a fleet deployed as shards (docs/shards.md)."""
     shards = sub.add_parser("shards", help="a fleet deployed as shards: write one stack file per shard beside the fleet's")
     _stack_args(shards)
-    shards.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every shard file that is not current")
-    shards.add_argument(
+    only = shards.add_mutually_exclusive_group()
+    only.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every shard file that is not current")
+    only.add_argument(
         "--matrix", action="store_true",
         help="write nothing; print the stacks a deploy runs as JSON ([{stack, parallel}]: each shard, or the stack "
         "itself when it is not deployed as shards), parallel being a --parallel at which no container waits",
+    )  # fmt: skip
+    only.add_argument(
+        "--changed-since", metavar="REF",
+        help="write nothing; print the --matrix rows of the shards whose slice (what the shard's program deploys) "
+        "differs from the one at git revision REF, and on stderr which shards are unchanged",
+    )  # fmt: skip
+    shards.add_argument(
+        "--comment", metavar="DIR", type=Path,
+        help="with --changed-since: print the pull-request comment instead: plan --against REF, then each changed "
+        "shard's preview read from DIR/<shard stack>.json (pulumi preview --json) and .log, then the unchanged shards",
     )  # fmt: skip
 
     move = sub.add_parser(
@@ -281,6 +292,10 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _shards(args: argparse.Namespace) -> int:
+    if args.comment is not None and args.changed_since is None:
+        raise ConfigError("shards --comment DIR assembles the comment of a pull request: give --changed-since REF too")
+    if args.changed_since is not None:
+        return _changed_shards(args)
     stack_file = _locate(args)
     read = read_bytes(stack_file.path)
     plan = plan_of(stack_file.stack, stack_values(stack_file, data=read))
@@ -313,8 +328,43 @@ def _shards(args: argparse.Namespace) -> int:
     return 0
 
 
+def _changed_shards(args: argparse.Namespace) -> int:
+    """`shards --changed-since REF [--comment DIR]`: the preview matrix of the shards a change reaches,
+    or the one comment that reports them (docs/shards.md, "Pull requests")."""
+    from cli import shard_changes, shard_comment
+
+    if args.config is not None:
+        raise ConfigError(
+            f"shards --changed-since reads the fleet's file at {args.changed_since} by its stack name: "
+            "give --stack NAME (the file Pulumi.NAME.yaml at the project root), not --config"
+        )
+    stack_file = _locate(args)
+    read = read_bytes(stack_file.path)
+    deployment = deployment_of(stack_file.stack, stack_values(stack_file, data=read))
+    require_fleet(stack_file, deployment.plan.fleet)
+    new = plan_json(deployment)
+    old = plan_at_revision(PROJECT_ROOT, args.changed_since, stack_file.stack, None)
+    changes = shard_changes.since(
+        PROJECT_ROOT, args.changed_since, stack_file.stack, old, new, stack_document(stack_file.path, read)
+    )
+    if args.comment is not None:
+        diff = render_diff(diff_plans(old, new, against=args.changed_since), "markdown")
+        stacks = [shard_stack(stack_file.stack, k) for k in changes.changed]
+        previews = {s: (_text_or_none(args.comment / f"{s}.json"), _text_or_none(args.comment / f"{s}.log")) for s in stacks}
+        print(shard_comment.comment(stack_file.stack, changes, diff, previews), end="")
+        return 0
+    print(json.dumps(preview_matrix(stack_file.stack, deployment.plan, changes.changed)))
+    unchanged = ", ".join(map(str, changes.unchanged)) or "none"
+    print(f"shards of fleet {stack_file.stack} unchanged since {args.changed_since}: {unchanged}", file=sys.stderr)
+    return 0
+
+
+def _text_or_none(path: Path) -> str | None:
+    """A preview job's file, None when it uploaded none (its job failed or was skipped)."""
+    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+
+
 def _move_host(args: argparse.Namespace) -> int:
-    from cli.shards import shard_stack
     from ops import state_move
 
     deployment, stack_file = _deployment(args)

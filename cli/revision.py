@@ -124,6 +124,22 @@ def resolve_revision(repo_root: Path, ref: str) -> str:
     return commit
 
 
+def differs_from(repo_root: Path, commit: str, paths: tuple[str, ...]) -> bool:
+    """Whether any of `paths` (relative to `repo_root`; a folder stands for everything in it) differs
+    between `commit` and the work tree, as `plan` reads the files (`git diff --quiet`: exit 1 when they
+    differ). A file not yet added to git is not seen, as in a clean CI checkout."""
+    result = _git(repo_root, "diff", "--quiet", commit, "--", *paths)
+    if result.returncode not in (0, 1):
+        raise FleetError(f"git diff against {commit[:12]} failed in {repo_root}: {result.stderr.decode(errors='replace').strip()}")
+    return result.returncode == 1
+
+
+def file_at(repo_root: Path, commit: str, relative: str) -> bytes | None:
+    """The bytes of `relative` (a path from `repo_root`) in `commit`, or None when it has no such file."""
+    result = _git(repo_root, "show", f"{commit}:./{relative}")
+    return result.stdout if result.returncode == 0 else None
+
+
 def _stack_file(repo_root: Path, stack: str | None, config_path: Path | None) -> str:
     """The stack file's path relative to the repository root, with '/' separators."""
     if stack is not None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
+from typing import Sequence
 
 from allocation.config import NAMESPACE, FleetConfig
 from allocation.errors import ConfigError
@@ -49,9 +51,19 @@ def deploy_matrix(stack: str, plan: Plan) -> list[dict[str, object]]:
     return [{"stack": stack if k is None else shard_stack(stack, k), "parallel": n} for k, n in sorted(slots.items())]
 
 
-def shard_files(stack_file: StackFile, text: str, plan: Plan) -> dict[str, str]:
-    """File name -> text, one per shard that holds a host of the plan."""
-    fleet = plan.fleet
+def preview_matrix(stack: str, plan: Plan, shards: Sequence[int]) -> list[dict[str, object]]:
+    """`deploy_matrix`'s rows of the given shards, in its shape; a shard that holds hosts but no
+    container (its last service went) still gets a row, since its preview shows what is deleted."""
+    rows = {row["stack"]: row for row in deploy_matrix(stack, plan)}
+    hosts = Counter(hp.shard for hp in plan.hosts)
+    return [
+        rows.get(shard_stack(stack, k)) or {"stack": shard_stack(stack, k), "parallel": HOST_SLOTS * hosts[k]}
+        for k in sorted(shards)
+    ]
+
+
+def require_fleet(stack_file: StackFile, fleet: FleetConfig) -> None:
+    """A ConfigError unless the file is a fleet deployed as shards, and the fleet's own file."""
     if fleet.shards is None:
         raise ConfigError(
             f"{stack_file.path}: stack {stack_file.stack} sets no ascend-fleet:shards, so it is deployed as one "
@@ -62,6 +74,12 @@ def shard_files(stack_file: StackFile, text: str, plan: Plan) -> dict[str, str]:
             f"{stack_file.path} is shard {fleet.shard_of.index} of fleet {fleet.shard_of.fleet}: cut the fleet's "
             f"own file (--stack {fleet.shard_of.fleet})"
         )
+
+
+def shard_files(stack_file: StackFile, text: str, plan: Plan) -> dict[str, str]:
+    """File name -> text, one per shard that holds a host of the plan."""
+    fleet = plan.fleet
+    require_fleet(stack_file, fleet)
     return {
         f"Pulumi.{shard_stack(stack_file.stack, k)}.yaml": _shard_text(stack_file, text, fleet, k)
         for k in sorted({hp.shard for hp in plan.hosts if hp.shard is not None})

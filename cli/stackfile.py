@@ -87,6 +87,12 @@ def _read_yaml(path: Path, data: bytes | None = None) -> Any:
         raise ConfigError(f"{path}: a value cannot be read: {' '.join(str(exc).split())[:200]}") from None
 
 
+def stack_document(path: Path, data: bytes | None = None) -> Any:
+    """The whole stack file as YAML values (every namespace, `encryptionsalt` and the like), read as
+    `stack_values` reads it; `data`: its bytes when read already (from another git revision, say)."""
+    return _read_yaml(path, data)
+
+
 def _namespaced(key: str) -> str | None:
     """`ascend-fleet:hosts` -> `hosts`; keys of other namespaces (e.g. `docker:host`) -> None."""
     namespace, sep, name = key.partition(":")

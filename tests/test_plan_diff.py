@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from allocation.errors import FleetError
 from cli import main as cli_main
 from cli.revision import plan_at_revision, resolve_revision
 from tests.support.plan_documents import by_name, fleet, plan, service
+from tests.support.git_repos import PROJECT, copy_program, git
 from tests.support.pipeline import plan_json_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -382,12 +382,6 @@ def test_capacity_keys_an_older_plan_did_not_print_are_not_changes_but_new_value
 
 # --- plan_at_revision, on real git repositories -----------------------------
 
-PROJECT = """\
-name: ascend-fleet
-runtime:
-  name: python
-"""
-
 STACK_BEFORE = """\
 config:
   ascend-fleet:hosts:
@@ -442,22 +436,6 @@ config:
       memoryFraction: 0.05
       apiPort: 7010
 """
-
-
-def git(repo: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "test", "GIT_AUTHOR_EMAIL": "test@example.com",
-        "GIT_COMMITTER_NAME": "test", "GIT_COMMITTER_EMAIL": "test@example.com",
-        "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-    }  # fmt: skip
-    return subprocess.run(["git", "-C", str(repo), *args], env=env, check=True, capture_output=True, text=True).stdout
-
-
-def copy_program(dest: Path) -> None:
-    """The packages `python -m allocation plan` runs, as a repository would hold them."""
-    for package in ("allocation", "records", "views", "cli", "ops"):
-        shutil.copytree(REPO / package, dest / package, ignore=shutil.ignore_patterns("__pycache__"))
 
 
 # A stand-in for the program in the old tree: `python -m allocation plan (--stack S | --config F) --format

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from allocation.planner import plan_fleet
-from cli.shards import HOST_SLOTS, deploy_matrix
+from cli.shards import HOST_SLOTS, deploy_matrix, preview_matrix
 from tests.support.stacks import fleet, host, service
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +29,17 @@ def test_a_replicated_services_router_takes_a_slot_in_its_shard():
     plan = plan_fleet(fleet([host("a"), host("b")], [service("r", 1, 0.2, replicas=2)], shards={"size": 2}))
     [row] = deploy_matrix("prod", plan)
     assert row == {"stack": "prod-shard-0", "parallel": 3 + 2 * HOST_SLOTS}
+
+
+def test_the_preview_matrix_has_the_rows_of_the_shards_asked_and_one_for_a_shard_without_containers():
+    """Shards 0, 1, 2 hold a-b, c-d, e-f; c and d hold no container, yet their preview shows what is deleted."""
+    services = [service("s", 1, 0.2, host="a"), service("t", 1, 0.2, host="e")]
+    plan = plan_fleet(fleet([host(n) for n in "abcdef"], services, shards={"size": 2}))
+    assert preview_matrix("prod", plan, [2, 0, 1]) == [
+        {"stack": "prod-shard-0", "parallel": 1 + HOST_SLOTS},  # the hosts in use, as deploy_matrix
+        {"stack": "prod-shard-1", "parallel": 2 * HOST_SLOTS},  # each of its hosts
+        {"stack": "prod-shard-2", "parallel": 1 + HOST_SLOTS},
+    ]
 
 
 def test_a_fleet_not_deployed_as_shards_is_one_stack_over_its_hosts_in_use():

@@ -15,6 +15,7 @@ silently stopped checking would be noticed.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,6 +24,8 @@ from typing import Any, Iterator
 
 import pytest
 from ruamel.yaml import YAML
+
+from tests.support.git_repos import git
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_DIR = REPO / ".github" / "workflows"
@@ -303,6 +306,76 @@ def test_pull_requests_post_the_allocation_diff_and_preview_only_the_touched_sta
     changes = "\n".join(str(s.get("run", "")) for s in jobs(wf)["changes"]["steps"])
     for path in ("Pulumi.yaml", "allocation", "records", "views", "components", "ops", "cli", "__main__.py", "requirements.txt", "Pulumi.${stack}.yaml"):
         assert path in changes, f"a change to {path} must trigger the plan"
+
+
+def test_a_fleet_deployed_as_shards_is_not_previewed_as_one_stack_but_listed_apart():
+    wf = load(WORKFLOW_DIR / "pull-request.yml")
+    changes = jobs(wf)["changes"]
+    assert changes["outputs"]["fleets"] == "${{ steps.stacks.outputs.fleets }}"
+    script = "\n".join(str(s.get("run", "")) for s in changes["steps"])
+    assert "grep -q '^  ascend-fleet:shards:'" in script and 'fleets+=(' in script and 'echo "fleets=${json}"' in script
+    assert jobs(wf)["plan"]["strategy"]["matrix"]["stack"] == "${{ fromJSON(needs.changes.outputs.stacks) }}"
+
+
+def test_the_changes_script_sends_a_touched_fleet_deployed_as_shards_to_fleets_and_the_others_to_stacks(tmp_path: Path):
+    """The `changes` job's script, run in a git repository whose base branch is origin/main."""
+    [step] = [s for s in jobs(load(WORKFLOW_DIR / "pull-request.yml"))["changes"]["steps"] if s.get("id") == "stacks"]
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in ("prod", "staging", "dev"):
+        (repo / f"Pulumi.{name}.yaml").write_text("config:\n  ascend-fleet:hosts: []\n")
+    git(tmp_path, "init", "--quiet", "--initial-branch=main", str(repo))
+    git(repo, "add", ".")
+    git(repo, "commit", "--quiet", "-m", "base")
+    git(repo, "update-ref", "refs/remotes/origin/main", "HEAD")
+    (repo / "Pulumi.prod.yaml").write_text("config:\n  ascend-fleet:shards: {size: 50}\n  ascend-fleet:hosts: []\n")
+    (repo / "Pulumi.staging.yaml").write_text("config:\n  ascend-fleet:hosts: [] # edited\n")
+    git(repo, "commit", "--quiet", "-am", "prod deployed as shards; staging edited")
+    output = tmp_path / "output"
+    proc = subprocess.run(
+        ["bash", "-e", "-c", step["run"]], cwd=repo, capture_output=True, text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], "BASE_REF": "main", "GITHUB_OUTPUT": str(output)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert output.read_text().splitlines() == ['stacks=["staging"]', 'fleets=["prod"]']
+
+
+def test_only_the_changed_shards_are_previewed_each_into_an_artifact_with_read_only_permissions():
+    wf = load(WORKFLOW_DIR / "pull-request.yml")
+    listing, preview = jobs(wf)["shard-changes"], jobs(wf)["shard-preview"]
+    assert listing["needs"] == "changes" and listing["if"] == "needs.changes.outputs.fleets != '[]'"
+    script = "\n".join(str(s.get("run", "")) for s in listing["steps"])
+    assert '--changed-since "origin/${BASE_REF}"' in script and "--check" in script
+    assert next(s for s in listing["steps"] if "checkout" in str(s.get("uses")))["with"]["fetch-depth"] == 0
+    assert listing["permissions"] == {"contents": "read"} and preview["permissions"] == {"contents": "read"}
+    assert preview["strategy"]["matrix"]["include"] == "${{ fromJSON(needs.shard-changes.outputs.matrix) }}"
+    assert preview["strategy"]["fail-fast"] is False and 1 <= preview["strategy"]["max-parallel"] <= 8
+    assert "github.event.pull_request.head.repo.full_name == github.repository" in preview["if"], "forks get no secrets"
+    assert environment_name(preview) == "preview"
+    runs = "\n".join(str(s.get("run", "")) for s in preview["steps"])
+    assert 'pulumi preview --stack "$STACK" --json --parallel "$PARALLEL"' in runs
+    assert '> "previews/${STACK}.json" 2> "previews/${STACK}.log"' in runs
+    assert all("command" not in s["with"] for s in pulumi_steps(preview)), "the action only installs the CLI"
+    [upload] = [s for s in preview["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    assert upload["with"]["name"] == "preview-${{ matrix.stack }}" and upload["with"]["path"] == "previews/"
+    assert upload["if"] == "${{ !cancelled() }}", "a failed preview's error output reaches the comment"
+
+
+def test_one_comment_per_fleet_has_the_diff_and_the_previews_under_the_stacks_own_marker():
+    wf = load(WORKFLOW_DIR / "pull-request.yml")
+    job = jobs(wf)["shard-comment"]
+    assert set(job["needs"]) == {"changes", "shard-changes", "shard-preview"}
+    assert "!cancelled()" in job["if"] and "needs.shard-changes.result == 'success'" in job["if"]
+    assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
+    [download] = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact@")]
+    assert download["with"] == {"pattern": "preview-*", "path": "previews", "merge-multiple": True}
+    runs = "\n".join(str(s.get("run", "")) for s in job["steps"])
+    assert '--changed-since "origin/${BASE_REF}" --comment previews' in runs
+    plan_runs = "\n".join(str(s.get("run", "")) for s in jobs(wf)["plan"]["steps"])
+    assert 'MARKER="<!-- ascend-fleet:allocation-diff:${fleet} -->"' in runs
+    assert 'MARKER="<!-- ascend-fleet:allocation-diff:${STACK} -->"' in plan_runs, "one marker scheme: one comment per stack"
+    assert '[ "$SAME_REPO" = true ] || continue' in runs, "a fork's token cannot comment: job summary only"
+    assert not any(s.get("with", {}).get("comment-on-pr") for n in ("shard-preview", "shard-comment") for s in jobs(wf)[n]["steps"])
 
 
 # --- deploy.yml -------------------------------------------------------------
