@@ -38,28 +38,29 @@ def deploy_matrix(stack: str, plan: Plan) -> list[dict[str, object]]:
     """The stacks a deploy runs, each with its `--parallel`: a slot for every container it deploys
     (services, routers, NPU exporters), which holds its slot until healthy, and `HOST_SLOTS` per
     host in use, so no container waits for a slot. The shards of a fleet deployed as shards (its
-    own stack is never deployed), else the stack itself."""
+    own stack is never deployed), else the stack itself. Every stack that holds a host is run,
+    even with no container left: its `up` deletes what its last services left behind, with
+    `HOST_SLOTS` for each of its hosts."""
     exporter = 1 if plan.fleet.metrics.npu_exporter is not None else 0
-    routers = {hp.host.name: 0 for hp in plan.hosts}
-    for rp in plan.routers:
-        routers[rp.host_name] += 1
+    routers = Counter(rp.host_name for rp in plan.routers)
     slots: dict[int | None, int] = {}
-    for hp in (hp for hp in plan.hosts if hp.services or routers[hp.host.name]):
+    hosts: Counter[int | None] = Counter()
+    for hp in plan.hosts:
+        # One key, None, for a stack not deployed as shards; shard indexes otherwise.
         key = hp.shard if plan.fleet.shards is not None else None
-        slots[key] = slots.get(key, 0) + len(hp.services) + routers[hp.host.name] + exporter + HOST_SLOTS
-    # One key, None, for a stack not deployed as shards; shard indexes otherwise.
-    return [{"stack": stack if k is None else shard_stack(stack, k), "parallel": n} for k, n in sorted(slots.items())]
+        hosts[key] += 1
+        if hp.services or routers[hp.host.name]:
+            slots[key] = slots.get(key, 0) + len(hp.services) + routers[hp.host.name] + exporter + HOST_SLOTS
+    return [
+        {"stack": stack if k is None else shard_stack(stack, k), "parallel": slots.get(k, HOST_SLOTS * n)}
+        for k, n in sorted(hosts.items(), key=lambda kv: -1 if kv[0] is None else kv[0])
+    ]
 
 
 def preview_matrix(stack: str, plan: Plan, shards: Sequence[int]) -> list[dict[str, object]]:
-    """`deploy_matrix`'s rows of the given shards, in its shape; a shard that holds hosts but no
-    container (its last service went) still gets a row, since its preview shows what is deleted."""
-    rows = {row["stack"]: row for row in deploy_matrix(stack, plan)}
-    hosts = Counter(hp.shard for hp in plan.hosts)
-    return [
-        rows.get(shard_stack(stack, k)) or {"stack": shard_stack(stack, k), "parallel": HOST_SLOTS * hosts[k]}
-        for k in sorted(shards)
-    ]
+    """`deploy_matrix`'s rows of the given shards, in its order."""
+    wanted = {shard_stack(stack, k) for k in shards}
+    return [row for row in deploy_matrix(stack, plan) if row["stack"] in wanted]
 
 
 def require_fleet(stack_file: StackFile, fleet: FleetConfig) -> None:

@@ -42,6 +42,18 @@ def test_the_preview_matrix_has_the_rows_of_the_shards_asked_and_one_for_a_shard
     ]
 
 
+def test_a_shard_whose_last_service_went_is_still_deployed_so_its_up_deletes_what_it_held():
+    """Shards 0, 1, 2 hold a-b, c-d, e-f; c and d hold no container any more."""
+    services = [service("s", 1, 0.2, host="a"), service("t", 1, 0.2, host="e")]
+    plan = plan_fleet(fleet([host(n) for n in "abcdef"], services, shards={"size": 2}))
+    assert [row["stack"] for row in deploy_matrix("prod", plan)] == ["prod-shard-0", "prod-shard-1", "prod-shard-2"]
+
+
+def test_a_stack_whose_last_service_went_is_still_deployed():
+    plan = plan_fleet(fleet([host("a"), host("b")], []))
+    assert deploy_matrix("staging", plan) == [{"stack": "staging", "parallel": 2 * HOST_SLOTS}]
+
+
 def test_a_fleet_not_deployed_as_shards_is_one_stack_over_its_hosts_in_use():
     plan = plan_fleet(fleet([host("a"), host("b")], [service("s", 1, 0.2, host="a")]))
     assert deploy_matrix("staging", plan) == [{"stack": "staging", "parallel": 1 + HOST_SLOTS}]
