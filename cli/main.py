@@ -16,16 +16,10 @@ from pathlib import Path
 
 from records.deployment import Deployment
 from records.pipeline import deployment_of, plan_of
-from views.diff import diff_plans, render_diff
 from allocation.config import ModelProfile
 from allocation.config_errors import field_aliases
 from allocation.errors import ConfigError, FleetError, printable
 from views.report import FORMATS, plan_json, render_plan
-from cli.pin import pin_stack_file
-from cli.stack_editor import read_bytes, set_service_keys
-from cli.revision import plan_at_revision
-from cli.safe_write import write_set
-from cli.shards import deploy_matrix, preview_matrix, require_fleet, shard_files, shard_stack, stale
 from cli.stackfile import PROJECT_ROOT, StackFile, locate, stack_document, stack_values
 
 DASHBOARD = "grafana-dashboard.json"
@@ -173,6 +167,9 @@ def _plan(args: argparse.Namespace) -> int:
     if args.against is None:
         print(render_plan(deployment, args.format, wide=args.wide))
         return 0
+    from cli.revision import plan_at_revision
+    from views.diff import diff_plans, render_diff
+
     config = Path(args.config).absolute() if args.config else None  # a link keeps its name: the stack's
     as_named = None if args.stack_name is None else f"Pulumi.{args.stack_name}.yaml"  # the old side: the same stack
     old = plan_at_revision(PROJECT_ROOT, args.against, stack_file.stack if config is None else None, config, as_named)
@@ -181,6 +178,9 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _pin(args: argparse.Namespace) -> int:
+    from cli.pin import pin_stack_file
+    from cli.stack_editor import read_bytes
+
     stack_file = _locate(args)
     read = read_bytes(stack_file.path)  # the pins are written only if the file still holds these bytes
     deployment = deployment_of(stack_file.stack, stack_values(stack_file, data=read))
@@ -193,11 +193,13 @@ def _pin(args: argparse.Namespace) -> int:
     return 0
 
 
-# `doctor`, `render` and `profile` import their modules when run: the Grafana SDK alone takes 0.12 s
-# to import, and `plan` (run in every pull request, on fleets of thousands of services) needs none.
+# Every command but `plan` imports its modules when run: the Grafana SDK alone takes 0.12 s to import,
+# and `plan` (run in every pull request, and by every shard, on fleets of thousands of services) needs
+# none of them; `plan --against` imports the diff when asked.
 
 
 def _render(args: argparse.Namespace) -> int:
+    from cli.safe_write import write_set
     from views.exports import dashboard, prometheus
     from views.exports.render import compose_files, render
 
@@ -229,6 +231,7 @@ def _render(args: argparse.Namespace) -> int:
 def _render_kubernetes(args: argparse.Namespace) -> int:
     """One YAML stream on standard output, or one file per object in --output DIR; either way the
     cards the scheduler does not account for (no DRA) are named on standard error too."""
+    from cli.safe_write import write_set
     from views.exports import kubernetes_yaml
     from views.exports.kubernetes import manifests
 
@@ -274,6 +277,7 @@ def _doctor_kubernetes(deployment: Deployment, args: argparse.Namespace) -> tupl
 
 
 def _profile(args: argparse.Namespace) -> int:
+    from cli.stack_editor import read_bytes, set_service_keys
     from ops.models import profiles, unsized_values
 
     stack_file = _locate(args)
@@ -292,6 +296,10 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _shards(args: argparse.Namespace) -> int:
+    from cli.safe_write import write_set
+    from cli.shards import deploy_matrix, shard_files, stale
+    from cli.stack_editor import read_bytes
+
     if args.comment is not None and args.changed_since is None:
         raise ConfigError("shards --comment DIR assembles the comment of a pull request: give --changed-since REF too")
     if args.changed_since is not None:
@@ -332,6 +340,10 @@ def _changed_shards(args: argparse.Namespace) -> int:
     """`shards --changed-since REF [--comment DIR]`: the preview matrix of the shards a change reaches,
     or the one comment that reports them (docs/shards.md, "Pull requests")."""
     from cli import shard_changes, shard_comment
+    from cli.revision import plan_at_revision
+    from cli.shards import preview_matrix, require_fleet, shard_stack
+    from cli.stack_editor import read_bytes
+    from views.diff import diff_plans, render_diff
 
     if args.config is not None:
         raise ConfigError(
@@ -365,6 +377,7 @@ def _text_or_none(path: Path) -> str | None:
 
 
 def _move_host(args: argparse.Namespace) -> int:
+    from cli.shards import shard_stack
     from ops import state_move
 
     deployment, stack_file = _deployment(args)

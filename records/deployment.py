@@ -11,6 +11,7 @@ fleet, so what is deployed, exported and checked cannot drift apart. Pure.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Iterable, Iterator, Mapping
 
 from allocation import names
@@ -123,27 +124,19 @@ class HostDeployment:
     """Options of the system `ssh` the docker provider and `doctor` run; None for a local daemon."""
     connect_timeout_seconds: int
     """How long reaching the host over SSH may take (`ssh.connectTimeoutSeconds`): every client's bound."""
-    check_script: str
-    """The host check (`records.host_check`), run before any image or container."""
-    takeover_script: str | None
-    """Disables for good the containers the host `replaces` (`records.takeover`), after the check and
-    before anything that needs their cards or ports; None when it replaces none."""
     shared_cards: tuple[int, ...]
     """Cards more than one of its services use, ascending."""
     device_share_cards: tuple[int, ...]
     """Cards the device-share script puts into the mode, ascending: the shared cards with the rest of
     their sharing unit (both chips of an Atlas A3 NPU); empty unless `cardSharing` is `deviceShare`."""
-    device_share_script: str | None
-    """Puts the shared cards into device-share mode (`records.device_share`), after the check and
-    before any container on them; None unless the host shares cards with `cardSharing: deviceShare`."""
     device_share_removal: str | None
     """Undoes `device_share_script` when the host stops sharing cards; None with no such script."""
-    start_order_script: str | None
-    """Writes each shared card's deploy-time order of containers on the host and installs its boot step
-    (`records.card_order`), after the check and before any container on those cards; None unless the
-    host shares cards. A dependency of the containers, never an input: a new order re-creates nothing."""
     start_order_removal: str | None
     """Undoes `start_order_script` when the host stops sharing cards; None with no such script."""
+    stack: str
+    """The stack whose containers are the plan's own (their label): what the host check reads."""
+    docker_engine: str
+    """The Docker Engine version the stack declares for the host, which the host check compares."""
     images: tuple[str, ...]
     pull_timeout_seconds: int
     services: tuple[ServiceDeployment, ...]
@@ -156,6 +149,39 @@ class HostDeployment:
     held_cards: tuple[HeldCard, ...] = ()
     """Cards the plan switches to device-share mode while a pinned (so running) service holds them
     alone (`records.held_cards`): that service must stop for the switch."""
+
+    # The scripts are built on first use, once (a frozen record's cached value): `plan` prints none of
+    # them, and at 1,300 hosts they cost a third of its records.
+
+    @cached_property
+    def check_script(self) -> str:
+        """The host check (`records.host_check`), run before any image or container."""
+        ports = {p for c in (*self.services, *self.routers) for p in c.spec.ports}
+        ports |= set(() if self.exporter is None else self.exporter.ports)
+        return host_check_script(
+            self.host, [(s.plan, s.spec) for s in self.services], stack=self.stack, ports=sorted(ports),
+            shared_cards=self.device_share_cards, engine=self.docker_engine,
+        )  # fmt: skip
+
+    @cached_property
+    def takeover_script(self) -> str | None:
+        """Disables for good the containers the host `replaces` (`records.takeover`), after the check and
+        before anything that needs their cards or ports; None when it replaces none."""
+        return takeover_script(self.host, self.host.replaces) if self.host.replaces else None
+
+    @cached_property
+    def device_share_script(self) -> str | None:
+        """Puts the shared cards into device-share mode (`records.device_share`), after the check and
+        before any container on them; None unless the host shares cards with `cardSharing: deviceShare`."""
+        sharing = self.device_share_cards
+        return device_share_script(self.host, sharing, own=[s.spec.name for s in self.services]) if sharing else None
+
+    @cached_property
+    def start_order_script(self) -> str | None:
+        """Writes each shared card's deploy-time order of containers on the host and installs its boot step
+        (`records.card_order`), after the check and before any container on those cards; None unless the
+        host shares cards. A dependency of the containers, never an input: a new order re-creates nothing."""
+        return order_script(self.host, card_orders(self.plan)) if self.shared_cards else None
 
     @property
     def host(self) -> Host:
@@ -264,18 +290,12 @@ def _host_deployment(
         host_key=host.host_key or find_host_key(known_hosts, host.address, host.ssh_port),
         ssh_options=None if host.is_local() else tuple(ssh_options(plan.fleet.ssh, host.host_key)),
         connect_timeout_seconds=plan.fleet.ssh.connect_timeout_seconds,
-        check_script=host_check_script(
-            host, [(s.plan, s.spec) for s in services], stack=plan.stack,
-            ports=sorted({p for c in (*services, *routers) for p in c.spec.ports} | {p for e in extra for p in e.ports}),
-            shared_cards=sharing, engine=plan.fleet.docker_engine_of(host),
-        ),  # fmt: skip
-        takeover_script=takeover_script(host, host.replaces) if host.replaces else None,
         shared_cards=shared_cards,
         device_share_cards=sharing,
-        device_share_script=device_share_script(host, sharing, own=[s.spec.name for s in services]) if sharing else None,
         device_share_removal=removal_script() if sharing else None,
-        start_order_script=order_script(host, card_orders(hp)) if shared_cards else None,
         start_order_removal=order_removal() if shared_cards else None,
+        stack=plan.stack,
+        docker_engine=plan.fleet.docker_engine_of(host),
         images=tuple(sorted({s.spec.image for s in services} | {r.base_image for r in routers} | {e.image for e in extra})),
         pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,
         services=services,

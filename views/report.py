@@ -178,17 +178,38 @@ def json_text(doc: Any) -> str:
     return json.dumps(doc, indent=2)
 
 
-def _orjson_prints_alike(value: Any) -> bool:
-    kind = type(value)
-    if kind is dict:
-        return all(type(k) is str and _orjson_prints_alike(v) for k, v in value.items())
-    if kind is list:
-        return all(_orjson_prints_alike(v) for v in value)
-    if kind is float:
-        return value == 0 or 1e-4 <= abs(value) < 1e16
-    if kind is int:
-        return -(2**63) <= value < 2**64
-    return value is None or kind in (str, bool)
+_PLAIN = frozenset({str, bool, type(None)})
+"""Values both encoders print alike whatever they hold (strings are checked in the text afterwards)."""
+
+
+def _orjson_prints_alike(doc: Any) -> bool:
+    """Every key a string, every number in the range both print alike. One pass over the containers,
+    each one's values' types taken at once: a plan is mostly strings, so few values are looked at alone."""
+    pending = [doc]
+    while pending:
+        value = pending.pop()
+        kind = type(value)
+        if kind is dict:
+            if not set(map(type, value)) <= {str}:
+                return False
+            value = value.values()
+        elif kind is not list:
+            value = (value,)
+        if set(map(type, value)) <= _PLAIN:
+            continue
+        for item in value:
+            kind = type(item)
+            if kind is dict or kind is list:
+                pending.append(item)
+            elif kind is float:
+                if not (item == 0 or 1e-4 <= abs(item) < 1e16):
+                    return False
+            elif kind is int:
+                if not -(2**63) <= item < 2**64:
+                    return False
+            elif kind not in _PLAIN:
+                return False
+    return True
 
 
 def _must_stop(hd: HostDeployment, fmt: str, wide: bool) -> str:
