@@ -59,6 +59,7 @@ class Cards:
     """Per card: a pinned service holds it (see `held`)."""
     in_use: bool = field(init=False, default=False)
     """A service is placed here already."""
+    _views: dict[tuple[bool, bool], list[int]] = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.free = [self.budget] * self.host.npus
@@ -108,7 +109,14 @@ class Cards:
         return None
 
     def fits(self, block: Block, service: Placeable, avoid: frozenset[int] = frozenset()) -> bool:
-        return all(self.refusal(c, service, avoid) is None for c in block)
+        """`refusal` is None for every card of `block`: its tests without its words (placement asks
+        this for every block of every candidate host)."""
+        need = units(service.memory_fraction)
+        apart = self.host.card_sharing == "refuse" or not service.hccl_ranges
+        for c in block:
+            if c in avoid or self.sole[c] or self.free[c] < need or (apart and self.users[c]):
+                return False
+        return True
 
     def port_refusal(self, service: Placeable) -> str | None:
         """Why the host cannot take `service` for a window it pins (or HCCL's default NPU port it
@@ -137,17 +145,29 @@ class Cards:
             self.sole[c] = self.sole[c] or sole
             self.pinned[c] = self.pinned[c] or service.devices is not None
         self.in_use = True
+        self._views.clear()
         if self.ports is not None and binds_ports(service):
             self.ports.take(service)
 
     def capacity(self, tp: int, alone: bool, unheld: bool = False) -> int:
         """Largest memory fraction (units) a TP group of this size could still get here (with
         `unheld`: on cards no pinned service holds)."""
-        free = [
-            -1 if self.sole[c] or (unheld and self.pinned[c]) or (alone and self.users[c]) else self.free[c]
-            for c in range(self.host.npus)
-        ]
+        free = self._usable(alone, unheld)
+        if tp == 1:
+            return max(free, default=-1)
         return max((min(free[start : start + tp]) for start in range(0, self.host.npus - tp + 1, tp)), default=-1)
+
+    def _usable(self, alone: bool, unheld: bool) -> list[int]:
+        """Per card, the memory a new group could use there, -1 where it cannot: kept until the next
+        `take`, so the capacities of every TP size after a take share one count."""
+        key = (alone, unheld)
+        free = self._views.get(key)
+        if free is None:
+            free = self._views[key] = [
+                -1 if self.sole[c] or (unheld and self.pinned[c]) or (alone and self.users[c]) else self.free[c]
+                for c in range(self.host.npus)
+            ]
+        return free
 
     def describe(self) -> str:
         """Free memory per card, for error messages: `0:0.05 1:0.05 ...`."""
