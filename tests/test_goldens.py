@@ -6,14 +6,19 @@ but for the one documented change below.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import enum
 import json
+import uuid
+from decimal import Decimal
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.goldens import GOLDENS, fleets, outputs
-from views.report import _orjson_prints_alike, json_text
+from views.report import _orjson_text, json_text
 from tests.support.pipeline import plan_json_of
 
 FLEETS = fleets()
@@ -80,6 +85,39 @@ def test_every_ascii_character_in_a_value_prints_as_the_standard_library_prints_
     assert json_text(doc) == json.dumps(doc, indent=2)
 
 
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class _Point:
+    x: int
+
+
+class _Text(str):
+    pass
+
+
+class _Count(int):
+    pass
+
+
+@pytest.mark.parametrize("value", [uuid.UUID(int=1), _Colour.RED, _Point(1), datetime.date(2026, 1, 1), Decimal("0.5")])
+def test_a_value_the_standard_library_cannot_print_is_refused_as_it_refuses_it_though_orjson_prints_it(value):
+    for doc in ({"a": [1, {"b": value}]}, [value], value):
+        with pytest.raises(TypeError):
+            json.dumps(doc, indent=2)
+        with pytest.raises(TypeError):
+            json_text(doc)
+
+
+@pytest.mark.parametrize("value", [_Text("x"), _Count(3), (1, "a"), {_Text("k"): 1}, {"a": 2**64 - 1}])
+def test_subclasses_tuples_and_the_largest_integers_print_as_the_standard_library_prints_them(value):
+    doc = {"a": [value, {"b": value}]}
+    assert json_text(doc) == json.dumps(doc, indent=2)
+
+
 @pytest.mark.parametrize("name", sorted(FLEETS))
 def test_every_golden_plan_takes_orjsons_path(name):
-    assert _orjson_prints_alike(plan_json_of(FLEETS[name]))
+    doc = plan_json_of(FLEETS[name])
+    assert _orjson_text(doc) == json.dumps(doc, indent=2)

@@ -171,44 +171,42 @@ def json_text(doc: Any) -> str:
     keys into strings; orjson writes 0.00001 and null, writes UTF-8 and DEL (0x7f, which the standard
     library escapes as \\u007f) as they are, and refuses such keys and integers beyond 64 bits. A document
     holding any of those takes the standard library's path."""
-    if _orjson_prints_alike(doc):
-        text = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
-        if text.isascii() and "\x7f" not in text:
-            return text
-    return json.dumps(doc, indent=2)
+    return _orjson_text(doc) or json.dumps(doc, indent=2)
 
 
-_PLAIN = frozenset({str, bool, type(None)})
-"""Values both encoders print alike whatever they hold (strings are checked in the text afterwards)."""
+def _orjson_text(doc: Any) -> str | None:
+    """orjson's text of `doc` when it is the standard library's; None when they could differ."""
+    if not _orjson_prints_alike(doc):
+        return None
+    try:
+        text = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+    except orjson.JSONEncodeError:  # a key that is not a string, an integer beyond 64 bits
+        return None
+    return text.decode() if text.isascii() and b"\x7f" not in text else None
+
+
+_SCALARS = frozenset({str, int, bool, type(None)})
+"""Values orjson prints as the standard library does, or refuses (an integer beyond 64 bits)."""
+_ALIKE = _SCALARS | {float, dict, list}
 
 
 def _orjson_prints_alike(doc: Any) -> bool:
-    """Every key a string, every number in the range both print alike. One pass over the containers,
-    each one's values' types taken at once: a plan is mostly strings, so few values are looked at alone."""
+    """Only JSON's own types, every float in the range both print alike. The keys and the integers'
+    range are orjson's to refuse. One pass over the containers, each one's values' types taken at
+    once: a plan is mostly strings and integers, so few values are looked at alone."""
     pending = [doc]
     while pending:
         value = pending.pop()
         kind = type(value)
-        if kind is dict:
-            if not set(map(type, value)) <= {str}:
-                return False
-            value = value.values()
-        elif kind is not list:
-            value = (value,)
-        if set(map(type, value)) <= _PLAIN:
+        value = value.values() if kind is dict else value if kind is list else (value,)
+        kinds = set(map(type, value))
+        if kinds <= _SCALARS:
             continue
-        for item in value:
-            kind = type(item)
-            if kind is dict or kind is list:
-                pending.append(item)
-            elif kind is float:
-                if not (item == 0 or 1e-4 <= abs(item) < 1e16):
-                    return False
-            elif kind is int:
-                if not -(2**63) <= item < 2**64:
-                    return False
-            elif kind not in _PLAIN:
-                return False
+        if not kinds <= _ALIKE:
+            return False
+        if float in kinds and not all(x == 0 or 1e-4 <= abs(x) < 1e16 for x in value if type(x) is float):
+            return False
+        pending += [x for x in value if type(x) is dict or type(x) is list]
     return True
 
 
