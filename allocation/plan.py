@@ -7,6 +7,7 @@ A plan is made once for the whole stack; each Pulumi component, exporter and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from decimal import Decimal
 from typing import Any, Callable, Mapping
 
@@ -105,12 +106,21 @@ class HostPlan:
 
     def shared_cards(self) -> tuple[int, ...]:
         """Cards used by more than one service, ascending."""
-        return tuple(card for card, services in self.card_load().items() if len(services) > 1)
+        return self._shared_cards
 
     def device_share_cards(self) -> tuple[int, ...]:
         """The cards device-share mode reaches when the shared cards are switched, ascending: each
         shared card's sharing unit, on Atlas A3 both chips of its NPU (npu-smi switches them together,
         so the other chip must be free of containers too, and stays in the mode)."""
+        return self._device_share_cards
+
+    # Counted once per (frozen) plan: the records, the report and the exports each ask.
+    @cached_property
+    def _shared_cards(self) -> tuple[int, ...]:
+        return tuple(card for card, services in self.card_load().items() if len(services) > 1)
+
+    @cached_property
+    def _device_share_cards(self) -> tuple[int, ...]:
         return tuple(sorted({c for card in self.shared_cards() for c in self.host.sharing_unit(card)}))
 
 

@@ -66,8 +66,8 @@ def _pinned(ps: ServicePlan) -> bool:
 
 def held_cards(hp: HostPlan) -> tuple[HeldCard, ...]:
     """The cards of `hp` the plan switches to device-share mode under a pinned service, ascending."""
-    if hp.host.card_sharing != "deviceShare":
-        return ()
+    if hp.host.card_sharing != "deviceShare" or not any(map(_pinned, hp.services)):
+        return ()  # without a pinned service, no card has a holder
     load = hp.card_load()
     today = {c for card, on in load.items() if sum(map(_pinned, on)) > 1 for c in hp.host.sharing_unit(card)}
     shared = set(hp.shared_cards())
