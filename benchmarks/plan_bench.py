@@ -8,7 +8,8 @@ a real placement, which would be a bug in the bound).
 The whole-process figure is `python -m allocation plan --format json` on a random mix of 5,333 services
 on 1,300 hosts, as a shard runs it: wall and CPU time, median of five runs.
 
-Packing is measured on random mixes at three sizes: S services on 1.3 x S x 3/16 hosts, where
+Packing is measured on 15 random mixes, their seeds drawn at each run (printed; `--seeds` replays
+them), at three sizes: S services on 1.3 x S x 3/16 hosts, where
 S x 3/16 is about the hosts the mix needs (75, 250 and 1,000). Two bounds (`card_bound.py` says
 why the second is one):
 - closed form: ceil(sum(TP x fraction) / budget / 8);
@@ -20,6 +21,7 @@ The day-2 part plans 80% of a mix, pins it (host and devices, as `pin` would) an
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -99,17 +101,25 @@ def every_instance(fleet) -> list[Instance]:
     return [i for s in fleet.services for i in instances(s, fleet.defaults)]
 
 
+def draw_seeds() -> list[int]:
+    """Fresh seeds for the mixes, from the system's randomness: the packing is measured on mixes no
+    one tuned the placer on; the printed seeds replay them (placement itself is deterministic)."""
+    draw = random.SystemRandom()
+    return [draw.randrange(2**32) for _ in range(MIXES)]
+
+
 def check(used: int, bound: int, what: str) -> None:
     if bound > used:
         raise SystemExit(f"BUG: {what}: the card-level 'lower bound' {bound} is above a real placement of {used} hosts")
 
 
-def packing() -> None:
+def packing(seeds: list[int]) -> None:
     print("\npacking on random mixes: hosts used vs lower bounds (closed form; card level, HiGHS)")
+    print(f"seeds (--seeds to run these again): {','.join(map(str, seeds))}")
     print(f"{'~hosts':>6} {'services':>8} {'mixes':>5} {'gap to closed':>14} {'gap to card-LB':>15} {'<= card-LB+1':>12} {'plan':>8}")
     for scale, services in SCALES.items():
         closed_gaps, card_gaps, seconds = [], [], []
-        for seed in range(MIXES):
+        for seed in seeds:
             fleet = parse_fleet("pack", random_mix(seed, services))
             start = time.perf_counter()
             plan = plan_fleet(fleet)
@@ -121,8 +131,8 @@ def packing() -> None:
             card_gaps.append(used - card)
         within = sum(g <= 1 for g in card_gaps)
         print(
-            f"{scale:>6} {services:>8} {MIXES:>5} {_spread(closed_gaps):>14} {_spread(card_gaps):>15} "
-            f"{within:>9}/{MIXES} {statistics.median(seconds) * 1e3:>6.0f}ms"
+            f"{scale:>6} {services:>8} {len(seeds):>5} {_spread(closed_gaps):>14} {_spread(card_gaps):>15} "
+            f"{within:>9}/{len(seeds)} {statistics.median(seconds) * 1e3:>6.0f}ms"
         )
 
 
@@ -130,12 +140,12 @@ def _spread(gaps: list[int]) -> str:
     return f"{min(gaps)}-{max(gaps)} (avg {statistics.mean(gaps):.1f})"
 
 
-def day_two() -> None:
+def day_two(seeds: list[int]) -> None:
     print("\nday 2 at ~1,000 hosts: 80% of each mix planned and pinned, then 20% newcomers added")
     print(f"{'newcomers keep off pinned cards':>32} {'gap to card-LB':>15} {'<= card-LB+1':>12} {'newcomers on a pinned card':>27}")
     results: dict[bool, list[int]] = {True: [], False: []}
     shared: dict[bool, list[int]] = {True: [], False: []}
-    for seed in range(MIXES):
+    for seed in seeds:
         values = random_mix(seed, SCALES[1000])
         old = values["services"][: len(values["services"]) * 4 // 5]
         day1 = parse_fleet("day1", values | {"services": old})
@@ -154,7 +164,7 @@ def day_two() -> None:
     for rule in (True, False):
         gaps = results[rule]
         print(
-            f"{'yes (as planned)' if rule else 'no':>32} {_spread(gaps):>15} {sum(g <= 1 for g in gaps):>9}/{MIXES} "
+            f"{'yes (as planned)' if rule else 'no':>32} {_spread(gaps):>15} {sum(g <= 1 for g in gaps):>9}/{len(seeds)} "
             f"{statistics.mean(shared[rule]):>15.0f} of {len(newcomers)}"
         )
 
@@ -210,6 +220,10 @@ def _stack_yaml(values: dict) -> str:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", help=f"the {MIXES} mixes' seeds, comma-separated (default: drawn now)")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else draw_seeds()
     print("plan time (median; 8 NPUs/host, 4 services/host, half auto-placed)")
     print(f"{'hosts':>6} {'services':>9} {'parse+plan':>11} {'plan':>9} {'per host':>10}")
     times = {}
@@ -221,8 +235,8 @@ def main() -> None:
         times[hosts] = time_plan(values, repeat=5 if hosts < 1000 else 3)
         print(f"{hosts:>6} {len(values['services']):>9} {total * 1e3:>9.1f}ms {times[hosts] * 1e3:>7.1f}ms {times[hosts] / hosts * 1e6:>8.1f}us")
     print(f"ratio 100/10 hosts: {times[100] / times[10]:.1f}x, 1000/100 hosts: {times[1000] / times[100]:.1f}x (linear = 10x)")
-    packing()
-    day_two()
+    packing(seeds)
+    day_two(seeds)
     whole_process()
 
 
