@@ -80,7 +80,11 @@ def _kb(pid: int, path: str, key: str) -> int:
 
 class TreeSampler(threading.Thread):
     """Samples the process trees of every `pulumi` child of this process until stopped: the peak
-    plugin count and the peak RSS and PSS sums."""
+    plugin count and the peak RSS and PSS sums.
+
+    Plugins are the `pulumi` processes' own children: the CLI starts each plugin. A docker
+    provider forks an `ssh` for each session, and until that child has exec'd it carries the
+    provider's name; counting the whole tree by name caught such forks on a loaded machine."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
@@ -91,13 +95,14 @@ class TreeSampler(threading.Thread):
         me = os.getpid()
         while not self._done.wait(0.2):
             table = _proc_table()
-            tree = {pid for pid, (ppid, comm) in table.items() if ppid == me and comm == "pulumi"}
+            clis = {pid for pid, (ppid, comm) in table.items() if ppid == me and comm == "pulumi"}
+            tree = set(clis)
             grew = True
             while grew:
                 more = {pid for pid, (ppid, _) in table.items() if ppid in tree} - tree
                 tree |= more
                 grew = bool(more)
-            names = [table[p][1] for p in tree if p in table]
+            names = [comm for ppid, comm in table.values() if ppid in clis]
             self.providers = max(self.providers, sum(n.startswith(PROVIDER_PREFIX) for n in names))
             self.plugins = max(self.plugins, sum(n.startswith(PLUGIN_PREFIXES) for n in names))
             self.rss_kb = max(self.rss_kb, sum(_kb(p, "status", "VmRSS:") for p in tree))
