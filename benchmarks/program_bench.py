@@ -12,7 +12,9 @@ The floor (`floor_program.py`) registers what the engine needs at the least for 
 one docker provider per host and one bare container per service, with the program's two SDK
 tunings. The program registers more per service (its component, the host's check, device-share,
 start-order and image steps), so the ratio is printed per run and per registration.
-Then single shards of a fleet of 1,000 hosts / 4,000 services deployed as shards of 50 hosts.
+Then single shards of a fleet of 1,000 hosts / 4,000 services deployed as shards of 50 hosts, and
+all 20 of them against the same fleet as one stack: together they must register exactly its
+resources.
 `--run KIND N` times one program alone (`program`, `floor` or `plain`, the untuned floor of
 `floor_plain.py`), for timing whole processes from outside.
 """
@@ -111,6 +113,26 @@ def one_shard(services: int, size: int, shards: tuple[int, ...]) -> None:
         )
 
 
+def union_of_shards(services: int, size: int) -> None:
+    """Every shard of the fleet registered, against the same fleet as one stack (one shard of all
+    its hosts, as tests/test_shards_program.py builds it): the union must be the one stack's
+    registrations, resource for resource. The run stops at the first difference."""
+    values = fleet(services) | {"shards": {"size": size}}
+    cut = parse_fleet("bench", values).fleet_hash()
+    count = -(-len(values["hosts"]) // size)
+    union: list[str] = []
+    for k in range(count):
+        union += run_program(f"bench-shard-{k}", values | {"shardOf": {"fleet": "bench", "index": k, "fleetHash": cut}}).registered()
+    whole = values | {"shards": {"size": len(values["hosts"])}}
+    whole["shardOf"] = {"fleet": "bench", "index": 0, "fleetHash": parse_fleet("bench", whole).fleet_hash()}
+    one = run_program("bench-one", whole).registered()
+    union.sort()
+    if union != one:
+        first = next((a, b) for a, b in zip(union + [""] * len(one), one + [""] * len(union)) if a != b)
+        raise SystemExit(f"the {count} shards register other resources than one stack; first difference:\n{first}")
+    print(f"the {count} shards of {len(values['hosts'])} hosts / {services} services together: {len(one)} registrations, those of one stack")
+
+
 def run_one(kind: str, services: int) -> None:
     run_program("bench", fleet(4), main=PROGRAMS[kind])  # warm-up: imports
     seconds, registered, _ = time_once(fleet(services), PROGRAMS[kind])
@@ -139,6 +161,7 @@ def main() -> None:
     for kind in ("floor", "plain"):
         against_floor(SIZES[-1], pairs=3, kind=kind)
     one_shard(4000, 50, (0, 7, 19))
+    union_of_shards(4000, 50)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ LOCAL_COMMAND = "command:local:Command"
 MODEL_SERVICE = "ascend-fleet:index:ModelService"
 ROUTER = "ascend-fleet:index:Router"
 ASCEND_HOST = "ascend-fleet:index:AscendHost"
+STACK_IN_URN = re.compile(r"urn:pulumi:[^:]+::|(?<=pulumi:pulumi:Stack::ascend-fleet-)[A-Za-z0-9_.-]+")
 
 if str(PROJECT_ROOT) not in sys.path:
     sys.path.insert(0, str(PROJECT_ROOT))
@@ -145,6 +146,15 @@ class Run:
     def containers(self) -> dict[str, dict]:
         """Container name -> its inputs, for comparing runs."""
         return {r.inputs["name"]: r.inputs for r in self.of_type(CONTAINER)}
+
+    def registered(self) -> list[str]:
+        """Each registration as the engine would get it, sorted, the stack's name taken out of every
+        URN: the runs of a fleet's shards together against one stack's run (docs/shards.md)."""
+        out = []
+        for r in self.registrations:
+            fields = [r.type, r.name, r.parent, r.provider, r.custom, sorted(r.dependencies), r.inputs, list(r.aliases)]
+            out.append(STACK_IN_URN.sub("STACK", json.dumps(fields, sort_keys=True, default=str)))
+        return sorted(out)
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
