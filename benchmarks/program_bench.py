@@ -95,6 +95,12 @@ def time_plan(values: dict) -> float:
     return time.perf_counter() - start
 
 
+def shard_values(values: dict, index: int, fleet_hash: str) -> dict:
+    """Shard `index` of fleet `bench`'s values, as `python -m allocation shards` cuts it; `fleet_hash`:
+    the fleet's `FleetConfig.fleet_hash()`."""
+    return values | {"shardOf": {"fleet": "bench", "index": index, "fleetHash": fleet_hash}}
+
+
 def one_shard(services: int, size: int, shards: tuple[int, ...]) -> None:
     """The program of single shards of a fleet deployed as shards: each plans the whole fleet and
     registers only its hosts' slice (docs/shards.md). The allocator packs the unpinned half of the
@@ -102,7 +108,7 @@ def one_shard(services: int, size: int, shards: tuple[int, ...]) -> None:
     values = fleet(services) | {"shards": {"size": size}}
     cut = parse_fleet("bench", values).fleet_hash()
     for k in shards:
-        shard = values | {"shardOf": {"fleet": "bench", "index": k, "fleetHash": cut}}
+        shard = shard_values(values, k, cut)
         gc.collect()
         start = time.perf_counter()
         run = run_program(f"bench-shard-{k}", shard)
@@ -122,10 +128,9 @@ def union_of_shards(services: int, size: int) -> None:
     count = -(-len(values["hosts"]) // size)
     union: list[str] = []
     for k in range(count):
-        union += run_program(f"bench-shard-{k}", values | {"shardOf": {"fleet": "bench", "index": k, "fleetHash": cut}}).registered()
+        union += run_program(f"bench-shard-{k}", shard_values(values, k, cut)).registered()
     whole = values | {"shards": {"size": len(values["hosts"])}}
-    whole["shardOf"] = {"fleet": "bench", "index": 0, "fleetHash": parse_fleet("bench", whole).fleet_hash()}
-    one = run_program("bench-one", whole).registered()
+    one = run_program("bench-one", shard_values(whole, 0, parse_fleet("bench", whole).fleet_hash())).registered()
     union.sort()
     if union != one:
         first = next((a, b) for a, b in zip(union + [""] * len(one), one + [""] * len(union)) if a != b)

@@ -43,17 +43,17 @@ def deploy_matrix(stack: str, plan: Plan) -> list[dict[str, object]]:
     `HOST_SLOTS` for each of its hosts."""
     exporter = 1 if plan.fleet.metrics.npu_exporter is not None else 0
     routers = Counter(rp.host_name for rp in plan.routers)
-    slots: dict[int | None, int] = {}
+    slots: Counter[int | None] = Counter()
     hosts: Counter[int | None] = Counter()
     for hp in plan.hosts:
-        # One key, None, for a stack not deployed as shards; shard indexes otherwise.
+        # One key, None, for a stack not deployed as shards (so one row); shard indexes otherwise.
         key = hp.shard if plan.fleet.shards is not None else None
         hosts[key] += 1
         if hp.services or routers[hp.host.name]:
-            slots[key] = slots.get(key, 0) + len(hp.services) + routers[hp.host.name] + exporter + HOST_SLOTS
+            slots[key] += len(hp.services) + routers[hp.host.name] + exporter + HOST_SLOTS
     return [
-        {"stack": stack if k is None else shard_stack(stack, k), "parallel": slots.get(k, HOST_SLOTS * n)}
-        for k, n in sorted(hosts.items(), key=lambda kv: -1 if kv[0] is None else kv[0])
+        {"stack": stack if k is None else shard_stack(stack, k), "parallel": slots[k] or HOST_SLOTS * n}
+        for k, n in sorted(hosts.items())
     ]
 
 
