@@ -297,7 +297,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _shards(args: argparse.Namespace) -> int:
     from cli.safe_write import write_set
-    from cli.shards import deploy_matrix, shard_files, stale
+    from cli.shards import deploy_matrix, not_current, shard_files, stale
     from cli.stack_editor import read_bytes
 
     if args.comment is not None and args.changed_since is None:
@@ -314,11 +314,11 @@ def _shards(args: argparse.Namespace) -> int:
     folder = stack_file.path.parent
     gone = stale(folder, stack_file.stack, files)
     if args.check:
-        differ = [n for n, text in files.items() if not (folder / n).is_file() or read_bytes(folder / n) != text.encode()]
+        differ = [why for n, text in files.items() if (why := not_current(folder, n, text))]
         if differ or gone:
             print(
                 f"shard files of fleet {stack_file.stack} are not current: "
-                + "; ".join([f"{n} differs from the fleet's cut" for n in differ] + [f"{n} holds no host now" for n in gone])
+                + "; ".join(differ + [f"{n} holds no host now" for n in gone])
                 + f"; run python -m allocation shards --stack {stack_file.stack}",
                 file=sys.stderr,
             )
