@@ -4,7 +4,7 @@ estimate from its profile, scaled from vLLM-Ascend's two published measurements.
 What the pool follows (vllm-ascend@v0.20.2rc1, which runs vLLM v0.20.2, its Dockerfile's `VLLM_TAG`):
 
 - **graphs per batch size.** vLLM's default `FULL_AND_PIECEWISE` becomes `PIECEWISE` on the NPU
-  (`vllm_ascend/platform.py` `check_and_update_config`), which cuts the model at every attention
+  (`vllm_ascend/platform.py` `check_and_update_config` l. 379), which cuts the model at every attention
   layer: `num_hidden_layers + 1` graphs for each batch size captured, the count vLLM-Ascend itself
   takes per size (`vllm_ascend/utils.py` `update_aclgraph_sizes` l. 567, `resources_per_graph`).
 - **the batch sizes.** Unless `cudagraph_capture_sizes` or `max_cudagraph_capture_size` is given
@@ -12,8 +12,9 @@ What the pool follows (vllm-ascend@v0.20.2rc1, which runs vLLM v0.20.2, its Dock
   is `min(max_num_seqs x (1 + speculative tokens), 512)` (`platform.py`
   `_get_default_max_cudagraph_capture_size` l. 160-194, vLLM's rule without its `x 2`) and the sizes
   are `[1, 2, 4] + range(8, 256, 8) + range(256, largest + 1, 16)` up to it (vLLM `config/vllm.py`
-  `VllmConfig._set_cudagraph_sizes`). `--max-num-seqs` defaults to 256 on these cards (vLLM
-  `engine/arg_utils.py` `get_batch_defaults`: 256 below 70 GiB of device memory).
+  `VllmConfig._set_cudagraph_sizes`, read on vLLM's main: the list vllm-ascend's docstring there says
+  it keeps). `--max-num-seqs` defaults to 256 on these cards (vLLM `engine/arg_utils.py`
+  `get_batch_defaults`: 1024 only with 70 GiB of device memory or more, which a 64 GB 910B has not).
 - **the ACL runtime's limit.** It captures at most 1800 graphs, so `update_aclgraph_sizes` keeps at
   most `floor((1800 - 40 g) / (layers + 1) / (1 + 2 g))` sizes, `g` 1 with tensor parallelism and 0
   without, or `floor(1800 / (layers + 1) / (1 + g))` with `HCCL_OP_EXPANSION_MODE=AIV` (its bound for

@@ -66,8 +66,9 @@ class Tenant:
 
     def words(self) -> str:
         pool = self.pool
-        graph = ", no graphs (--enforce-eager)" if pool.source == "--enforce-eager" else f" + graphs {gib(pool.bytes)} GiB ({pool.source})"
-        return f"{self.name} {gib(self.held)} GiB ({self.why}){graph}"
+        if pool.source == "--enforce-eager":
+            return f"{self.name} {gib(self.held)} GiB ({self.why}), no graphs (--enforce-eager)"
+        return f"{self.name} {gib(self.held)} GiB ({self.why}) + graphs {gib(pool.bytes)} GiB ({pool.source})"
 
 
 def tenant(ps: ServicePlan, total: int, pool: GraphPool) -> Tenant:
@@ -75,7 +76,8 @@ def tenant(ps: ServicePlan, total: int, pool: GraphPool) -> Tenant:
     cap = ps.capacity
     if cap is not None and cap.encoder:
         held = cap.weight_bytes_per_card + cap.overhead_bytes
-        why = f"no KV cache: {gib(cap.weight_bytes_per_card)} GiB weights + {gib(cap.overhead_bytes)} GiB runtimeOverheadGiB"
+        weights, overhead = gib(cap.weight_bytes_per_card), gib(cap.overhead_bytes)
+        why = f"no KV cache: {weights} GiB weights + {overhead} GiB runtimeOverheadGiB"
         return Tenant(ps.name, fraction, ask, held, pool, why)
     return Tenant(ps.name, fraction, ask, ask, pool, f"memoryFraction {fraction}")
 

@@ -236,7 +236,8 @@ def _subtracted(ps: ServicePlan, version: tuple[int, int], held: int, place: str
         f"{gib(held)} GiB the services started before it hold on its cards from its own KV cache"
     )
     if cap is None or cap.encoder:
-        return Outcome(None, warnings=(f"{place}: image: {ps.name}: {why}; its KV cache will be that much smaller than the plan's",))
+        smaller = "its KV cache will be that much smaller than the plan's"
+        return Outcome(None, warnings=(f"{place}: image: {ps.name}: {why}; {smaller}",))
     left = cap.kv_bytes_per_card - held
     if left < (cap.bytes_per_request or 1):
         need = f"the {gib(cap.bytes_per_request)} GiB one request of maxModelLen needs" if cap.bytes_per_request else "anything"
