@@ -116,10 +116,22 @@ def test_a_cache_smaller_than_one_sequence_stops_the_plan_as_vllm_would():
 
 def test_more_sequences_than_the_cache_holds_is_a_warning_not_an_error():
     plan = plan_fleet(profiled(0.5, max_model_len=100_000, max_num_seqs=64))
-    [warning] = plan.warnings
-    assert "maxNumSeqs 64 requests of maxModelLen 100000 need 50048 blocks, more than its KV cache of 2429" in warning
-    assert "3.11 requests of maxModelLen at once" in warning
+    assert plan.warnings == (
+        "host npu-a cards 0,1,2,3: maxNumSeqs, memoryFraction: chat: maxNumSeqs 64 requests of maxModelLen 100000 "
+        "need 50048 blocks, more than its KV cache of 2429 (memoryFraction 0.5 of 60.96 GiB): 3.11 requests of "
+        "maxModelLen at once, the rest queue",
+    )
     assert plan_fleet(profiled(0.9)).warnings == ()
+
+
+def test_each_note_on_a_sized_service_is_a_warning_of_its_own_led_by_its_cards_and_key():
+    speculative = ["--speculative-config", '{"num_speculative_tokens": 2}']
+    plan = plan_fleet(profiled(0.5, max_model_len=100_000, max_num_seqs=64, args=speculative))
+    assert [w.split(": ")[:3] for w in plan.warnings] == [
+        ["host npu-a cards 0,1,2,3", "maxNumSeqs, memoryFraction", "chat"],
+        ["host npu-a cards 0,1,2,3", "args", "chat's cache counts --speculative-config's 2 tokens but not the draft "
+         "model's own layers, which share the cache (not sized"],
+    ]  # fmt: skip
 
 
 def test_an_unknown_card_size_needs_hbm_bytes():
