@@ -39,7 +39,6 @@ from allocation.values import (
     STACK_NAME_RULE, AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word,
 )
 from allocation.defaults import (
-    DEFAULT_GRAPH_MEMORY_GIB,
     DEFAULT_IMAGE,
     DEFAULT_IMAGES,
     DEFAULT_IPC_MODE,
@@ -411,8 +410,10 @@ class ContainerSettings(Model):
         description="Per-card GiB of the NPU graph pool vLLM-Ascend captures after the KV cache, outside "
         "`memoryFraction` (vllm-ascend@v0.20.2rc1 `worker/worker.py` `compile_or_warm_up_model`); the shared-card "
         "check counts it unless `args` has `--enforce-eager`. Set it to what the startup log reports "
-        f"(\"... GiB for NPU graph memory\"). Default {DEFAULT_GRAPH_MEMORY_GIB} (no size is published for a 27B "
-        "model; see [room for graphs on shared cards](capacity.md)).",
+        "(\"... GiB for NPU graph memory\"). Unset: estimated from `profile` (its layers and the batch sizes "
+        "`maxNumSeqs` implies, scaled from vLLM-Ascend's published measurements), and a warning built on the "
+        "estimate starts with `estimate:`; without a profile either, the card's room for graphs is not checked "
+        "(see [room for graphs on shared cards](capacity.md)).",
     )  # fmt: skip
     stop_grace_seconds: int | None = Field(
         default=None, ge=0, le=3600,

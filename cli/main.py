@@ -162,8 +162,12 @@ def _deployment(args: argparse.Namespace) -> tuple[Deployment, StackFile]:
 
 def _plan(args: argparse.Namespace) -> int:
     deployment, stack_file = _deployment(args)
-    for warning in deployment.plan.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    # Each warning once: the table and the markdown end with them (a pull request's reader sees them
+    # there); the JSON carries them under `warnings` for a program and on stderr for its reader, and
+    # the diff of `--against` has them on stderr only.
+    if args.against is not None or args.format == "json":
+        for warning in deployment.plan.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
     if args.against is None:
         print(render_plan(deployment, args.format, wide=args.wide))
         return 0
