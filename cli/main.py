@@ -355,7 +355,7 @@ def _changed_shards(args: argparse.Namespace) -> int:
     deployment = deployment_of(stack_file.stack, stack_values(stack_file, data=read))
     require_fleet(stack_file, deployment.plan.fleet)
     new = plan_json(deployment)
-    old = plan_at_revision(PROJECT_ROOT, args.changed_since, stack_file.stack, None)
+    old = plan_at_revision(PROJECT_ROOT, args.changed_since, stack_file.stack, None, flag="--changed-since")
     changes = shard_changes.since(
         PROJECT_ROOT, args.changed_since, stack_file.stack, old, new, stack_document(stack_file.path, read)
     )

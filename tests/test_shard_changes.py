@@ -186,6 +186,15 @@ def test_an_unknown_revision_is_one_paragraph_naming_it(repo: Path):
         changes(repo, "no-such-branch")
 
 
+@pytest.mark.parametrize("ref", ["no-such-branch", "HEAD~1..HEAD", "^HEAD", "-HEAD"])
+def test_a_revision_that_names_no_commit_is_named_by_the_flag_it_was_given_with(repo: Path, ref: str):
+    error = one_paragraph(run(repo, "--stack", "test", f"--changed-since={ref}"))
+    assert "--changed-since" in error and "--against" not in error, error
+    with pytest.raises(FleetError, match="--changed-since") as info:
+        since(repo, ref, "test", {}, {}, {})
+    assert "--against" not in str(info.value)
+
+
 def test_a_stack_not_deployed_as_shards_is_one_paragraph_naming_its_file(repo: Path):
     (repo / "Pulumi.one.yaml").write_text(FLEET.replace("  ascend-fleet:shards: {size: 2}\n", ""))
     error = one_paragraph(run(repo, "--stack", "one", "--changed-since", "HEAD"))
