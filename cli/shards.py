@@ -21,8 +21,10 @@ from allocation.names import shard_stack
 from allocation.plan import Plan
 from cli.stackfile import StackFile, locate, stack_values
 
-CONFIG_LINE = re.compile(r"^config:[ \t]*(#.*)?$", re.MULTILINE)
-KEY_LINE = re.compile(r"^([ \t]+)[^\s#]", re.MULTILINE)
+# A line ends in CRLF, CR or LF, as YAML reads it (YAML 1.2, 5.4 "Line Break Characters") and so
+# `plan`: the fleet's file is cut whatever its line ends, and what is added ends as its lines do.
+CONFIG_LINE = re.compile(r"(?:\A|(?<=[\r\n]))config:[ \t]*(?:#[^\r\n]*)?(\r\n|\r|\n)")
+KEY_LINE = re.compile(r"(?<=[\r\n])([ \t]+)[^\s#]")
 
 
 HOST_SLOTS = 8
@@ -94,12 +96,13 @@ def _shard_text(stack_file: StackFile, text: str, fleet: FleetConfig, index: int
             "write the stack's config as a block mapping (one key per line)"
         )
     cut = json.dumps({"fleet": stack_file.stack, "index": index, "fleetHash": fleet.shard_hash(stack_file.stack, index)})
-    line = f"{key.group(1)}{NAMESPACE}:shardOf: {cut}\n"
+    newline = config.group(1)
+    line = f"{key.group(1)}{NAMESPACE}:shardOf: {cut}{newline}"
     header = (
         f"# Shard {index} of fleet {stack_file.stack}, written by `python -m allocation shards --stack "
-        f"{stack_file.stack}`: edit Pulumi.{stack_file.stack}.yaml and run it again, never this file.\n"
+        f"{stack_file.stack}`: edit Pulumi.{stack_file.stack}.yaml and run it again, never this file.{newline}"
     )
-    start, end = config.start(), config.end() + 1
+    start, end = config.start(), config.end()
     return text[:start] + header + text[start:end] + line + text[end:]
 
 
