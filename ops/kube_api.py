@@ -5,7 +5,8 @@ library's HTTPS (`urllib.request`, `ssl`) with what a kubeconfig names (kubernet
 configuration/organize-cluster-access-kubeconfig/): the current context's cluster `server`,
 `certificate-authority` or `-data`, and the user's `client-certificate`/`client-key` (files or
 `-data`) or `token`. Relative paths are relative to the kubeconfig's folder, as kubectl reads them.
-Exec and auth-provider plugins, and `insecure-skip-tls-verify`, are refused with the reason.
+Exec and auth-provider plugins, and `insecure-skip-tls-verify`, are refused with the reason. The
+kubeconfig itself is read with a stack file's bounds (`cli.yaml12`: no alias bomb, no deep nesting).
 
 Everything the cluster answers is text nobody here controls: each response is read up to `LIMIT`
 bytes (one more tells a cut body, which is refused, not parsed), parsed by `ops.bounded_json`, and
@@ -19,6 +20,7 @@ import base64
 import binascii
 import os
 import ssl
+import stat
 import tempfile
 import urllib.error
 import urllib.parse
@@ -27,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from cli import yaml12
 from ops.bounded_json import JsonError, excerpt, loads
 
 LIMIT = 32 * 1024 * 1024
@@ -105,19 +106,39 @@ def kubeconfig_path(option: str | None) -> Path:
     return Path(first) if first else Path.home() / ".kube" / "config"
 
 
-def load_access(path: Path) -> Access:
-    """The current context of the kubeconfig at `path`, ready to connect; KubeError naming what is wrong."""
+def _kubeconfig_text(path: Path) -> str:
+    """The kubeconfig's text, at most KUBECONFIG_LIMIT bytes: a regular file's size is checked before
+    anything is read, and anything else (`<(...)`, a device) is read up to one byte past the limit."""
+    too_large = f"kubeconfig {path} is larger than {KUBECONFIG_LIMIT} bytes, more than any kubeconfig doctor reads"
     try:
         with path.open("rb") as f:
+            st = os.fstat(f.fileno())
+            if stat.S_ISREG(st.st_mode) and st.st_size > KUBECONFIG_LIMIT:
+                raise KubeError(f"{too_large} (it is {st.st_size} bytes): give the cluster's kubeconfig")
             raw = f.read(KUBECONFIG_LIMIT + 1)
     except OSError as exc:
         raise KubeError(f"cannot read the kubeconfig {path}: {exc.strerror} (set --kubeconfig or KUBECONFIG)") from None
     if len(raw) > KUBECONFIG_LIMIT:
-        raise KubeError(f"kubeconfig {path} is larger than {KUBECONFIG_LIMIT} bytes")
+        raise KubeError(too_large)
+    return raw.decode("utf-8-sig")
+
+
+def _kubeconfig(path: Path) -> dict[str, Any]:
+    """The kubeconfig as YAML values, read as stack files are (`cli.yaml12`): an alias bomb, values nested
+    past `yaml12.MAX_DEPTH` and keys written twice are refused before anything is built from them."""
     try:
-        config = _mapping(yaml.safe_load(raw), f"kubeconfig {path}")
-    except yaml.YAMLError as exc:
-        raise KubeError(f"kubeconfig {path} is not YAML: {' '.join(str(exc).split())[:200]}") from None
+        return _mapping(yaml12.load_other(_kubeconfig_text(path)), f"kubeconfig {path}")
+    except yaml12.Located as exc:
+        raise KubeError(f"kubeconfig {path}, line {exc.line}: {exc.problem}") from None
+    except UnicodeDecodeError as exc:
+        raise KubeError(f"kubeconfig {path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
+    except (yaml12.YAMLError, RecursionError, ValueError) as exc:  # ValueError: an integer of thousands of digits
+        raise KubeError(f"kubeconfig {path} cannot be read as YAML: {' '.join(str(exc).split())[:300]}") from None
+
+
+def load_access(path: Path) -> Access:
+    """The current context of the kubeconfig at `path`, ready to connect; KubeError naming what is wrong."""
+    config = _kubeconfig(path)
     context = _named(config.get("contexts"), config.get("current-context"), "context", path)
     cluster = _named(config.get("clusters"), context.get("cluster"), "cluster", path)
     user = _named(config.get("users"), context.get("user"), "user", path) if context.get("user") else {}
