@@ -168,6 +168,20 @@ def _late(access: Access, path: str, seconds: float) -> KubeError:
     )
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """An API server answers a GET of the API itself; urllib would follow a redirect to any host,
+    plain http:// included, with the request's headers, the bearer token among them (CPython
+    `urllib/request.py` `HTTPRedirectHandler.redirect_request` keeps every header but the content
+    ones). So a redirect is refused, naming where it pointed."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201 (urllib's signature)
+        raise KubeError(
+            f"GET {urllib.parse.urlsplit(req.full_url).path}: the API server answered {code}, a redirect to "
+            f"{excerpt(newurl, 200)}; doctor follows no redirect, which would carry the kubeconfig's credentials "
+            "elsewhere: give the API server's own address as the cluster's server"
+        )
+
+
 def get(access: Access, path: str, query: dict[str, str] | None = None, deadline: float = DEADLINE) -> Any:
     """One GET of the API, parsed with bounds; KubeError for a refusal, a cut body, bad JSON, or an answer
     not whole within `deadline` seconds of the connection (`ops.deadline`)."""
@@ -177,7 +191,7 @@ def get(access: Access, path: str, query: dict[str, str] | None = None, deadline
         request.add_header("Authorization", f"Bearer {access.token}")
     clock = Deadline(deadline)
     try:
-        with urllib.request.build_opener(Https(access.context, clock)).open(request, timeout=TIMEOUT) as response:
+        with urllib.request.build_opener(Https(access.context, clock), _NoRedirect).open(request, timeout=TIMEOUT) as response:
             body = response.read(LIMIT + 1)
     except urllib.error.HTTPError as err:
         detail = err.read(4096).decode("utf-8", errors="replace")

@@ -129,3 +129,25 @@ def test_an_api_server_that_never_answers_the_tls_handshake_is_given_up_at_the_d
 def test_an_api_server_that_answers_at_once_is_read_within_the_deadline(lane_pki):
     with api_server(lane_pki, lambda handler, path, query: json_page(handler, {"items": [1], "metadata": {}})) as config:
         assert kube_api.list_items(kube_api.load_access(config), "/api/v1/pods", deadline=DEADLINE) == [1]
+
+
+def test_an_api_server_that_redirects_is_refused_and_the_token_goes_nowhere(lane_pki):
+    """urllib follows a redirect with every header but the content ones: the bearer token would go
+    to whatever host the answer names."""
+    seen: list[str | None] = []
+
+    def redirect(handler, path, query) -> None:
+        if path == "/elsewhere":
+            seen.append(handler.headers.get("Authorization"))
+            json_page(handler, {"items": [], "metadata": {}})
+            return
+        handler.send_response(302)
+        handler.send_header("Location", "/elsewhere")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    with api_server(lane_pki, redirect) as config:
+        access = kube_api.load_access(config)
+        with pytest.raises(kube_api.KubeError, match=r"^GET /api/v1/pods: the API server answered 302, a redirect to 'https://127\.0\.0\.1:\d+/elsewhere'; doctor follows no redirect"):
+            kube_api.list_items(access, "/api/v1/pods", deadline=DEADLINE)
+    assert seen == []
