@@ -24,7 +24,7 @@ from records.takeover import takeover_script
 from views.diff import diff_plans, render_diff
 from views.report import plan_json
 from tests.support.stacks import host, service
-from tests.support.pulumi_harness import CONTAINER, REMOTE_COMMAND, run_program
+from tests.support.pulumi_harness import ASCEND_HOST, CONTAINER, REMOTE_COMMAND, REMOTE_IMAGE, run_program
 from tests.support.stacks import values_of
 from tests.support.pipeline import deployment_of, plan_of
 
@@ -180,6 +180,28 @@ def test_pulumi_up_takes_over_after_the_check_and_before_every_container_and_the
     for name, container in containers.items():
         assert takeover.urn in container.dependencies, name
     assert "delete" not in takeover.inputs, "destroying the stack re-enables nothing by itself"
+
+
+def test_the_takeover_waits_for_every_image_its_host_needs_pulled_or_built_and_nothing_of_another_host():
+    values = {
+        "hosts": [host("npu-a", replaces=["model-emb-vl"]), host("npu-b")],
+        "services": [
+            service("bge", 1, 0.1, replicas=2, router={"host": "npu-a"}),
+            service("chat", 1, 0.5, host="npu-a", image="quay.io/ascend/vllm-ascend:v0.18.0rc1"),
+        ],
+        "metrics": {"npuExporter": {"image": "registry.example/npu-exporter:v6.0.0"}},
+    }
+    run_ = run_program("test", values)
+    [hd] = [hd for hd in deployment_of(values, "test").hosts if hd.name == "npu-a"]
+    hosts, commands = run_.by_name(ASCEND_HOST), run_.by_name(REMOTE_COMMAND)
+    takeover = commands["npu-a-takeover"]
+    images = {r.inputs["name"]: r.urn for r in run_.of_type(REMOTE_IMAGE) if r.parent == hosts["npu-a"].urn}
+    assert sorted(images) == sorted(hd.images) and len(images) == 3, "two model images and the exporter's"
+    build = commands["bge-router-image"]  # the router's image, built on npu-a from a pulled one
+    assert "docker build" in build.inputs["create"]
+    assert set(takeover.dependencies) == {commands["npu-a-check"].urn, *images.values(), build.urn}
+    for image in images.values():
+        assert takeover.urn not in run_.by_urn()[image].dependencies, "the pulls never wait for the takeover"
 
 
 def test_the_docker_run_export_takes_over_before_the_device_share_and_the_containers():
