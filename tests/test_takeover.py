@@ -10,6 +10,7 @@ stand-in `docker` that answers as Docker's CLI does and logs what it is asked.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -22,7 +23,8 @@ from views.exports.render import render
 from records.host_check import host_check_script
 from records.takeover import takeover_script
 from views.diff import diff_plans, render_diff
-from views.report import plan_json
+from records.start_order import longest_start
+from views.report import plan_json, render_plan
 from tests.support.stacks import host, service
 from tests.support.pulumi_harness import ASCEND_HOST, CONTAINER, REMOTE_COMMAND, REMOTE_IMAGE, run_program
 from tests.support.stacks import values_of
@@ -159,7 +161,9 @@ def test_the_plan_lists_what_each_host_takes_over_and_the_diff_shows_it_first():
     table = render_diff(diff_plans(old, new, against="main"), "table").splitlines()
     assert table[1] == (
         "Takes over first: host npu-a stops and disables model-emb-vl, model-text (outside the plan: "
-        "restart policy no, then stopped; kept for the way back)."
+        "restart policy no, then stopped; kept for the way back) once every image of the host is present; "
+        "their services are down from then until the new containers answer /health: at most 1800 s "
+        "(startTimeoutSeconds of bge-m3)."
     )
     assert table[2].startswith("Will restart")
     markdown = render_diff(diff_plans(old, new, against="main"), "markdown")
@@ -167,6 +171,35 @@ def test_the_plan_lists_what_each_host_takes_over_and_the_diff_shows_it_first():
     assert not diff_plans(new, new).has_changes, "taken over already: nothing to say"
     fresh = render_diff(diff_plans(None, new), "table")
     assert "Takes over first: host npu-a stops and disables model-emb-vl" in fresh
+
+
+@pytest.mark.parametrize(
+    ("services", "longest"),
+    [
+        ([], (0, ())),
+        ([("a", [0], 600)], (600, ("a",))),
+        # One card shared: in name order, one after another; the cards apart load together.
+        ([("vl", [0, 1, 2, 3], 1200), ("emb", [0], 600), ("long", [4, 5, 6, 7], 1500)], (1800, ("emb", "vl"))),
+        ([("vl", [0, 1, 2, 3], 1200), ("emb", [0], 600), ("long", [4, 5, 6, 7], 2400)], (2400, ("long",))),
+        # A chain through two shared cards: a (0), b (0, 1), c (1).
+        ([("c", [1], 100), ("b", [0, 1], 100), ("a", [0], 100), ("d", [5], 250)], (300, ("a", "b", "c"))),
+    ],
+)
+def test_the_new_containers_serve_at_most_their_start_timeouts_along_the_longest_chain_that_loads_in_turn(services, longest):
+    assert longest_start(services) == longest
+
+
+def test_the_plan_and_the_diff_say_how_long_the_taken_over_services_are_down():
+    values = fleet_values(replaces=["model-emb-vl"])
+    values["services"] += [service("qwen-vl", 4, 0.8, devices=[0, 1, 2, 3], apiPort=9009, startTimeoutSeconds=900)]
+    down = "down from then until the new containers answer /health: at most 2700 s (startTimeoutSeconds of bge-m3, then qwen-vl)"
+    new = deployment_of(values, "prod")
+    table = " ".join(render_plan(new, "table", wide=True).split())
+    assert f"takes over: model-emb-vl stop once every image of the host is present; their services are {down}" in table
+    assert f"- takes over: model-emb-vl stop once every image" in render_plan(new, "markdown")
+    diff = diff_plans(plan_json(deployment_of(fleet_values(), "prod")), plan_json(new), against="main")
+    assert f"their services are {down}." in render_diff(diff, "table")
+    assert json.loads(render_diff(diff, "json"))["hosts"][0]["takeoverDownSeconds"] == 2700
 
 
 def test_pulumi_up_takes_over_after_the_check_and_before_every_container_and_the_device_share():

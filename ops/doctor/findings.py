@@ -16,7 +16,8 @@ each `_judge` function then looks for one kind of finding in that view.
   `/dev/davinciN` (or is privileged, so sees every card); or `npu-smi` lists a
   process on a planned card whose host PID belongs to no container planned on
   that card (`docker top` PIDs count, so `docker exec` in the planned container
-  is its own).
+  is its own). A container the host `replaces` that holds them again is named as
+  taken over, with what starts it again (`docker compose up -d` in its project).
 - `foreign-port`: a listener in the host's network namespace (`ss -ltnp`) inside
   a planned window that is not the service's own (a `docker-proxy` listener
   belongs to the container publishing the port); a foreign container (running or
@@ -119,6 +120,11 @@ class HostView:
         service = self.service_of.get(c.id)
         if service:
             return f"container {c.name} (service {service})"
+        if c.name in self.hd.host.replaces:
+            return (
+                f"container {shown(c.name, 80)} (taken over: host {self.name} replaces it, yet it is "
+                f"{shown(c.status, 20)} again, restart policy {shown(c.restart, 20)})"
+            )
         if c.comes_back:
             back = "Docker starts it again when its daemon restarts (a reboot)"
         else:
@@ -131,10 +137,30 @@ class HostView:
         if c.id in self.service_of:
             return ""
         name = shown(shlex.quote(c.name), 200)
-        return f"; to take it out for good: `docker update --restart=no {name} && docker stop {name}` (or `docker rm -f {name}`)"
+        fix = f"; to take it out for good: `docker update --restart=no {name} && docker stop {name}` (or `docker rm -f {name}`)"
+        if c.name not in self.hd.host.replaces:
+            return fix
+        return fix + f"; {_started_again(c)}"
 
     def windows_at(self, port: int) -> list[tuple[str, str, PortWindow]]:
         return [(s, key, window) for s, key, window in self.windows if window[0] <= port <= window[1]]
+
+
+COMPOSE_DIR_LABEL = "com.docker.compose.project.working_dir"
+"""Where compose ran for a container it made (docker/compose `pkg/api/labels.go`, `WorkingDirLabel`)."""
+
+
+def _started_again(c: LiveContainer) -> str:
+    """What starts a taken-over container again, and how to keep it down (docs/moving-from-compose.md):
+    `docker compose up -d` in its project directory starts every container of the project that is not
+    running, whatever its restart policy (docker/compose `pkg/compose/convergence.go` `mustRecreate`
+    compares only the config-hash and image-digest labels, and `start.go` `startService` starts them)."""
+    where = c.labels.get(COMPOSE_DIR_LABEL)
+    there = f"in {shown(where, 200)}" if where else "in its old project directory"
+    return (
+        f"`docker compose up -d` {there} starts it again: after burn-in run `docker compose down` there, "
+        "or move the compose file away"
+    )
 
 
 def _pids(facts: HostFacts, c: LiveContainer) -> frozenset[int]:
