@@ -169,7 +169,7 @@ def test_the_other_chip_of_the_npu_held_by_a_container_is_named_as_the_holder(ro
     assert refused.returncode == 1
     assert "card 2 could not be put into device-share mode" in refused.stderr
     assert "containers holding it: qwen-long" in refused.stderr
-    assert "card 2 must go into device-share mode, but running container(s) qwen-long hold it" in hd_check.stderr
+    assert "card 2 must go into device-share mode, but running container(s) qwen-long outside the plan hold it" in hd_check.stderr
 
 
 def test_with_stop_holders_the_holder_of_the_other_chip_is_stopped_for_the_npu_switch(root):

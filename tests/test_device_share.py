@@ -18,6 +18,8 @@ from allocation.config import Host
 from records.device_share import BOOT_SCRIPT, UNIT_PATH, boot_unit, device_share_script
 from records.host_check import host_check_script
 from tests.support.docker_fakes import stand_in_docker
+from tests.support.pipeline import deployment_of
+from tests.support.stacks import fleet, service
 from tests.support.stand_in_root import held, npu_smi
 
 HOST = Host(name="npu-a", address="192.0.2.10")
@@ -142,13 +144,36 @@ def test_with_stop_holders_a_container_outside_the_plan_is_never_stopped_and_the
     assert not any(c.startswith(("docker stop", "docker start")) for c in calls)
 
 
+def check_on(host: Host, root: Path, planned: str) -> subprocess.CompletedProcess:
+    """The host check of `host` planning one service, `planned`, on card 4, which is to be shared."""
+    hd = deployment_of(fleet([{"name": "npu-a", "address": "192.0.2.10"}], [service(planned, 1, 0.4, devices=[4])])).hosts[0]
+    script = host_check_script(host, [(sd.plan, sd.spec) for sd in hd.services], shared_cards=[4], root=str(root))
+    env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
+
+
 def test_by_default_a_held_card_stops_pulumi_up_in_the_host_check_naming_card_and_holder(root):
     with held_by_a_container(root, 4):
         for host, refused in ((HOST, True), (Host(name="npu-a", address="192.0.2.10", heldCards="stopHolders"), False)):
-            script = host_check_script(host, [], shared_cards=[4], root=str(root))
-            env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
-            check = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
-            line = "card 4 must go into device-share mode, but running container(s) qwen-long hold it"
+            check = check_on(host, root, "qwen-long")
+            line = (
+                "card 4 must go into device-share mode, but running container(s) qwen-long hold it, and the mode can "
+                "only change while no container uses the card: set host npu-a's heldCards to stopHolders"
+            )
             assert check.returncode == 1  # the stand-in root has no driver either
             assert (line in check.stderr) is refused, check.stderr
         assert not any(c.startswith("docker stop") for c in (root / "calls").read_text().splitlines())
+
+
+def test_a_card_held_outside_the_plan_is_refused_with_the_way_out_that_applies_to_it_never_stop_holders(root):
+    """`heldCards: stopHolders` stops only the plan's own containers (the device-share step refuses the
+    others), so the host check names `replaces`, or disabling them, for a holder outside the plan."""
+    with held_by_a_container(root, 4):
+        check = check_on(HOST, root, "bge-m3")
+    [line] = [line for line in check.stderr.splitlines() if "card 4 must go into device-share mode" in line]
+    assert line == (
+        "  - card 4 must go into device-share mode, but running container(s) qwen-long outside the plan hold it, and "
+        "the mode can only change while no container uses the card: list them under host npu-a's replaces to let "
+        "pulumi up take them out of service, or do it by hand (docker update --restart=no NAME && docker stop NAME); "
+        "heldCards: stopHolders stops only the plan's own containers"
+    )
