@@ -159,9 +159,11 @@ def _image_for_board(host: Host, i: Instance) -> Outcome[None]:
     if not repository.endswith("/vllm-ascend") or (tag.endswith("-a3") == (host.board == "a3")):
         return Outcome(None)
     build = "an A3 build (-a3)" if host.board == "a2" else "not the A3 build (no -a3 tag)"
+    image = i.resolved.image.partition("@")[0]
+    other = image.removesuffix("-a3") if host.board == "a2" else f"{image}-a3"
     return Outcome(None, warnings=(
         f"service {i.name}: image {i.resolved.image} is {build} but host {host.name} has board: {host.board}; "
-        "vllm-ascend publishes one build per board",
+        f"vllm-ascend publishes one build per board: set the service's own image to {other}",
     ))  # fmt: skip
 
 

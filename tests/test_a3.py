@@ -18,6 +18,7 @@ import pytest
 from allocation.config import Host
 from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
+from cli.stackfile import project_values
 from records.containers import NPU_SMI
 from records.deployment import deploy
 from records.host_requirements import requirements
@@ -119,6 +120,24 @@ def test_a_service_on_an_a3_host_without_an_image_gets_the_a3_build_and_a2_keeps
     assert plan.warnings == ()
 
 
+def test_pulumi_yaml_s_default_image_gives_an_a3_host_the_a3_build_and_another_default_is_taken_as_it_is():
+    """Pulumi.yaml sets `defaults.image` to the project's default (the A2 build) for every stack."""
+    project = project_values(REPO / "Pulumi.yaml")["defaults"]["image"]
+    assert project == "quay.io/ascend/vllm-ascend:v0.20.2rc1"
+    hosts = [host("npu-a"), host("npu-c", board="a3", npus=16)]
+    services = [service("on-a2", host="npu-a"), service("on-a3", host="npu-c")]
+    plan = plan_fleet(fleet(hosts, services, defaults={"image": project}))
+    images = {s.name: s.spec.image for s in deploy(plan).services()}
+    assert images == {"on-a2": project, "on-a3": f"{project}-a3"} and plan.warnings == ()
+    mirror = "registry.example/vllm-ascend:v0.20.2rc1"
+    plan = plan_fleet(fleet(hosts, services, defaults={"image": mirror}))
+    assert {s.spec.image for s in deploy(plan).services()} == {mirror}
+    assert plan.warnings == (
+        f"service on-a3: image {mirror} is not the A3 build (no -a3 tag) but host npu-c has board: a3; "
+        f"vllm-ascend publishes one build per board: set the service's own image to {mirror}-a3",
+    )
+
+
 def test_a_vllm_ascend_image_of_the_other_board_is_a_warning_in_the_plan():
     stack = fleet(
         [host("npu-a"), host("npu-c", board="a3", npus=16)],
@@ -129,9 +148,11 @@ def test_a_vllm_ascend_image_of_the_other_board_is_a_warning_in_the_plan():
     )
     assert plan_fleet(stack).warnings == (
         "service a3-on-a2: image quay.io/ascend/vllm-ascend:v0.20.2rc1-a3 is an A3 build (-a3) but host npu-a has "
-        "board: a2; vllm-ascend publishes one build per board",
+        "board: a2; vllm-ascend publishes one build per board: set the service's own image to "
+        "quay.io/ascend/vllm-ascend:v0.20.2rc1",
         "service a2-on-a3: image quay.io/ascend/vllm-ascend:v0.20.2rc1 is not the A3 build (no -a3 tag) but host "
-        "npu-c has board: a3; vllm-ascend publishes one build per board",
+        "npu-c has board: a3; vllm-ascend publishes one build per board: set the service's own image to "
+        "quay.io/ascend/vllm-ascend:v0.20.2rc1-a3",
     )
 
 
