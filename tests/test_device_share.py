@@ -15,7 +15,8 @@ from typing import Iterator
 import pytest
 
 from allocation.config import Host
-from records.device_share import BOOT_SCRIPT, UNIT_PATH, boot_unit, device_share_script
+from records.containers import NPU_SMI
+from records.device_share import BOOT_SCRIPT, DRIVER_WAIT_SECONDS, UNIT_PATH, boot_unit, device_share_script
 from records.host_check import host_check_script
 from tests.support.docker_fakes import stand_in_docker
 from tests.support.pipeline import deployment_of
@@ -75,6 +76,49 @@ def test_the_boot_script_restores_the_mode_after_a_reboot(root):
     boot = subprocess.run([str(root / BOOT_SCRIPT.lstrip("/"))], capture_output=True, text=True)
     assert boot.returncode == 0, boot.stdout + boot.stderr
     assert (root / "claims/device-share/card0").read_text().strip() == "1"
+
+
+def driver_answering_after(root: Path, polls: int) -> dict[str, str]:
+    """npu-smi failing its first `polls` calls (a driver still loading at boot), and an environment whose
+    `sleep` returns at once and counts: the boot step's wait, without the wait."""
+    smi = root / NPU_SMI.lstrip("/")
+    smi.rename(smi.with_name("npu-smi.sim"))
+    smi.write_text(
+        "#!/bin/sh\n"
+        f'n=$(cat {root}/polls 2>/dev/null || echo 0); echo $((n + 1)) > {root}/polls\n'
+        f'[ "$n" -ge {polls} ] || {{ echo "dcmi module initialize failed" >&2; exit 1; }}\n'
+        f'exec {smi.with_name("npu-smi.sim")} "$@"\n'
+    )
+    smi.chmod(0o755)
+    fast = root / "fast-bin"
+    fast.mkdir()
+    (fast / "sleep").write_text(f"#!/bin/sh\necho \"$1\" >> {root}/slept\n")
+    (fast / "sleep").chmod(0o755)
+    return {**os.environ, "PATH": f"{fast}:{os.environ['PATH']}"}
+
+
+def test_at_boot_the_step_waits_ten_minutes_for_the_driver_then_shares_the_cards(root):
+    """A driver that answers after 250 s: the old 120 s bound gave up and Docker started the cards unshared."""
+    assert run(root, [0]).returncode == 0
+    (root / "claims/device-share/card0").unlink()  # what a reboot does
+    env = driver_answering_after(root, 125)
+    boot = subprocess.run([str(root / BOOT_SCRIPT.lstrip("/"))], capture_output=True, text=True, env=env)
+    assert boot.returncode == 0, boot.stdout + boot.stderr
+    assert (root / "claims/device-share/card0").read_text().strip() == "1"
+    assert (root / "slept").read_text().split() == ["2"] * 125
+
+
+def test_at_boot_a_driver_that_never_answers_is_waited_for_ten_minutes_and_the_unit_fails(root):
+    assert run(root, [0]).returncode == 0
+    (root / "claims/device-share/card0").unlink()
+    env = driver_answering_after(root, 10_000)
+    boot = subprocess.run([str(root / BOOT_SCRIPT.lstrip("/"))], capture_output=True, text=True, env=env)
+    assert boot.returncode == 1
+    assert len((root / "slept").read_text().split()) * 2 == DRIVER_WAIT_SECONDS - 2 == 598
+
+
+def test_the_boot_unit_runs_before_docker_and_a_kubernetes_node_s_containerd_and_kubelet():
+    assert "\nBefore=docker.service containerd.service kubelet.service\n" in boot_unit()
 
 
 def test_the_boot_script_fails_when_a_card_cannot_be_shared_so_systemd_shows_the_unit_failed(root):

@@ -65,6 +65,17 @@ def documented_takeover(golden: dict, name: str) -> None:
     golden["markdown"] = golden["markdown"].replace("\n\n### Warnings\n", f"\n\n{markdown}\n\n### Warnings\n", 1)
 
 
+def documented_boot_step(golden: dict) -> None:
+    """The device-share boot step the docker-run export writes on a host: it waits up to 10 minutes for
+    the driver (300 polls of 2 s, was 60) and runs before a Kubernetes node's containerd and kubelet
+    as well as Docker (records/device_share.py, docs/shared-cards.md)."""
+    golden["docker-run"] = (
+        golden["docker-run"]
+        .replace('[ "$tries" -lt 60 ] || break; sleep 2', '[ "$tries" -lt 300 ] || break; sleep 2')
+        .replace("\nBefore=docker.service\n", "\nBefore=docker.service containerd.service kubelet.service\n")
+    )
+
+
 def test_the_golden_plan_json_is_written_as_the_plan_writes_it_so_the_comparison_is_byte_for_byte():
     for name in FLEETS:
         text = json.loads((GOLDENS / f"{name}.json").read_text())["json"]
@@ -76,6 +87,7 @@ def test_every_output_of_the_plan_is_byte_identical_to_the_golden_written_before
     golden = json.loads((GOLDENS / f"{name}.json").read_text())
     golden["json"] = documented_changes(golden["json"], FLEETS[name])
     documented_takeover(golden, name)
+    documented_boot_step(golden)
     now = json.loads(json.dumps(outputs(FLEETS[name]), sort_keys=True))
     for what in golden:
         assert now[what] == golden[what], f"{name}: {what} differs from the golden"
