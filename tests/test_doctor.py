@@ -424,7 +424,10 @@ def test_a_container_the_host_replaces_running_again_is_named_as_taken_over_with
     old["Config"]["Labels"] = {"com.docker.compose.project": "models", "com.docker.compose.project.working_dir": "/srv/models"}
     [found] = findings(taken_over, with_container(clean_facts(taken_over), old, {7000}))
     assert (found.kind, found.container) == ("foreign-card", "model-emb-vl")
-    assert "container model-emb-vl (taken over: host npu-a replaces it, yet it is running again, restart policy no)" in found.message
+    assert (
+        "container model-emb-vl (taken over: host npu-a replaces it, yet it is running, restart policy no: "
+        "a reboot stops it)"
+    ) in found.message
     assert found.message.endswith(
         "; `docker compose up -d` in /srv/models starts it again: after burn-in run `docker compose down` there, "
         "or move the compose file away"

@@ -120,16 +120,14 @@ class HostView:
         service = self.service_of.get(c.id)
         if service:
             return f"container {c.name} (service {service})"
-        if c.name in self.hd.host.replaces:
-            return (
-                f"container {shown(c.name, 80)} (taken over: host {self.name} replaces it, yet it is "
-                f"{shown(c.status, 20)} again, restart policy {shown(c.restart, 20)})"
-            )
         if c.comes_back:
             back = "Docker starts it again when its daemon restarts (a reboot)"
         else:
             back = "it comes back after a reboot too" if c.restart in ("always", "unless-stopped") else "a reboot stops it"
-        return f"container {shown(c.name, 80)} (not in the plan; {shown(c.status, 20)}, restart policy {shown(c.restart, 20)}: {back})"
+        state = f"{shown(c.status, 20)}, restart policy {shown(c.restart, 20)}: {back}"
+        if c.name in self.hd.host.replaces:
+            return f"container {shown(c.name, 80)} (taken over: host {self.name} replaces it, yet it is {state})"
+        return f"container {shown(c.name, 80)} (not in the plan; {state})"
 
     def fix(self, c: LiveContainer) -> str:
         """For a container outside the plan, the commands that keep it off the cards and ports across
