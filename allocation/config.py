@@ -339,7 +339,9 @@ class ContainerSettings(Model):
     """Settings a service inherits from `ascend-fleet:defaults` unless it sets them itself."""
 
     image: Image | None = Field(default=None, description=f"Container image. Default `{DEFAULT_IMAGE}`, "
-        f"and `{DEFAULT_IMAGES['a3']}` on a host with `board: a3`.")
+        f"and `{DEFAULT_IMAGES['a3']}` on a host with `board: a3`, also where `defaults` names `{DEFAULT_IMAGE}` "
+        "(as `Pulumi.yaml` does for every stack). Any other image applies to every board: give a service on an A3 "
+        "host an `-a3` build in its own `image`.")
     env: dict[EnvKey, EnvValue] | None = None
     """Extra environment; merged over the tuning defaults (defaults' env, then the service's). Every
     container gets the seed's tuning environment, which `env` may override: `HCCL_BUFFSIZE=512`,

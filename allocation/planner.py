@@ -160,9 +160,11 @@ def _image_for_board(host: Host, i: Instance, cards: tuple[int, ...]) -> Outcome
     if not repository.endswith("/vllm-ascend") or (tag.endswith("-a3") == (host.board == "a3")):
         return Outcome(None)
     build = "an A3 build (-a3)" if host.board == "a2" else "not the A3 build (no -a3 tag)"
+    image = i.resolved.image.partition("@")[0]
+    other = image.removesuffix("-a3") if host.board == "a2" else f"{image}-a3"
     return Outcome(None, warnings=(
         f"{where(host.name, cards)}: image: {i.name} runs {i.resolved.image}, {build}, but the host has board: "
-        f"{host.board}; vllm-ascend publishes one build per board",
+        f"{host.board}; vllm-ascend publishes one build per board: set the service's own image to {other}",
     ))  # fmt: skip
 
 

@@ -34,13 +34,21 @@ from typing import Sequence
 from allocation.config import Host, npu_chip
 from records.containers import NPU_SMI
 from records.runtime import (
-    DAEMON_UNIT, DEVICES, DISABLE, NAME, PRIVILEGED, SH, inspect_containers, start, stand_in, stop,
+    DAEMON_UNIT, DEVICES, DISABLE, NAME, NODE_UNITS, PRIVILEGED, SH, inspect_containers, start, stand_in, stop,
 )  # fmt: skip
 
 CHIP = 0  # one chip per 910B card
 UNIT = "ascend-fleet-device-share.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 BOOT_SCRIPT = "/usr/local/sbin/ascend-fleet-device-share"
+DRIVER_WAIT_SECONDS = 600
+"""How long the boot step waits for the driver to answer `npu-smi info -t device-share` before it gives
+up and Docker starts the containers with the cards unshared. Which systemd unit (or init script) of
+the Ascend driver loads it at boot is not published in anything read here, so the step cannot be
+ordered after it; it polls every 2 s instead. Ten minutes covers a driver that loads its firmware
+slowly; the cost of a longer wait is Docker starting that much later on a host whose driver never
+answers. A oneshot unit has no start timeout of its own (systemd.service(5), `TimeoutStartSec=`:
+"disabled by default" for `Type=oneshot`), so this is the bound."""
 STATUS_KEY = "Device-share Status"
 UNSUPPORTED = "does not support"
 
@@ -120,7 +128,8 @@ def _cards_words(cards: Sequence[int]) -> str:
 
 
 def boot_script(cards: Sequence[int], *, root: str = "", board: str = "a2") -> str:
-    """What the unit runs at boot: wait for the driver to answer, then enable every card."""
+    """What the unit runs at boot: wait for the driver to answer (up to `DRIVER_WAIT_SECONDS`), then
+    enable every card."""
     npu, chip = npu_chip(int(cards[0]), board)
     return "\n".join([
         "#!/bin/sh",
@@ -131,7 +140,7 @@ def boot_script(cards: Sequence[int], *, root: str = "", board: str = "a2") -> s
         for_board(_FUNCTIONS, board),
         "tries=0",
         f'until "$npu_smi" info -t device-share -i {npu} -c {chip} >/dev/null 2>&1; do',
-        '  tries=$((tries + 1)); [ "$tries" -lt 60 ] || break; sleep 2',
+        f'  tries=$((tries + 1)); [ "$tries" -lt {DRIVER_WAIT_SECONDS // 2} ] || break; sleep 2',
         "done",
         "status=0",
         f"for card in {_cards_words(cards)}; do enable \"$card\" || status=1; done",
@@ -140,11 +149,14 @@ def boot_script(cards: Sequence[int], *, root: str = "", board: str = "a2") -> s
 
 
 def boot_unit() -> str:
-    """A oneshot unit Docker waits for: the mode is back before any container restarts."""
+    """A oneshot unit Docker waits for: the mode is back before any container restarts. On a Kubernetes
+    node (docs/kubernetes.md) containerd and the kubelet start the containers, so it runs before them
+    too. Ordering only acts between units started together (systemd.unit(5), `Before=`: "if ... both units
+are being started"), so a unit the host does not have changes nothing."""
     return "\n".join([
         "[Unit]",
         "Description=ascend-fleet: put shared NPU cards into device-share mode before Docker starts",
-        f"Before={DAEMON_UNIT}",
+        f"Before={' '.join((DAEMON_UNIT, *NODE_UNITS))}",
         "",
         "[Service]",
         "Type=oneshot",

@@ -140,12 +140,15 @@ def _board_warning(root: str) -> list[str]:
     ]
 
 
-def _sharing_checks(host: Host, shared_cards: Sequence[int], root: str) -> list[str]:
+def _sharing_checks(host: Host, shared_cards: Sequence[int], own: Sequence[str], root: str) -> list[str]:
     """Shared cards need the container-sharing mode; a board without it is refused here, before
     any pull (the mode itself is set by the device-share command that runs next). So is a card not
     yet in the mode that running containers hold, unless the host lets `pulumi up` stop them
     (`heldCards: stopHolders`): the mode cannot change under them, and stopping here, before any
-    container of the host changes, never leaves the host half deployed."""
+    container of the host changes, never leaves the host half deployed. Each holder is named with the
+    way out that applies to it: `heldCards: stopHolders` stops only the plan's own containers (`own`,
+    their Docker names; records.device_share), so one outside the plan is to be listed under
+    `replaces` or taken out of service by hand."""
     npu_smi = _q(root + NPU_SMI)
     refuse = shared_cards and host.held_cards == "refuse"
     lines = [for_board(HOLDERS, host.board).rstrip("\n")] if refuse else []
@@ -167,10 +170,17 @@ def _sharing_checks(host: Host, shared_cards: Sequence[int], root: str) -> list[
                 "heldCards to stopHolders to let pulumi up stop them (the plan's own containers only), switch the "
                 f"card and start them again, or take them out of service for good ({DISABLE})"
             )
+            outside = (
+                f" outside the plan hold it, and the mode can only change while no container uses the card: list "
+                f"them under host {host.name}'s replaces to let pulumi up take them out of service, or do it by "
+                f"hand ({DISABLE}); heldCards: stopHolders stops only the plan's own containers"
+            )
             # The containers the host replaces are disabled by the takeover step before the switch.
             replaced = _q(" ".join(host.replaces))
             lines += [
                 f'case $state in *{_q(STATUS_KEY)}*True*) ;; *) who=$(without {replaced} $(holders {int(card)})); '
+                f'others=$(without {_q(" ".join(own))} $who); who=$(without "$others" $who); '
+                f'[ -z "$others" ] || missing {_q(before)}"$others"{_q(outside)}; '
                 f'[ -z "$who" ] || missing {_q(before)}"$who"{_q(after)} ;; esac',
             ]
     return lines
@@ -388,7 +398,7 @@ def host_check_script(
         *_board_warning(root),
         *_hbm_checks(host, sorted(cards_of(devices)), root),
         *_board_checks(host, sorted(cards_of(devices)), root),
-        *_sharing_checks(host, shared_cards, root),
+        *_sharing_checks(host, shared_cards, [spec.name for _, spec in containers], root),
         *(_foreign_checks(host, stack, containers, ports) if containers else ()),
         *(_engine_check(host, engine, root) if engine is not None else []),
         'if [ -n "$problems" ]; then',

@@ -28,10 +28,14 @@ VAR = f'"${_VARIABLE}"'
 """The CLI in a script that always sets `$docker` (`assign`)."""
 DAEMON_UNIT = f"{CLI}.service"
 """The daemon's systemd unit: the boot steps run before or after it."""
+NODE_UNITS = ("containerd.service", "kubelet.service")
+"""The units that start containers on a Kubernetes node (containerd's own unit, the kubelet's from
+the distribution's packages): the device-share boot step runs before them too."""
 DAEMON_CONFIG = "/etc/docker/daemon.json"
 """The daemon's settings, whose log-opts dockerd merges into every json-file container."""
 STATE_DIR = "/var/run/docker"
-"""The daemon's run-time state, which MindCluster NPU Exporter reads to map cards to containers."""
+"""The daemon's run-time state, which MindCluster's DaemonSet mounts into the NPU Exporter (whose card-to-
+container mapping needs a CRI socket too, absent on a plain Docker host: records.exporter)."""
 EXPORTER_MODE = CLI
 """npu-exporter's `-containerMode` for this runtime (`docker` or `containerd`)."""
 PROVIDER = "docker provider"

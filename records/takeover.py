@@ -12,8 +12,9 @@ then stopped, with its own stop timeout. It is kept, not removed: going back is
 `docker update --restart=always NAME` and `docker start NAME` once the stack's own
 containers are gone (docs/moving-from-compose.md).
 
-The script runs after the host check and before anything that needs the cards or
-ports (device-share, every container of the host). A second run changes nothing: a
+The script runs after the host check and every pull (and router image build) of the host, and
+before anything that needs the cards or ports (device-share, every container of the host): the
+old services are down from then until the new containers answer /health (`downtime`). A second run changes nothing: a
 container already disabled and stopped, or already removed, is left as it is. It
 fails with one paragraph when Docker refuses either step. Pure: builds text, runs
 nothing. `root` exists for tests only (a stand-in docker CLI under it).
@@ -23,6 +24,9 @@ from __future__ import annotations
 
 import shlex
 from typing import Sequence
+
+PULLED_FIRST = "once every image of the host is present"
+"""When the takeover runs (components.ascend_host): the pulls and router image builds come first."""
 
 from allocation.config import Host
 from records.runtime import DISABLE, RESTART_POLICY, STATUS, VAR, assign, inspect, no_restart, remove, stop
@@ -59,3 +63,17 @@ def takeover_script(host: Host, names: Sequence[str], *, root: str = "") -> str:
         "  exit 1",
         "fi",
     ]) + "\n"  # fmt: skip
+
+
+def downtime(longest: tuple[int, tuple[str, ...]]) -> str:
+    """How long the services of the containers a host takes over from are down: from the takeover
+    until the new containers answer /health, i.e. their model loads, bounded by their start timeouts
+    along the longest chain that starts one after another (`records.start_order.longest_start`). A
+    bound, not a measurement: a model loads in what its own old container's log shows."""
+    seconds, chain = longest
+    if not chain:
+        return "down for good: no model starts on the host"
+    return (
+        f"down from then until the new containers answer /health: at most {seconds} s "
+        f"(startTimeoutSeconds of {', then '.join(chain)})"
+    )

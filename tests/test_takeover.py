@@ -10,6 +10,7 @@ stand-in `docker` that answers as Docker's CLI does and logs what it is asked.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -22,9 +23,10 @@ from views.exports.render import render
 from records.host_check import host_check_script
 from records.takeover import takeover_script
 from views.diff import diff_plans, render_diff
-from views.report import plan_json
+from records.start_order import longest_start
+from views.report import plan_json, render_plan
 from tests.support.stacks import host, service
-from tests.support.pulumi_harness import CONTAINER, REMOTE_COMMAND, run_program
+from tests.support.pulumi_harness import ASCEND_HOST, CONTAINER, REMOTE_COMMAND, REMOTE_IMAGE, run_program
 from tests.support.stacks import values_of
 from tests.support.pipeline import deployment_of, plan_of
 
@@ -159,7 +161,9 @@ def test_the_plan_lists_what_each_host_takes_over_and_the_diff_shows_it_first():
     table = render_diff(diff_plans(old, new, against="main"), "table").splitlines()
     assert table[1] == (
         "Takes over first: host npu-a stops and disables model-emb-vl, model-text (outside the plan: "
-        "restart policy no, then stopped; kept for the way back)."
+        "restart policy no, then stopped; kept for the way back) once every image of the host is present; "
+        "their services are down from then until the new containers answer /health: at most 1800 s "
+        "(startTimeoutSeconds of bge-m3)."
     )
     assert table[2].startswith("Will restart")
     markdown = render_diff(diff_plans(old, new, against="main"), "markdown")
@@ -167,6 +171,35 @@ def test_the_plan_lists_what_each_host_takes_over_and_the_diff_shows_it_first():
     assert not diff_plans(new, new).has_changes, "taken over already: nothing to say"
     fresh = render_diff(diff_plans(None, new), "table")
     assert "Takes over first: host npu-a stops and disables model-emb-vl" in fresh
+
+
+@pytest.mark.parametrize(
+    ("services", "longest"),
+    [
+        ([], (0, ())),
+        ([("a", [0], 600)], (600, ("a",))),
+        # One card shared: in name order, one after another; the cards apart load together.
+        ([("vl", [0, 1, 2, 3], 1200), ("emb", [0], 600), ("long", [4, 5, 6, 7], 1500)], (1800, ("emb", "vl"))),
+        ([("vl", [0, 1, 2, 3], 1200), ("emb", [0], 600), ("long", [4, 5, 6, 7], 2400)], (2400, ("long",))),
+        # A chain through two shared cards: a (0), b (0, 1), c (1).
+        ([("c", [1], 100), ("b", [0, 1], 100), ("a", [0], 100), ("d", [5], 250)], (300, ("a", "b", "c"))),
+    ],
+)
+def test_the_new_containers_serve_at_most_their_start_timeouts_along_the_longest_chain_that_loads_in_turn(services, longest):
+    assert longest_start(services) == longest
+
+
+def test_the_plan_and_the_diff_say_how_long_the_taken_over_services_are_down():
+    values = fleet_values(replaces=["model-emb-vl"])
+    values["services"] += [service("qwen-vl", 4, 0.8, devices=[0, 1, 2, 3], apiPort=9009, startTimeoutSeconds=900)]
+    down = "down from then until the new containers answer /health: at most 2700 s (startTimeoutSeconds of bge-m3, then qwen-vl)"
+    new = deployment_of(values, "prod")
+    table = " ".join(render_plan(new, "table", wide=True).split())
+    assert f"takes over: model-emb-vl stop once every image of the host is present; their services are {down}" in table
+    assert f"- takes over: model-emb-vl stop once every image" in render_plan(new, "markdown")
+    diff = diff_plans(plan_json(deployment_of(fleet_values(), "prod")), plan_json(new), against="main")
+    assert f"their services are {down}." in render_diff(diff, "table")
+    assert json.loads(render_diff(diff, "json"))["hosts"][0]["takeoverDownSeconds"] == 2700
 
 
 def test_pulumi_up_takes_over_after_the_check_and_before_every_container_and_the_device_share():
@@ -180,6 +213,28 @@ def test_pulumi_up_takes_over_after_the_check_and_before_every_container_and_the
     for name, container in containers.items():
         assert takeover.urn in container.dependencies, name
     assert "delete" not in takeover.inputs, "destroying the stack re-enables nothing by itself"
+
+
+def test_the_takeover_waits_for_every_image_its_host_needs_pulled_or_built_and_nothing_of_another_host():
+    values = {
+        "hosts": [host("npu-a", replaces=["model-emb-vl"]), host("npu-b")],
+        "services": [
+            service("bge", 1, 0.1, replicas=2, router={"host": "npu-a"}),
+            service("chat", 1, 0.5, host="npu-a", image="quay.io/ascend/vllm-ascend:v0.18.0rc1"),
+        ],
+        "metrics": {"npuExporter": {"image": "registry.example/npu-exporter:v6.0.0"}},
+    }
+    run_ = run_program("test", values)
+    [hd] = [hd for hd in deployment_of(values, "test").hosts if hd.name == "npu-a"]
+    hosts, commands = run_.by_name(ASCEND_HOST), run_.by_name(REMOTE_COMMAND)
+    takeover = commands["npu-a-takeover"]
+    images = {r.inputs["name"]: r.urn for r in run_.of_type(REMOTE_IMAGE) if r.parent == hosts["npu-a"].urn}
+    assert sorted(images) == sorted(hd.images) and len(images) == 3, "two model images and the exporter's"
+    build = commands["bge-router-image"]  # the router's image, built on npu-a from a pulled one
+    assert "docker build" in build.inputs["create"]
+    assert set(takeover.dependencies) == {commands["npu-a-check"].urn, *images.values(), build.urn}
+    for image in images.values():
+        assert takeover.urn not in run_.by_urn()[image].dependencies, "the pulls never wait for the takeover"
 
 
 def test_the_docker_run_export_takes_over_before_the_device_share_and_the_containers():
