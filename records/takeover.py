@@ -12,10 +12,15 @@ then stopped, with its own stop timeout. It is kept, not removed: going back is
 `docker update --restart=always NAME` and `docker start NAME` once the stack's own
 containers are gone (docs/moving-from-compose.md).
 
+Each name is a container's name and nothing else: the script acts on the full ID of the
+container named exactly so (`records.runtime.named`), since Docker reads a name no container has
+as an ID prefix, and `replaces: [cafe]` would otherwise disable whichever container's ID begins
+with `cafe`.
+
 The script runs after the host check and before anything that needs the cards or
 ports (device-share, every container of the host). A second run changes nothing: a
 container already disabled and stopped, or already removed, is left as it is. It
-fails with one paragraph when Docker refuses either step. Pure: builds text, runs
+fails with one paragraph when Docker refuses a step. Pure: builds text, runs
 nothing. `root` exists for tests only (a stand-in docker CLI under it).
 """
 
@@ -25,7 +30,7 @@ import shlex
 from typing import Sequence
 
 from allocation.config import Host
-from records.runtime import DISABLE, RESTART_POLICY, STATUS, VAR, assign, inspect, no_restart, remove, stop
+from records.runtime import DISABLE, RESTART_POLICY, STATUS, VAR, assign, inspect, named, no_restart, remove, stop
 
 
 def takeover_script(host: Host, names: Sequence[str], *, root: str = "") -> str:
@@ -36,20 +41,25 @@ def takeover_script(host: Host, names: Sequence[str], *, root: str = "") -> str:
         "pulumi up changed no container on this host. Disable them by hand "
         f"({DISABLE}), or remove them ({remove()}), then run pulumi up again."
     )
+    resolve = named('"$name"', VAR)
     return "\n".join([
         f"# ascend-fleet takeover for {host.name}: generated from the plan, do not edit.",
         assign(root),
         "problems=''",
         f"for name in {' '.join(q(n) for n in names)}; do",
-        f'  if ! before=$({inspect(f"{STATUS}, restart {RESTART_POLICY}", VAR, "--format")} '
-        '-- "$name" 2>/dev/null </dev/null); then',
-        f'    echo "ascend-fleet: host {host.name}: $name is not here (removed already): nothing to take over"',
+        # Its error only when it fails: a warning on stderr must not become part of the ID.
+        f"  if ! id=$({resolve} 2>/dev/null </dev/null); then",
+        f'    problems="$problems\n  - $name: could not list the containers: $({resolve} 2>&1 >/dev/null </dev/null)"; continue',
+        "  fi",
+        f'  if [ -z "$id" ] || ! before=$({inspect(f"{STATUS}, restart {RESTART_POLICY}", VAR, "--format")} '
+        '-- "$id" 2>/dev/null </dev/null); then',
+        f'    echo "ascend-fleet: host {host.name}: no container is named $name (removed already): nothing to take over"',
         "    continue",
         "  fi",
-        f'  if ! out=$({no_restart(VAR)} -- "$name" 2>&1 </dev/null); then',
+        f'  if ! out=$({no_restart(VAR)} -- "$id" 2>&1 </dev/null); then',
         f'    problems="$problems\n  - $name ($before): {no_restart()} failed: $out"; continue',
         "  fi",
-        f'  if ! out=$({stop(VAR)} -- "$name" 2>&1 </dev/null); then',
+        f'  if ! out=$({stop(VAR)} -- "$id" 2>&1 </dev/null); then',
         f'    problems="$problems\n  - $name ($before): restart policy now no, but {stop()} failed: $out"; continue',
         "  fi",
         f'  echo "ascend-fleet: host {host.name}: took over from $name (was $before): restart policy no, stopped, kept"',

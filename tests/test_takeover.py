@@ -27,6 +27,7 @@ from tests.support.stacks import host, service
 from tests.support.pulumi_harness import CONTAINER, REMOTE_COMMAND, run_program
 from tests.support.stacks import values_of
 from tests.support.pipeline import deployment_of, plan_of
+from tests.support.docker_fakes import container_id, resolving_docker
 
 
 def fleet_values(**host_settings) -> dict:
@@ -40,21 +41,6 @@ def deployment(**host_settings):
     return deployment_of(fleet_values(**host_settings), "prod")
 
 
-# `docker ps -aq` / `inspect --format` as Docker prints them for the takeover's and the host check's
-# formats; every call is logged. Containers: name|status|restart|privileged|devices|ports|stack label.
-FAKE_DOCKER = r"""#!/bin/sh
-echo "docker $*" >> "$ROOT/calls"
-find() { grep "^$1|" "$ROOT/containers"; }
-case "$1" in
-  ps) cut -d'|' -f1 "$ROOT/containers" ;;
-  inspect)
-    if [ "$4" = -- ]; then line=$(find "$5") || exit 1; echo "$line" | awk -F'|' '{ print $2 ", restart " $3 }'
-    else sed 's/^/\//' "$ROOT/containers"; fi ;;
-  update) find "$4" >/dev/null || exit 1; sed -i "s/^$4|\([^|]*\)|[^|]*|/$4|\1|no|/" "$ROOT/containers" ;;
-  stop) find "$3" >/dev/null || exit 1; sed -i "s/^$3|running|/$3|exited|/" "$ROOT/containers" ;;
-esac
-"""
-
 COMPOSE = (
     "model-emb-vl|running|always|true|/dev/davinci0 /dev/davinci1 |7007 9009 |\n"
     "model-text|running|always|true|/dev/davinci4 |6006 |\n"
@@ -63,9 +49,7 @@ COMPOSE = (
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin/docker").write_text(FAKE_DOCKER)
-    (tmp_path / "bin/docker").chmod(0o755)
+    resolving_docker(tmp_path)
     (tmp_path / "containers").write_text(COMPOSE)
     (tmp_path / "calls").write_text("")
     return tmp_path
@@ -83,9 +67,10 @@ def test_the_takeover_sets_restart_no_before_it_stops_each_container_and_keeps_t
     assert "took over from model-emb-vl (was running, restart always): restart policy no, stopped, kept" in result.stdout
     calls = [c for c in (root / "calls").read_text().splitlines() if c.split()[1] in ("update", "stop")]
     # Restart policy first: a reboot between the two steps must not bring the container back.
+    emb, text = container_id("model-emb-vl"), container_id("model-text")
     assert calls == [
-        "docker update --restart=no -- model-emb-vl", "docker stop -- model-emb-vl",
-        "docker update --restart=no -- model-text", "docker stop -- model-text",
+        f"docker update --restart=no -- {emb}", f"docker stop -- {emb}",
+        f"docker update --restart=no -- {text}", f"docker stop -- {text}",
     ]  # fmt: skip
     assert (root / "containers").read_text().splitlines()[0].startswith("model-emb-vl|exited|no|")
     again = run(root, takeover_script(deployment().hosts[0].host, ["model-emb-vl", "model-text"], root=str(root)))
@@ -95,16 +80,29 @@ def test_the_takeover_sets_restart_no_before_it_stops_each_container_and_keeps_t
 def test_a_replaced_container_already_removed_is_nothing_to_take_over(root):
     (root / "containers").write_text("")
     result = run(root, takeover_script(deployment().hosts[0].host, ["model-emb-vl"], root=str(root)))
-    assert result.returncode == 0 and "model-emb-vl is not here (removed already)" in result.stdout
+    assert result.returncode == 0 and "no container is named model-emb-vl (removed already)" in result.stdout
+
+
+def test_a_replaced_name_no_container_has_is_never_read_as_the_beginning_of_another_containers_id(root):
+    """Docker reads a name no container has as an ID prefix (moby `GetContainer`): `replaces: [<the
+    first letters of an unrelated container's ID>]` must leave that container as it is."""
+    (root / "containers").write_text(COMPOSE + "unrelated|running|always|false|||\n")
+    prefix = container_id("unrelated")[:6]
+    result = run(root, takeover_script(deployment().hosts[0].host, [prefix, "model-text"], root=str(root)))
+    assert result.returncode == 0, result.stderr
+    assert f"no container is named {prefix} (removed already): nothing to take over" in result.stdout
+    assert "unrelated|running|always|" in (root / "containers").read_text()
+    assert "took over from model-text" in result.stdout
 
 
 def test_a_takeover_docker_refuses_fails_with_one_paragraph_naming_the_container(root):
-    (root / "bin/docker").write_text(FAKE_DOCKER.replace("  update)", "  update) echo 'Error: permission denied' >&2; exit 1 ;;\n  never)"))
+    docker = root / "bin/docker"
+    docker.write_text(docker.read_text().replace('elif args[0] == "update":', 'elif args[0] == "update":\n    fail("permission denied")'))
     result = run(root, takeover_script(deployment().hosts[0].host, ["model-emb-vl"], root=str(root)))
     assert result.returncode == 1
     assert result.stderr.startswith("ascend-fleet: host npu-a cannot take over from model-emb-vl:")
     assert "model-emb-vl (running, restart always): docker update --restart=no failed: Error: permission denied" in result.stderr
-    assert "docker stop -- model-emb-vl" not in (root / "calls").read_text(), "never stopped while it would come back"
+    assert " stop " not in (root / "calls").read_text(), "never stopped while it would come back"
 
 
 def check(root: Path, **host_settings) -> subprocess.CompletedProcess:
@@ -174,7 +172,7 @@ def test_pulumi_up_takes_over_after_the_check_and_before_every_container_and_the
     commands, containers = run_.by_name(REMOTE_COMMAND), run_.by_name(CONTAINER)
     takeover = commands["npu-a-takeover"]
     assert commands["npu-a-check"].urn in takeover.dependencies
-    assert "\"$docker\" update --restart=no -- \"$name\"" in takeover.inputs["create"]
+    assert "\"$docker\" update --restart=no -- \"$id\"" in takeover.inputs["create"]
     assert "for name in model-emb-vl model-text; do" in takeover.inputs["create"]
     assert takeover.urn in commands["npu-a-device-share"].dependencies
     for name, container in containers.items():
