@@ -18,6 +18,7 @@ from views.exports.render import compose_files, docker_run_args, render
 from records.exporter import ENTRYPOINT, NAME
 from views.report import plan_json
 from records.restarts import BY_KEY, CONSTANT_PROVIDER_INPUTS, INPUTS, changed
+from records.runtime import named
 from tests.support.stacks import fleet, host, service
 from tests.support.provider_readback import FORCE_NEW, attribute
 from tests.support.pulumi_harness import ASCEND_HOST, CONTAINER, PROVIDER, REMOTE_IMAGE, fake_image_id, run_program
@@ -132,7 +133,7 @@ def test_docker_run_sets_the_entrypoint_s_first_word_and_passes_the_rest_before_
     assert "--entrypoint=/bin/bash" in args
     assert args[args.index("--") :] == ["--", IMAGE, "-c", "--", spec.command[0]]
     script = render(two_hosts(ON), "docker-run")
-    assert script.count(f"docker rm -f -- {NAME}") == 2
+    assert script.count(named(NAME)) == 2
     assert "--entrypoint" not in render(two_hosts(), "docker-run")
 
 
