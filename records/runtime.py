@@ -153,6 +153,10 @@ def remove(name: str = "NAME") -> str:
     return f"{CLI} rm -f {name}"
 
 
+def rename(name: str, new: str) -> str:
+    return f"{CLI} rename {name} {new}"
+
+
 DISABLE = f"{no_restart()} NAME && {stop()} NAME"
 """How an operator takes a container out of service so that no reboot brings it back."""
 

@@ -20,8 +20,10 @@ with `cafe`.
 The script runs after the host check and before anything that needs the cards or
 ports (device-share, every container of the host). A second run changes nothing: a
 container already disabled and stopped, or already removed, is left as it is. It
-fails with one paragraph when Docker refuses a step. Pure: builds text, runs
-nothing. `root` exists for tests only (a stand-in docker CLI under it).
+fails with one paragraph when Docker refuses a step. `takeover_problems` says, when the
+plan is made, why a host's `replaces` cannot be run at all: it names one of the plan's
+own containers there, or the script would be longer than a host can be handed. Pure:
+builds text, runs nothing. `root` exists for tests only (a stand-in docker CLI under it).
 """
 
 from __future__ import annotations
@@ -30,7 +32,19 @@ import shlex
 from typing import Sequence
 
 from allocation.config import Host
-from records.runtime import DISABLE, RESTART_POLICY, STATUS, VAR, assign, inspect, named, no_restart, remove, stop
+from records.containers import ContainerSpec
+from records.runtime import DISABLE, RESTART_POLICY, STATUS, VAR, assign, inspect, named, no_restart, remove, rename, stop
+
+PAGE_BYTES = 4096
+"""The smallest page of the kernels the scripts meet (x86-64, and aarch64 built with 4 KiB pages)."""
+MAX_SCRIPT_BYTES = 32 * PAGE_BYTES - 1
+"""The longest script a host can be handed. `pulumi up` runs each host script as one argument of
+`sh -c`: pulumi-command's remote Command sends `create` as the SSH session's command
+(provider/pkg/provider/remote/commandOutputs.go, `session.Run(cmd)`), which sshd runs as
+`execve(shell, [shell, "-c", command])` (openssh-portable session.c `do_child`); the local one runs
+`/bin/sh -c command` (local/commandOutputs.go). Linux refuses (E2BIG) an argument longer than
+MAX_ARG_STRLEN, 32 pages (include/uapi/linux/binfmts.h), counting its terminating NUL (fs/exec.c
+`copy_strings`: `strnlen_user`, then `valid_arg_len`)."""
 
 
 def takeover_script(host: Host, names: Sequence[str], *, root: str = "") -> str:
@@ -69,3 +83,29 @@ def takeover_script(host: Host, names: Sequence[str], *, root: str = "") -> str:
         "  exit 1",
         "fi",
     ]) + "\n"  # fmt: skip
+
+
+def takeover_problems(host: Host, script: str, containers: Sequence[tuple[str, ContainerSpec, str]]) -> list[str]:
+    """Why the takeover of `host`, whose script is `script`, cannot run: a name it `replaces` is one
+    the plan gives its own container there (`containers`: the host's, as `HostDeployment.containers`
+    lists them; Docker names are unique per host, and the takeover would stop the plan's own), or the
+    script is longer than `MAX_SCRIPT_BYTES`."""
+    own = {spec.name: f"{name} {what}" for name, spec, what in containers}
+    problems = [
+        f"host {host.name} replaces {n}, the name of the plan's own container there ({own[n]}), which the "
+        f"takeover would stop for good: rename the old container ({rename(n, n + '-old')}) and list that name "
+        "under replaces"
+        for n in host.replaces
+        if n in own
+    ]
+    size = len(script.encode())
+    if size > MAX_SCRIPT_BYTES:
+        listed = sum(len(n.encode()) for n in host.replaces)
+        problems.append(
+            f"host {host.name}: its takeover script would be {size:,} bytes, more than the {MAX_SCRIPT_BYTES:,} a "
+            "host script can have (pulumi up hands it to sh -c as one argument, and Linux takes at most 32 pages, "
+            f"MAX_ARG_STRLEN, with its final NUL); replaces lists {len(host.replaces):,} names of {listed:,} bytes: "
+            f"list fewer, run pulumi up, then list the rest in their place, or remove old containers by hand "
+            f"({remove()})"
+        )
+    return problems

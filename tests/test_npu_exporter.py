@@ -13,7 +13,7 @@ from allocation.errors import ConfigError
 from views.exports import prometheus
 from ops.doctor import drift
 from ops.doctor.facts import HostFacts, LiveContainer
-from ops.doctor.findings import host_findings, planned
+from ops.doctor.findings import host_findings
 from views.exports.render import compose_files, docker_run_args, render
 from records.exporter import ENTRYPOINT, NAME
 from views.report import plan_json
@@ -166,8 +166,8 @@ def test_without_the_setting_prometheus_lists_every_host_with_services_as_before
 
 def test_doctor_plans_the_exporter_and_reports_it_missing_when_it_is_not_there():
     hd = two_hosts(ON).hosts[0]
-    assert (NAME, hd.exporter, "as the host's NPU exporter") in planned(hd)
-    assert all(n != NAME for n, _, _ in planned(two_hosts().hosts[0]))
+    assert (NAME, hd.exporter, "as the host's NPU exporter") in hd.containers
+    assert all(n != NAME for n, _, _ in two_hosts().hosts[0].containers)
     found = [f for f in host_findings(hd, HostFacts()) if f.container == NAME]
     assert [f.kind for f in found] == ["missing"]
 

@@ -10,6 +10,7 @@ stand-in `docker` that answers as Docker's CLI does and logs what it is asked.
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 from pathlib import Path
@@ -20,13 +21,13 @@ from allocation.config import parse_fleet
 from allocation.errors import AllocationError, ConfigError
 from views.exports.render import render
 from records.host_check import host_check_script
-from records.takeover import takeover_script
+from records.takeover import MAX_SCRIPT_BYTES, takeover_script
 from views.diff import diff_plans, render_diff
 from views.report import plan_json
 from tests.support.stacks import host, service
 from tests.support.pulumi_harness import CONTAINER, REMOTE_COMMAND, run_program
 from tests.support.stacks import values_of
-from tests.support.pipeline import deployment_of, plan_of
+from tests.support.pipeline import deployment_of
 from tests.support.docker_fakes import container_id, resolving_docker
 
 
@@ -146,8 +147,75 @@ def test_replaces_is_checked_where_it_is_written():
         parse_fleet("prod", fleet_values(replaces=["model-text", "model-text"]))
     with pytest.raises(ConfigError, match=r"replaces"):
         parse_fleet("prod", fleet_values(replaces=["-rm"]))
-    with pytest.raises(AllocationError, match=r"host npu-a replaces bge-m3, a name the plan gives one of its own containers"):
-        plan_of(fleet_values(replaces=["bge-m3"]), "prod")
+
+
+def own_containers(replaces: list[str], on: str = "npu-a") -> dict:
+    """npu-a runs bge-m3, chat's two replicas and its router, qwen-vl (renamed from old-vl, whose
+    container it keeps) and the NPU exporter; npu-b runs nothing. Host `on` replaces `replaces`."""
+    hosts = [host(h, **({"replaces": replaces} if h == on else {})) for h in ("npu-a", "npu-b")]
+    return {
+        "hosts": hosts,
+        "metrics": {"npuExporter": {"image": "registry.example/npu-exporter:v6.0.0"}},
+        "services": [
+            service("bge-m3", 1, 0.1, host="npu-a", devices=[0]),
+            service("chat", 1, 0.2, replicas=2, replicaPins=[{"host": "npu-a", "devices": [1]}, {"host": "npu-a", "devices": [2]}]),
+            service("qwen-vl", 1, 0.3, host="npu-a", devices=[3], previousNames=["old-vl"]),
+        ],
+    }
+
+
+@pytest.mark.parametrize(("name", "what"), [
+    ("bge-m3", "bge-m3 on cards 0"),
+    ("chat-2", "chat-2 on cards 2"),
+    ("chat-router", "chat-router as the router of chat"),
+    ("ascend-fleet-npu-exporter", "ascend-fleet-npu-exporter as the host's NPU exporter"),
+    ("old-vl", "qwen-vl on cards 3"),
+])  # fmt: skip
+def test_replaces_never_names_a_container_the_plan_creates_on_that_host(name, what):
+    """Docker names are unique per host: the takeover would stop the plan's own container for good."""
+    with pytest.raises(AllocationError) as refused:
+        deployment_of(own_containers(["model-text", name]))
+    assert str(refused.value) == (
+        f"stack test: cannot take over: host npu-a replaces {name}, the name of the plan's own container there "
+        f"({what}), which the takeover would stop for good: rename the old container (docker rename {name} "
+        f"{name}-old) and list that name under replaces."
+    )
+    assert deployment_of(own_containers([name], on="npu-b")).hosts[1].takeover_script, "another host's are its own"
+
+
+def test_a_takeover_script_longer_than_a_host_can_be_handed_stops_the_plan_naming_the_host_its_size_and_replaces():
+    """pulumi up hands a host script to `sh -c` as one argument, which Linux caps (MAX_ARG_STRLEN):
+    the plan stops instead of `pulumi up` after the host check."""
+    names = [f"old-{i:04d}-" + "x" * 115 for i in range(560)]  # 124 characters each
+    with pytest.raises(AllocationError) as refused:
+        deployment(replaces=names)
+    size = len(takeover_script(deployment().hosts[0].host, names).encode())
+    assert str(refused.value).startswith(
+        f"stack prod: cannot take over: host npu-a: its takeover script would be {size:,} bytes, more than the "
+        f"131,071 a host script can have (pulumi up hands it to sh -c as one argument, and Linux takes at most "
+        f"32 pages, MAX_ARG_STRLEN, with its final NUL); replaces lists 560 names of {560 * 124:,} bytes: list fewer"
+    )
+    with pytest.raises(OSError) as too_long:
+        subprocess.run(["sh", "-c", takeover_script(deployment().hosts[0].host, names)])
+    assert too_long.value.errno == errno.E2BIG, "what pulumi up would have met"
+
+
+def test_the_longest_takeover_the_plan_accepts_runs_under_sh_c(tmp_path: Path):
+    names = [f"old-{i:04d}-" + "x" * 115 for i in range(515)]
+    script = deployment(replaces=names).hosts[0].takeover_script
+    assert MAX_SCRIPT_BYTES - 5000 < len(script.encode()) <= MAX_SCRIPT_BYTES
+    (tmp_path / "docker").write_text("#!/bin/sh\n")  # no container at all
+    (tmp_path / "docker").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0 and result.stdout.count("nothing to take over") == 515, result.stderr
+
+
+def test_max_script_bytes_is_the_kernels_limit_on_one_argument():
+    assert subprocess.run(["sh", "-c", ":" + " " * (MAX_SCRIPT_BYTES - 1)]).returncode == 0
+    with pytest.raises(OSError) as too_long:
+        subprocess.run(["sh", "-c", ":" + " " * MAX_SCRIPT_BYTES])
+    assert too_long.value.errno == errno.E2BIG
 
 
 def test_the_plan_lists_what_each_host_takes_over_and_the_diff_shows_it_first():
