@@ -8,6 +8,7 @@ podman) or another target changes this module, and `tests/test_runtime_seam.py` 
 records module from spelling the CLI in a string.
 
 The words are the Docker CLI's (docs.docker.com/reference/cli/docker/: `container ls -q`/`-aq`,
+`--filter name=` (`named`),
 `container inspect --format` with Go templates over the Engine API's container JSON, `update
 --restart=no`, `image inspect`, `build -`, `exec`, `run --rm`, `version --format`). Scripts that a
 test runs against a stand-in CLI under its root read it from `$docker` (`SH`, `stand_in`, `assign`).
@@ -82,7 +83,9 @@ def named(name: str, cli: str = CLI) -> str:
     """A command printing the full ID of the container whose name is exactly `name` (a shell word:
     a quoted name, or `"$var"`), and nothing when no container has that name.
 
-    Every command that acts on a container takes its ID from here. Given a name, `inspect`, `update`,
+    Every command of the host scripts that acts on a container by name takes its ID from here, but
+    the rollout's (records.rollout), which name only routers: `-router` begins no ID, IDs being hex.
+    Given a name, `inspect`, `update`,
     `stop`, `start`, `logs` and `exec` resolve it as a full ID first, then as an exact name, then as
     a unique ID prefix (moby daemon/container.go `GetContainer`, as in dockerd 20.10.24): with no
     container named `cafe`, `docker stop cafe` stops the container whose ID begins with `cafe`. `ps
