@@ -500,8 +500,11 @@ class Host(Model):
     shows (e.g. `[model-emb-vl, model-text]` of a docker compose deployment). `pulumi up` disables each
     for good before it creates anything on the host: its restart policy set to `no`, then stopped, so
     no reboot brings it back; it is kept, not removed, so going back is two commands
-    ([Moving from docker compose](moving-from-compose.md)). A name the plan gives one of its own
-    containers on this host is refused."""
+    ([Moving from docker compose](moving-from-compose.md)). Names are exact: a name no container has is
+    skipped, never read as a container ID or the beginning of one (as `docker stop NAME` would). A name
+    the plan gives one of its own containers on this host (a service, a replica, a router, the NPU
+    exporter) is refused, and so is a list whose takeover script would be longer than the 131,071
+    bytes a host script can have."""
     reserved_ports: list[PortRange] = []
     """Ports on this host the allocator must never hand out (in addition to `ascend-fleet:ports.reserved`):
     single ports (`22`), `"a-b"` strings or `[a, b]`."""

@@ -12,7 +12,6 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Mapping
 
-from allocation import names
 from allocation.capacity import auto_fraction, gib, runtime_total, size_service
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service
 from allocation.errors import AllocationError, listing
@@ -110,7 +109,6 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         planned = kept(_running_totals(host, planned))
         unchecked = kept(graph_room(host, planned))
         kept(_not_sized(host, planned, unchecked))
-        kept(_takeover(host, planned, mine))
         host_plans.append(HostPlan(host, fleet.budget(host), tuple(planned), shard_of.get(host.name)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
@@ -138,19 +136,6 @@ def _router(
     in_order = tuple(sorted(replicas, key=lambda ps: ps.instance.index))
     settings = resolve_router(s, fleet.defaults, max(ps.resolved.start_timeout_seconds for ps in in_order))
     return RouterPlan(s, settings, host, windows, in_order)
-
-
-def _takeover(host: Host, planned: list[ServicePlan], routed: list[Service]) -> Outcome[None]:
-    """A container the host `replaces` is stopped for good by `pulumi up`: it cannot also be one the
-    plan creates there (Docker names are unique per host, and the takeover would stop the new one).
-    `routed`: the replicated services whose router runs there."""
-    own = {ps.instance.original_name for ps in planned} | {names.router_name(s.original_name) for s in routed}
-    clash = [name for name in host.replaces if name in own]
-    return Outcome(None, tuple(
-        f"host {host.name} replaces {name}, a name the plan gives one of its own containers there: "
-        f"rename the old container (docker rename {name} {name}-old) and list that name under replaces"
-        for name in clash
-    ))  # fmt: skip
 
 
 def _image_for_board(host: Host, i: Instance, cards: tuple[int, ...]) -> Outcome[None]:

@@ -11,7 +11,6 @@ it; nothing here depends on another host, so hosts deploy in parallel.
 from __future__ import annotations
 
 import asyncio
-import shlex
 from typing import Optional
 
 import pulumi
@@ -20,7 +19,7 @@ import pulumi_docker as docker
 
 from records.deployment import HostDeployment
 from records.durations import go_duration
-from records.runtime import logs
+from records.runtime import log_tail
 from ops.ssh import run_script
 
 LOG_LINES = 20
@@ -121,9 +120,9 @@ class AscendHost(pulumi.ComponentResource):
 
     def last_log_lines(self, container: str, lines: int = LOG_LINES) -> str:
         """A container's last log lines on this host (`docker logs --tail`, over SSH like `doctor`),
-        or why they could not be read. For the error hook of a container that did not start."""
-        script = f"{logs()} --tail {int(lines)} {shlex.quote(container)} 2>&1\n"
-        result = run_script(self._hd, script)
+        or why they could not be read. For the error hook of a container that did not start, which
+        may not exist: by its exact name, never as another container's ID prefix (`log_tail`)."""
+        result = run_script(self._hd, log_tail(container, lines))
         if not result.reachable:
             return f"(its log could not be read: {result.error})"
         return result.stdout.strip() or "(its log is empty)"

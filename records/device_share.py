@@ -34,7 +34,8 @@ from typing import Sequence
 from allocation.config import Host, npu_chip
 from records.containers import NPU_SMI
 from records.runtime import (
-    DAEMON_UNIT, DEVICES, DISABLE, NAME, NODE_UNITS, PRIVILEGED, SH, inspect_containers, start, stand_in, stop,
+    DAEMON_UNIT, DEVICES, DISABLE, NAME, NODE_UNITS, PRIVILEGED, SH, inspect_containers, named, start, stand_in,
+    stop,
 )  # fmt: skip
 
 CHIP = 0  # one chip per 910B card
@@ -70,9 +71,10 @@ without() {{ skip=" $1 "; shift; out=; for n in "$@"; do case $skip in *" $n "*)
 # device-share mode, or prints why not and returns 1; with held=stopHolders it first stops the
 # containers holding the card and starts them again after the switch, when all of them are the
 # plan's own (`own`, their Docker names): a container outside the plan is never stopped or started
-# (names from `docker inspect`: Docker allows only [a-zA-Z0-9_.-] in them, so they split safely). The holders are the containers
-# with the card's device file, or privileged (those see every card). Nothing reads stdin: the
-# script may arrive there.
+# (names from `docker inspect`: Docker allows only [a-zA-Z0-9_.-] in them, so they split safely), each
+# stopped and started by the ID of the container of that exact name (`named`): one gone since it was
+# listed is no other container's ID prefix. The holders are the containers with the card's device
+# file, or privileged (those see every card). Nothing reads stdin: the script may arrive there.
 _FUNCTIONS = HOLDERS + f"""oneline() {{ printf '%s' "$1" | tr '\\n\\t' '  ' | tr -s ' '; }}
 state() {{ "$npu_smi" info -t device-share -i "$1" -c {CHIP} 2>&1 </dev/null; }}
 switch() {{
@@ -94,9 +96,10 @@ enable() {{
   fi
   if [ "$held" = stopHolders ] && [ -n "$who" ]; then
     echo "card $1: stopping $who to switch it to device-share mode"
-    {stop(SH)} $who </dev/null >/dev/null 2>&1
+    ids=$(for n in $who; do {named('"$n"', SH)} </dev/null 2>/dev/null; done)
+    {stop(SH)} $ids </dev/null >/dev/null 2>&1
     switch "$1"; switched=$?
-    {start(SH)} $who </dev/null >/dev/null 2>&1 || echo "card $1: could not start $who again: {start()} them"
+    {start(SH)} $ids </dev/null >/dev/null 2>&1 || echo "card $1: could not start $who again: {start()} them"
     if [ "$switched" -eq 0 ]; then echo "card $1: device-share on; $who started again"; return 0; fi
     who="$who (stopped and started again)"
   fi

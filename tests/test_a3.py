@@ -203,9 +203,9 @@ def test_with_stop_holders_the_holder_of_the_other_chip_is_stopped_for_the_npu_s
     assert result.returncode == 0, result.stderr
     assert sets(root) == [
         "set -t device-share -i 1 -d 1",  # refused: chip 1 is busy
-        "docker stop qwen-long",
+        "docker stop c0ffee",  # the ID of the container named exactly qwen-long
         "set -t device-share -i 1 -d 1",
-        "docker start qwen-long",
+        "docker start c0ffee",
     ]
 
 

@@ -165,12 +165,13 @@ def test_with_stop_holders_the_script_stops_the_holder_switches_the_card_and_sta
         result = run_on(Host(name="npu-a", address="192.0.2.10", heldCards="stopHolders"), root, [4], own=("qwen-long",))
     assert result.returncode == 0, result.stderr
     assert "card 4: device-share on; qwen-long started again" in result.stdout
-    calls = [c for c in (root / "calls").read_text().splitlines() if c.startswith(("docker stop", "docker start", "set"))]
+    calls = [c for c in (root / "calls").read_text().splitlines() if c.startswith(("docker stop", "docker start", "set", "docker ps -a"))]
     assert calls == [
         "set -t device-share -i 4 -c 0 -d 1",  # refused: the card is busy
-        "docker stop qwen-long",
+        "docker ps -aq --no-trunc --filter name=^/\\Qqwen-long\\E$",
+        "docker stop c0ffee",  # the ID of the container named exactly qwen-long
         "set -t device-share -i 4 -c 0 -d 1",
-        "docker start qwen-long",
+        "docker start c0ffee",
     ]
     assert (root / "claims/device-share/card4").read_text().strip() == "1"
 

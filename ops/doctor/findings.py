@@ -48,7 +48,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
-from records.containers import DRIVER_DIR, NPU_SMI, ContainerSpec
+from records.containers import DRIVER_DIR, NPU_SMI
 from records.deployment import HostDeployment
 from records.device_share import STATUS_KEY, UNIT
 from records.host_requirements import Requirement, cards_of, requirements
@@ -166,18 +166,10 @@ def _pids(facts: HostFacts, c: LiveContainer) -> frozenset[int]:
     return facts.pids.get(c.id, frozenset()) | ({c.pid} if c.pid else frozenset())
 
 
-def planned(hd: HostDeployment) -> list[tuple[str, ContainerSpec, str]]:
-    """(name, spec, what it is) of every container planned on the host: services, routers, then the
-    NPU exporter."""
-    out = [(sd.name, sd.spec, f"on cards {','.join(map(str, sd.plan.assignment.cards))}") for sd in hd.services]
-    out += [(rd.name, rd.spec, f"as the router of {rd.plan.service.name}") for rd in hd.routers]
-    return out + ([(hd.exporter.name, hd.exporter, "as the host's NPU exporter")] if hd.exporter is not None else [])
-
-
 def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
     by_name = {c.name: c for c in facts.containers}
     # By the docker name, which a renamed service keeps (`previousNames`).
-    live = {name: by_name[spec.name] for name, spec, _ in planned(hd) if spec.name in by_name}
+    live = {name: by_name[spec.name] for name, spec, _ in hd.containers if spec.name in by_name}
     service_of = {c.id: name for name, c in live.items()}
     active = [c for c in facts.containers if c.active]
     card_services: dict[int, tuple[str, ...]] = {}
@@ -275,7 +267,7 @@ def _judge_host(view: HostView) -> list[Finding]:
 
 def _judge_state(view: HostView) -> list[Finding]:
     out = []
-    for name, spec, what in planned(view.hd):
+    for name, spec, what in view.hd.containers:
         live = view.live.get(name)
         if live is None:
             text = f"container {name} does not exist (planned {what}, API port {spec.api_port})"
@@ -293,7 +285,7 @@ def _judge_state(view: HostView) -> list[Finding]:
 
 def _judge_drift(view: HostView) -> list[Finding]:
     out = []
-    for name, spec, _ in planned(view.hd):
+    for name, spec, _ in view.hd.containers:
         live = view.live.get(name)
         for key, want, actual in differences(spec, live) if live is not None else ():
             text = f"container {name}: {key}: {want} (plan) != {actual} (live)"
