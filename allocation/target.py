@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from allocation.scalars import Flag
+
 Target = Literal["docker", "kubernetes"]
 DEFAULT_TARGET: Target = "docker"
 
@@ -52,7 +54,7 @@ class Kubernetes(BaseModel):
     `hostNetwork`: pods share the node's network, as containers on a docker host do. The plan's port
     windows are host-wide and disjoint, so both are safe (HCCL's NPU-side ports clash between pods
     on one machine even on pod networking: vllm-ascend issues 4725 and 11968)."""
-    dra: bool = True
+    dra: Flag = True
     """`true`: each planned card becomes a ResourceClaim of MindCluster's DRA driver (`npu.huawei.com`)
     selecting its `physicId`, so the scheduler accounts for it. `false`, for clusters without the
     driver: pods are pinned to their node and get their cards through `ASCEND_VISIBLE_DEVICES` (the
