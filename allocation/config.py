@@ -35,6 +35,7 @@ from pydantic.json_schema import WithJsonSchema
 from allocation import names as naming
 from allocation.config_errors import field_aliases, suggest, unknown_keys, validation_problems
 from allocation.errors import ConfigError, listing
+from allocation.hbm import declared_hbm_problem
 from allocation.scalars import Flag, Number, Whole, digits_between, holds_number, top_level_value
 from allocation.values import (
     STACK_NAME_RULE, AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word,
@@ -525,6 +526,15 @@ class Host(Model):
         twice = sorted({n for n in self.replaces if self.replaces.count(n) > 1})
         if twice:
             raise ValueError(f"replaces names {', '.join(twice)} more than once")
+        return self
+
+    @model_validator(mode="after")
+    def _hbm_declarations_agree(self) -> Host:
+        """`hbmBytes`, when set, is 85-100% of a card the host check accepts for `hbmGiB` (within 10%
+        of it): the rule the host check applies on the host (allocation.hbm)."""
+        problem = declared_hbm_problem(self.hbm_gi_b, self.hbm_bytes)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
