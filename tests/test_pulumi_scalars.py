@@ -64,6 +64,15 @@ def test_the_text_of_a_top_level_scalar_is_what_the_recorded_cli_hands_the_progr
     assert top_level_text(plan_reading(spelling)) == READINGS[spelling]["top"]["value"]
 
 
+@pytest.mark.parametrize(
+    ("value", "text"), [(0.00005, "0.00005"), (1.5e-6, "0.0000015"), (1.5e-7, "1.5e-7"), (1.5e-10, "1.5e-10"), (2.5e300, "2.5e+300")]
+)
+def test_a_float_the_recording_lacks_is_printed_as_gos_json_encoder_prints_it(value, text):
+    """Between the recorded spellings: Go writes digits down to 1e-6 (Python's repr: `5e-05`), then an
+    exponent of at least one digit (golang/go src/encoding/json/encode.go `floatEncoder.encode`)."""
+    assert top_level_text(value) == text
+
+
 def stack(tmp_path: Path, value: str) -> Path:
     path = tmp_path / "Pulumi.t.yaml"
     path.write_text(
