@@ -1,6 +1,7 @@
 """The program and the stack's JSON Schema read every value alike: for every key of the config models
 (and every entry of a list or map the stack below holds), integers, booleans, quoted numbers, floats,
-text and null, put in an otherwise valid stack, are accepted by both or refused by both.
+text and null, put in an otherwise valid stack (one that holds every config model, and the committed
+dev stack), are accepted by both or refused by both.
 
 The program's side is `parse_fleet` of what `plan` reads, which is what `pulumi up` hands the program
 (a top-level value through the text Pulumi passes, cli.stackfile `top_level_reading`). The one kind of
@@ -24,6 +25,7 @@ from allocation.config import NAMESPACE, FleetConfig, parse_fleet
 from allocation.errors import ConfigError
 from allocation.schema import PLAN_CHECKS, _models, config_schema, stack_schema
 from cli.stackfile import top_level_reading
+from tests.support.stacks import values_of
 
 STACK = Draft202012Validator(stack_schema())
 CONFIG = config_schema()
@@ -82,9 +84,12 @@ def paths(model: type[BaseModel], node: dict, at: tuple = ()) -> Iterator[tuple[
                 yield from paths(inner, entry, at + (key, index))
 
 
+DEV = values_of("dev")
+"""The committed dev stack, pinned as `pin` writes it, for the keys it holds."""
 CASES = [(p, BASE) for p, _ in paths(FleetConfig, BASE)] + [
     (p, shard_base()) for p, _ in paths(FleetConfig, shard_base()) if p[0] == "shardOf"
 ]
+DEV_CASES = [(p, DEV) for p, _ in paths(FleetConfig, DEV)]
 
 
 def put(base: dict, path: tuple, value: Any) -> dict:
@@ -155,7 +160,7 @@ def test_the_stack_below_is_valid_and_reaches_every_config_model():
     assert held - reached == set()
 
 
-@pytest.mark.parametrize(("path", "base"), CASES, ids=["/".join(map(str, p)) for p, _ in CASES])
+@pytest.mark.parametrize(("path", "base"), CASES + DEV_CASES, ids=[f"{'dev:' if b is DEV else ''}{'/'.join(map(str, p))}" for p, b in CASES + DEV_CASES])
 def test_the_program_and_the_schema_agree_on_every_kind_of_value_at_every_key(path, base):
     assert [d for d in (disagreement(base, path, v) for v in PROBES) if d] == []
 
