@@ -16,7 +16,8 @@ The arithmetic vLLM(-Ascend) does at start, per tensor-parallel rank (one card):
 
 NPU graphs are captured after the cache is allocated (vllm-ascend@v0.20.2rc1 `worker/worker.py`
 `compile_or_warm_up_model` l. 508), outside the fraction: `allocation.graph_room` checks that the
-services of a shared card have room for them (`graphMemoryGiB`).
+services of a shared card have room for them (`graphMemoryGiB`, else `allocation.graph_estimate`'s
+estimate).
 Weights are taken as split evenly over the ranks; the overhead is one allowance per card
 (`runtimeOverheadGiB`), chosen from published startup logs so that the plan errs on the safe side.
 """
@@ -25,10 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Sequence
 
 from allocation.config import FleetConfig, Host, ModelProfile
 from allocation.instance import Instance
-from allocation.outcome import Outcome
+from allocation.outcome import Outcome, where
 from allocation.kv_cache import Engine, GatedDeltaNet, Layout, Unsized, dense_layout, engine_of, hybrid_layout, log_lines
 
 GIB = 1 << 30
@@ -250,9 +252,9 @@ def _sized(fleet: FleetConfig, instance: Instance, total: int, fraction: Decimal
     )
 
 
-def size_service(fleet: FleetConfig, host: Host, instance: Instance) -> Outcome[Capacity | None]:
-    """The capacity of a service with a profile on its host; why vLLM would refuse to start, or
-    what runs but not as configured."""
+def size_service(fleet: FleetConfig, host: Host, instance: Instance, cards: Sequence[int] = ()) -> Outcome[Capacity | None]:
+    """The capacity of a service with a profile on its host (on `cards`); why vLLM would refuse to
+    start, or what runs but not as configured, each warning led by where and the key to change."""
     name, s = instance.name, instance.service
     profile = s.profile
     if profile is None:
@@ -263,21 +265,20 @@ def size_service(fleet: FleetConfig, host: Host, instance: Instance) -> Outcome[
             f"service {name}: host {host.name}'s hbmGiB {host.hbm_gi_b} is not a card ascend-fleet knows "
             "(64, 32): set the host's hbmBytes to the total the runtime reports",
         ))  # fmt: skip
+    place = where(host.name, cards)
     cap = _sized(fleet, instance, total, instance.memory_fraction)
     if isinstance(cap, Unsized):
-        return Outcome(None, warnings=(f"service {name}: not sized: {cap.why}",))
+        return Outcome(None, warnings=(f"{place}: profile: {name} not sized: {cap.why}",))
     if isinstance(cap, str):
         return Outcome(None, (f"service {name}: {cap}",))
-    where = (
-        f"service {name} (memoryFraction {instance.memory_fraction} of {gib(total)} GiB "
-        f"on each of {s.tensor_parallel_size} card(s))"
-    )
+    fraction = f"memoryFraction {instance.memory_fraction} of {gib(total)} GiB"
+    named = f"service {name} ({fraction} on each of {s.tensor_parallel_size} card(s))"
     if cap.kv_bytes_per_card <= 0:
         advice = "raise memoryFraction, add cards (tensorParallelSize) or lower runtimeOverheadGiB if measured"
-        return Outcome(cap, (f"{where} does not fit: {cap.arithmetic()}; {advice}",))
+        return Outcome(cap, (f"{named} does not fit: {cap.arithmetic()}; {advice}",))
     if not cap.fits:
         return Outcome(cap, (
-            f"{where}: its KV cache holds {cap.kv_blocks} blocks, fewer than the {cap.blocks_per_request} one "
+            f"{named}: its KV cache holds {cap.kv_blocks} blocks, fewer than the {cap.blocks_per_request} one "
             f"request of maxModelLen {s.max_model_len} needs ({gib(cap.bytes_per_request or 0)} GiB per card), "
             f"and vLLM refuses to start then: {cap.arithmetic()}; raise memoryFraction or lower maxModelLen",
         ))  # fmt: skip
@@ -285,19 +286,19 @@ def size_service(fleet: FleetConfig, host: Host, instance: Instance) -> Outcome[
     if cap.queues:
         wanted = (s.max_num_seqs or 1) * (cap.blocks_per_request or 0)
         notes.append(
-            f"{where}: maxNumSeqs {s.max_num_seqs} requests of maxModelLen {s.max_model_len} need "
-            f"{wanted} blocks, more than its KV cache of {cap.kv_blocks}: {cap.max_concurrency:.2f} requests "
-            "of maxModelLen at once, the rest queue"
+            f"{place}: maxNumSeqs, memoryFraction: {name}: maxNumSeqs {s.max_num_seqs} requests of maxModelLen "
+            f"{s.max_model_len} need {wanted} blocks, more than its KV cache of {cap.kv_blocks} ({fraction}): "
+            f"{cap.max_concurrency:.2f} requests of maxModelLen at once, the rest queue"
         )
     if profile.unverified:
-        notes.append(f"service {name}: sized with an unverified profile: {profile.unverified}")
+        notes.append(f"{place}: profile: {name} sized with an unverified profile: {profile.unverified}")
     engine = engine_for(fleet, instance)
     if isinstance(engine, Engine) and engine.speculative_tokens and not cap.encoder:
         notes.append(
-            f"service {name}: its cache counts --speculative-config's {engine.speculative_tokens} tokens but not "
-            "the draft model's own layers, which share the cache (not sized: unverified)"
+            f"{place}: args: {name}'s cache counts --speculative-config's {engine.speculative_tokens} tokens but "
+            "not the draft model's own layers, which share the cache (not sized: unverified)"
         )
-    return Outcome(cap, warnings=("; ".join(notes),) if notes else ())
+    return Outcome(cap, warnings=tuple(notes))
 
 
 def auto_fraction(fleet: FleetConfig, instance: Instance) -> Outcome[Decimal | None]:

@@ -41,7 +41,6 @@ from allocation.values import (
     STACK_NAME_RULE, AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word,
 )
 from allocation.defaults import (
-    DEFAULT_GRAPH_MEMORY_GIB,
     DEFAULT_IMAGE,
     DEFAULT_IMAGES,
     DEFAULT_IPC_MODE,
@@ -420,8 +419,10 @@ class ContainerSettings(Model):
         description="Per-card GiB of the NPU graph pool vLLM-Ascend captures after the KV cache, outside "
         "`memoryFraction` (vllm-ascend@v0.20.2rc1 `worker/worker.py` `compile_or_warm_up_model`); the shared-card "
         "check counts it unless `args` has `--enforce-eager`. Set it to what the startup log reports "
-        f"(\"... GiB for NPU graph memory\"). Default {DEFAULT_GRAPH_MEMORY_GIB} (no size is published for a 27B "
-        "model; see [room for graphs on shared cards](capacity.md)).",
+        "(\"... GiB for NPU graph memory\"). Unset: estimated from `profile` (its layers and the batch sizes "
+        "`maxNumSeqs` implies, scaled from vLLM-Ascend's published measurements), and a warning built on the "
+        "estimate starts with `estimate:`; without a profile either, the card's room for graphs is not checked "
+        "(see [room for graphs on shared cards](capacity.md)).",
     )  # fmt: skip
     stop_grace_seconds: Whole | None = Field(
         default=None, ge=0, le=3600,
@@ -866,15 +867,17 @@ class Shards(Model):
 
 class ShardOf(Model):
     """`ascend-fleet:shardOf`, written by `python -m allocation shards` into each shard's stack file:
-    which fleet the file was cut from, which shard it deploys, and the fleet's hash at that time, so a
-    shard file edited by hand or cut from another version of the fleet refuses to deploy."""
+    which fleet the file was cut from, which shard it deploys, and the hash of both with the fleet at
+    that time. A shard file refuses to deploy when edited by hand, cut from another version of the
+    fleet, or run in any stack but `<fleet>-shard-<index>`."""
 
     fleet: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")]
     """The fleet's stack name (its file is `Pulumi.<fleet>.yaml`)."""
     index: Whole = Field(ge=0, le=9999)
     """The shard this stack deploys: the hosts whose `shard` is this."""
     fleet_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-    """sha256 of the fleet's keys as the program reads them (`shardOf` left out)."""
+    """sha256 of what the shard deploys: the fleet's keys as the program reads them (`shardOf` left
+    out), the fleet's name and the shard's index."""
 
 
 class FleetConfig(Model):
@@ -941,22 +944,38 @@ class FleetConfig(Model):
         text = self.model_dump_json(by_alias=True, exclude={"shard_of", *unset})
         return hashlib.sha256(text.encode()).hexdigest()
 
+    def shard_hash(self, fleet: str, index: int) -> str:
+        """sha256 of what shard `index` of fleet `fleet` deploys: the fleet's hash, its name (every
+        container's label) and the index (which hosts). A shard file whose index or fleet name was
+        edited by hand no longer matches the hash it carries."""
+        return hashlib.sha256(json.dumps([fleet, index, self.fleet_hash()]).encode()).hexdigest()
+
     @model_validator(mode="after")
     def _shard_of_its_fleet(self) -> FleetConfig:
         cut = self.shard_of
         if cut is None:
             return self
+        bound = naming.shard_stack(cut.fleet, cut.index)
+        if self.stack != bound:
+            raise ValueError(
+                f"this file is shard {cut.index} of fleet {cut.fleet} (shardOf), which only stack {bound} deploys, "
+                f"not stack {self.stack}: run `pulumi up` on stack {bound}; stack {self.stack}'s own file is written "
+                f"by `python -m allocation shards --stack {cut.fleet}` (a shard file copied or edited by hand would "
+                "deploy another shard's hosts, or delete this stack's containers)"
+            )
         if self.shards is None:
             raise ValueError(
                 f"shardOf names fleet {cut.fleet}, but this stack holds no ascend-fleet:shards: a shard's file "
                 f"holds its whole fleet; write it with `python -m allocation shards --stack {cut.fleet}`"
             )
-        now = self.fleet_hash()
+        now = self.shard_hash(cut.fleet, cut.index)
         if now != cut.fleet_hash:
             raise ValueError(
-                f"shardOf says this file was cut from fleet {cut.fleet} at hash {cut.fleet_hash[:12]}, but the fleet "
-                f"it holds hashes to {now[:12]}: a shard's file is written by `python -m allocation shards --stack "
-                f"{cut.fleet}`, never by hand; change Pulumi.{cut.fleet}.yaml and run that command again"
+                f"shardOf says this file was cut as shard {cut.index} of fleet {cut.fleet} at hash {cut.fleet_hash[:12]}, "
+                f"but the shard it holds hashes to {now[:12]}: a shard's file is written by `python -m allocation "
+                f"shards --stack {cut.fleet}`, never by hand; change Pulumi.{cut.fleet}.yaml and run that command "
+                "again (files cut before the hash covered the fleet's name and the shard's index, 2026-12-05, need "
+                "that once too)"
             )
         return self
 

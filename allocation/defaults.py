@@ -4,7 +4,6 @@ The config reference (allocation/config.py field descriptions) states them and t
 (allocation/resolved.py) applies them, both from here.
 """
 
-from decimal import Decimal
 from types import MappingProxyType
 
 DEFAULT_IMAGE = "quay.io/ascend/vllm-ascend:v0.20.2rc1"
@@ -27,8 +26,3 @@ ROUTER_STARTUP_MARGIN_SECONDS = 300
 """How much longer than the slowest replica's load a router waits for its first worker."""
 ROUTER_STOP_GRACE_SECONDS = 30
 ROUTER_SHM_SIZE_MIB = 64
-DEFAULT_GRAPH_MEMORY_GIB = Decimal("2.5")
-"""Per-card NPU graph pool a service captures outside its fraction (`graphMemoryGiB`). No size is
-published for a 64-layer model: the largest published, 0.68 GiB for the 27-layer DeepSeek-V2-Lite-W8A8
-with the 1.5x vLLM-Ascend's own test allows (vllm-ascend@v0.20.2rc1 `tests/e2e/singlecard/
-test_aclgraph_mem.py`), scaled to 64 layers (ACL graphs are captured per layer and size) is 2.42 GiB."""

@@ -33,6 +33,8 @@ def printable(text: str) -> str:
     """Text as a terminal may show it: every control or format character (escape sequences, bell,
     C1 codes, bidi overrides, odd line breaks) escaped, so text read from a file or a host cannot
     drive the terminal."""
+    if text.isprintable():  # no character of those categories (Python's str.isprintable): the text as it is
+        return text
     return "".join(
         ch if ch == " " or unicodedata.category(ch)[0] not in "CZ" else ch.encode("unicode_escape").decode("ascii")
         for ch in text

@@ -12,9 +12,12 @@ name order on the card, as `_running_totals` and records/start_order.py take it)
   `worker/model_runner_v1.py` `get_kv_cache_spec`: "Skip modules that don't need KV cache (eg
   encoder-only attention)"), so it holds its weights plus `runtimeOverheadGiB`, the activation peak
   and non-torch memory the capacity check models inside the fraction;
-- plus its graph pool, `graphMemoryGiB`, unless `--enforce-eager` (`Resolved.captures_graphs`).
+- plus its graph pool (`allocation.graph_estimate`): `graphMemoryGiB`, the figure its startup log
+  reported, else an estimate from its profile; none with `--enforce-eager` (`Resolved.captures_graphs`).
   Pooling models capture graphs too: vLLM-Ascend's own bge-m3 test runs it with ACL graphs
-  (`tests/e2e/singlecard/pooling/test_embedding.py` `test_bge_m3_correctness`).
+  (`tests/e2e/singlecard/pooling/test_embedding.py` `test_bge_m3_correctness`). A card with a service
+  that has neither figure nor profile is not checked; the planner says so where it names the service
+  it could not size.
 
 A start fails when the card has less free than the fraction (vLLM refuses) or than what the service
 then holds with its graphs (the capture runs out of memory: vllm-ascend issue 5650, "Failed to apply for memory" on a
@@ -30,14 +33,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Sequence
 
-from allocation.capacity import GIB, gib, runtime_total
+from allocation.capacity import gib, runtime_total
 from allocation.config import Host
-from allocation.outcome import Outcome
+from allocation.graph_estimate import GraphPool, graph_pool
+from allocation.outcome import Outcome, where
 from allocation.plan import ServicePlan
 
 ADVICE = (
-    "Lower a memoryFraction there, set graphMemoryGiB to what each service's startup log reports "
-    '("... GiB for NPU graph memory"), or add --enforce-eager to a service\'s args'
+    "Lower a memoryFraction there, set graphMemoryGiB to each service's startup log (\"... GiB for NPU graph "
+    "memory\"), or add --enforce-eager to a service's args"
 )
 REFUSED = '"Free memory on device ... is less than desired GPU memory utilization"'
 
@@ -52,28 +56,30 @@ class Tenant:
     """memoryFraction x the card's total."""
     held: int
     """What it holds before its graphs: `ask`, or an encoder's weights and runtime overhead."""
-    graph: int
+    pool: GraphPool
     why: str
     """Where `held` comes from, in words."""
 
     @property
     def total(self) -> int:
-        return self.held + self.graph
+        return self.held + self.pool.bytes
 
     def words(self) -> str:
-        graph = f" + graph {gib(self.graph)} GiB" if self.graph else ", no graphs (--enforce-eager)"
-        return f"{self.name} {gib(self.held)} GiB ({self.why}){graph}"
+        pool = self.pool
+        if pool.source == "--enforce-eager":
+            return f"{self.name} {gib(self.held)} GiB ({self.why}), no graphs (--enforce-eager)"
+        return f"{self.name} {gib(self.held)} GiB ({self.why}) + graphs {gib(pool.bytes)} GiB ({pool.source})"
 
 
-def tenant(ps: ServicePlan, total: int) -> Tenant:
+def tenant(ps: ServicePlan, total: int, pool: GraphPool) -> Tenant:
     fraction, ask = ps.memory_fraction, int(ps.memory_fraction * total)
-    graph = int(ps.resolved.graph_memory_gi_b * GIB) if ps.resolved.captures_graphs else 0
     cap = ps.capacity
     if cap is not None and cap.encoder:
         held = cap.weight_bytes_per_card + cap.overhead_bytes
-        why = f"no KV cache: {gib(cap.weight_bytes_per_card)} GiB weights + {gib(cap.overhead_bytes)} GiB runtime overhead"
-        return Tenant(ps.name, fraction, ask, held, graph, why)
-    return Tenant(ps.name, fraction, ask, ask, graph, f"memoryFraction {fraction}")
+        weights, overhead = gib(cap.weight_bytes_per_card), gib(cap.overhead_bytes)
+        why = f"no KV cache: {weights} GiB weights + {overhead} GiB runtimeOverheadGiB"
+        return Tenant(ps.name, fraction, ask, held, pool, why)
+    return Tenant(ps.name, fraction, ask, ask, pool, f"memoryFraction {fraction}")
 
 
 def _after(order: Sequence[Tenant]) -> str:
@@ -107,35 +113,37 @@ def _last_start(order: Sequence[Tenant], total: int) -> str:
     )
 
 
-def card_warning(where: str, order: Sequence[Tenant], total: int) -> str | None:
-    """The warning for the services of a card in start order; None when both orders start."""
+def card_warning(place: str, order: Sequence[Tenant], total: int) -> str | None:
+    """The warning for the services of a card in start order; None when both orders start. It starts
+    with `estimate:` when a graph pool it counts is an estimate."""
     forward, reverse = first_failure(order, total), first_failure(order[::-1], total)
     if forward is None and reverse is None:
         return None
-    held = sum(t.total for t in order)
+    lead = ("estimate: " if any(t.pool.estimated for t in order) else "") + place
     services = ", ".join(t.words() for t in order)
     if forward is None:
         return (
-            f"{where}: the start order (name order on the card) holds: {_last_start(order, total)}. The reverse "
-            f"order fails: {reverse}. Its services: {services}, of the card's {gib(total)} GiB. A restart of a "
-            "service while the others run starts it last: keep the start gate's order, or lower a memoryFraction there"
+            f"{lead}: memoryFraction: the start order (name order on the card) holds: {_last_start(order, total)}. "
+            f"The reverse order fails: {reverse}. A service restarted while the others run starts last: keep the "
+            f"start gate's order, or lower a memoryFraction there. Its services: {services}, of the card's "
+            f"{gib(total)} GiB"
         )
-    other = "fails too" if reverse is not None else "holds"
+    other = f"fails too: {reverse}" if reverse is not None else f"holds: {_last_start(order[::-1], total)}"
     return (
-        f"{where}: its services hold {gib(held)} GiB of the card's {gib(total)} GiB once started, their NPU graphs "
-        f"(captured after the KV cache, outside memoryFraction) included: {services}. In the start order (name "
-        f"order on the card): {forward}. The reverse order {other}"
-        + (f": {reverse}" if reverse else f": {_last_start(order[::-1], total)}")
-        + f". {ADVICE}"
+        f"{lead}: memoryFraction, graphMemoryGiB: in the start order (name order on the card), {forward}. The "
+        f"reverse order {other}. Its services hold {gib(sum(t.total for t in order))} GiB of the card's "
+        f"{gib(total)} GiB, NPU graphs (captured after the KV cache, outside memoryFraction) included: {services}. "
+        f"{ADVICE}"
     )
 
 
-def graph_room(host: Host, services: Sequence[ServicePlan]) -> Outcome[None]:
+def graph_room(host: Host, services: Sequence[ServicePlan]) -> Outcome[tuple[int, ...]]:
     """A warning for each group of shared cards (the same services, in name order) whose services do not
-    all start, with their graphs, in start order or in its reverse."""
+    all start, with their graphs, in start order or in its reverse. Its value: the shared cards not
+    checked, for a service with neither `graphMemoryGiB` nor a profile."""
     total = runtime_total(host)
     if total is None:
-        return Outcome(None)  # the capacity check has said so
+        return Outcome(())  # the capacity check has said so
     groups: dict[tuple[str, ...], list[int]] = {}
     on_card: dict[tuple[str, ...], list[ServicePlan]] = {}
     for card in sorted({c for ps in services for c in ps.assignment.cards}):
@@ -146,9 +154,13 @@ def graph_room(host: Host, services: Sequence[ServicePlan]) -> Outcome[None]:
         key = tuple(ps.name for ps in here)
         groups.setdefault(key, []).append(card)
         on_card[key] = here
-    notes = []
+    notes, unchecked = [], list[int]()
     for key, cards in groups.items():
-        where = f"host {host.name} card{'s' if len(cards) > 1 else ''} {','.join(map(str, cards))}"
-        note = card_warning(where, [tenant(ps, total) for ps in on_card[key]], total)
+        pools = [graph_pool(ps.instance) for ps in on_card[key]]
+        if None in pools:
+            unchecked += cards
+            continue
+        tenants = [tenant(ps, total, pool) for ps, pool in zip(on_card[key], pools) if pool is not None]
+        note = card_warning(where(host.name, cards), tenants, total)
         notes += [note] if note else []
-    return Outcome(None, warnings=tuple(notes))
+    return Outcome(tuple(sorted(unchecked)), warnings=tuple(notes))

@@ -72,6 +72,12 @@ def renamed_back(name: str, previous: Sequence[str] | None) -> bool:
     return bool(previous) and previous[0] == name and len(previous) > 1
 
 
+def shard_stack(fleet: str, index: int) -> str:
+    """The stack that deploys shard `index` of a fleet deployed as shards: `<fleet>-shard-<index>`.
+    A shard's file names its fleet and index (`shardOf`), so the program refuses it in any other stack."""
+    return f"{fleet}-shard-{index}"
+
+
 def earlier_names(name: str, previous: Sequence[str]) -> list[str]:
     """The names a resource had and no longer has, oldest first: its Pulumi aliases. A rename back
     lists the current name among the previous ones; a resource is not an alias of itself."""

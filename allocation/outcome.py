@@ -10,7 +10,7 @@ so a rule's refusal is written where the rule is. Pure.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -22,3 +22,14 @@ class Outcome(Generic[T]):
     """Why the plan cannot be made as asked (vLLM would refuse to start, a window has no room...): it stops."""
     warnings: tuple[str, ...] = ()
     """What runs, but not as configured: shown, and the plan goes on."""
+
+
+def where(host: str, cards: Sequence[int] = ()) -> str:
+    """Where a warning applies, its first words: `host npu-a`, `host npu-a card 0`, `host npu-a cards 0,1`.
+    After them a warning names the key to change (`host npu-a card 0: graphMemoryGiB: ...`)."""
+    return f"host {host} {card_words(cards)}" if cards else f"host {host}"
+
+
+def card_words(cards: Sequence[int]) -> str:
+    """`card 0`, `cards 0,1`."""
+    return f"card{'s' if len(cards) > 1 else ''} {','.join(map(str, cards))}"

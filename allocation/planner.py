@@ -18,7 +18,7 @@ from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service
 from allocation.errors import AllocationError, listing
 from allocation.graph_room import graph_room
 from allocation.instance import Instance, instances
-from allocation.outcome import Outcome, T
+from allocation.outcome import Outcome, T, card_words, where
 from allocation.placeable import Placement
 from allocation.placement import Placer
 from allocation.plan import HostPlan, Plan, ServicePlan, RouterPlan
@@ -103,12 +103,13 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         for i, a in zip((p.instance for p in placed_here), assignments):
             if host.board != "a2":  # the image's default is the board's build
                 i = replace(i, resolved=resolve(i.service, fleet.defaults, host.board))
-            kept(_image_for_board(host, i))
-            sized = size_service(fleet, host, i)
+            kept(_image_for_board(host, i, a.cards))
+            sized = size_service(fleet, host, i, a.cards)
             # An instance `auto` found no fraction for is sized at the least one: its problem says so already.
             planned.append(ServicePlan(i, a, kept(replace(sized, problems=()) if i.name in unsized else sized)))
         planned = kept(_running_totals(host, planned))
-        kept(graph_room(host, planned))
+        unchecked = kept(graph_room(host, planned))
+        kept(_not_sized(host, planned, unchecked))
         kept(_takeover(host, planned, mine))
         host_plans.append(HostPlan(host, fleet.budget(host), tuple(planned), shard_of.get(host.name)))
     if problems:
@@ -152,7 +153,7 @@ def _takeover(host: Host, planned: list[ServicePlan], routed: list[Service]) -> 
     ))  # fmt: skip
 
 
-def _image_for_board(host: Host, i: Instance) -> Outcome[None]:
+def _image_for_board(host: Host, i: Instance, cards: tuple[int, ...]) -> Outcome[None]:
     """A warning when a vllm-ascend image is not the build of the host's board: vllm-ascend tags its
     A3 build `<version>-a3` (`docs/source/quick_start.md`), the A2 build has no suffix."""
     repository, _, tag = i.resolved.image.partition("@")[0].rpartition(":")
@@ -160,8 +161,22 @@ def _image_for_board(host: Host, i: Instance) -> Outcome[None]:
         return Outcome(None)
     build = "an A3 build (-a3)" if host.board == "a2" else "not the A3 build (no -a3 tag)"
     return Outcome(None, warnings=(
-        f"service {i.name}: image {i.resolved.image} is {build} but host {host.name} has board: {host.board}; "
-        "vllm-ascend publishes one build per board",
+        f"{where(host.name, cards)}: image: {i.name} runs {i.resolved.image}, {build}, but the host has board: "
+        f"{host.board}; vllm-ascend publishes one build per board",
+    ))  # fmt: skip
+
+
+def _not_sized(host: Host, planned: list[ServicePlan], unchecked: tuple[int, ...]) -> Outcome[None]:
+    """A warning naming the services of the host without a profile, which the plan cannot size, and the
+    shared cards whose room for NPU graphs it therefore does not check (`graph_room`)."""
+    bare = [ps.name for ps in planned if ps.service.profile is None]
+    if not bare:
+        return Outcome(None)
+    cache, are = ("its KV cache", "is") if len(bare) == 1 else ("their KV caches", "are")
+    unsized = f"{cache} and {card_words(unchecked)}'s room for NPU graphs are" if unchecked else f"{cache} {are}"
+    return Outcome(None, warnings=(
+        f"{where(host.name)}: profile: {', '.join(bare)} not sized (no profile): {unsized} not checked; "
+        f"python -m allocation profile writes {'the profile' if len(bare) == 1 else 'them'}",
     ))  # fmt: skip
 
 
@@ -173,8 +188,8 @@ def _crowded(fleet: FleetConfig, replicas: Mapping[str, list[Placement[Instance]
         shared = sorted({h for h in hosts if hosts.count(h) > 1})
         if shared:
             notes.append(
-                f"service {s.name}: {len(hosts)} replicas on {len(set(hosts))} hosts; host(s) {', '.join(shared)} "
-                "hold more than one, so losing one of them loses several replicas"
+                f"host{'s' if len(shared) > 1 else ''} {', '.join(shared)}: replicas, hosts: {s.name}: {len(hosts)} "
+                f"replicas on {len(set(hosts))} hosts, more than one on each of these, so losing one loses several"
             )
     return Outcome(None, warnings=tuple(notes))
 
@@ -198,12 +213,12 @@ def _running_totals(host: Host, services: list[ServicePlan]) -> Outcome[list[Ser
         if prior and version is not None and version < (0, 15):
             ps = replace(ps, running_total=prior + fraction)
             notes.append(
-                f"service {ps.name}: vLLM-Ascend {version[0]}.{version[1]} counts the memory of the services started "
-                f"before it on its cards as its own, so it gets --gpu-memory-utilization {ps.running_total} "
-                f"({prior} before it + its {fraction})"
+                f"{where(host.name, cards)}: image: {ps.name}: vLLM-Ascend {version[0]}.{version[1]} counts the memory "
+                f"of the services started before it on its cards as its own, so it gets --gpu-memory-utilization "
+                f"{ps.running_total} ({prior} before it + its {fraction})"
             )
         elif prior and version is not None and version < (0, 18) and total is not None:
-            subtracted = _subtracted(ps, version, int(prior * total))
+            subtracted = _subtracted(ps, version, int(prior * total), where(host.name, cards))
             notes += subtracted.warnings
             problems += subtracted.problems
         for c in cards:
@@ -212,22 +227,23 @@ def _running_totals(host: Host, services: list[ServicePlan]) -> Outcome[list[Ser
     return Outcome(out, tuple(problems), tuple(notes))
 
 
-def _subtracted(ps: ServicePlan, version: tuple[int, int], held: int) -> Outcome[None]:
+def _subtracted(ps: ServicePlan, version: tuple[int, int], held: int, place: str) -> Outcome[None]:
     """vLLM-Ascend 0.15-0.17 takes `held` bytes (the fractions before it on its cards) off its KV cache:
-    a warning by how much, or a problem when what is left cannot hold one request."""
+    a warning (at `place`) by how much, or a problem when what is left cannot hold one request."""
     cap = ps.capacity
     why = (
-        f"service {ps.name}: vLLM-Ascend {version[0]}.{version[1]} (before 0.18, vllm-ascend issue 7308) subtracts the "
+        f"vLLM-Ascend {version[0]}.{version[1]} (before 0.18, vllm-ascend issue 7308) subtracts the "
         f"{gib(held)} GiB the services started before it hold on its cards from its own KV cache"
     )
     if cap is None or cap.encoder:
-        return Outcome(None, warnings=(f"{why}; its KV cache will be that much smaller than the plan's",))
+        smaller = "its KV cache will be that much smaller than the plan's"
+        return Outcome(None, warnings=(f"{place}: image: {ps.name}: {why}; {smaller}",))
     left = cap.kv_bytes_per_card - held
     if left < (cap.bytes_per_request or 1):
         need = f"the {gib(cap.bytes_per_request)} GiB one request of maxModelLen needs" if cap.bytes_per_request else "anything"
         return Outcome(None, (
-            f"{why}: {gib(cap.kv_bytes_per_card)} - {gib(held)} = {gib(left)} GiB per card, less than {need}, "
-            "so vLLM will not start; use vLLM-Ascend 0.18 or later, or give it cards of its own",
+            f"service {ps.name}: {why}: {gib(cap.kv_bytes_per_card)} - {gib(held)} = {gib(left)} GiB per card, less "
+            f"than {need}, so vLLM will not start; use vLLM-Ascend 0.18 or later, or give it cards of its own",
         ))  # fmt: skip
     instead = f"{gib(left)} GiB per card instead of the plan's {gib(cap.kv_bytes_per_card)} GiB"
-    return Outcome(None, warnings=(f"{why}: {instead}",))
+    return Outcome(None, warnings=(f"{place}: image: {ps.name}: {why}: {instead}",))

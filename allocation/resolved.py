@@ -15,7 +15,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
 from allocation.defaults import (
-    DEFAULT_GRAPH_MEMORY_GIB,
     DEFAULT_IMAGES,
     DEFAULT_IPC_MODE,
     DEFAULT_RESTART,
@@ -58,8 +57,9 @@ class Resolved:
     stop_grace_seconds: int
     restart: str
     log_opts: Mapping[str, str]
-    graph_memory_gi_b: Decimal
-    """Per-card NPU graph pool, outside the fraction (`graphMemoryGiB`)."""
+    graph_memory_gi_b: Decimal | None
+    """Per-card NPU graph pool, outside the fraction (`graphMemoryGiB`), as a startup log reported it;
+    None: unmeasured (`allocation.graph_estimate` estimates it from the profile)."""
 
     @property
     def captures_graphs(self) -> bool:
@@ -88,7 +88,7 @@ def resolve(service: ContainerSettings, defaults: ContainerSettings, board: str 
         stop_grace_seconds=_first(s.stop_grace_seconds, d.stop_grace_seconds, DEFAULT_STOP_GRACE_SECONDS),
         restart=s.restart or d.restart or DEFAULT_RESTART,
         log_opts=MappingProxyType(dict(s.log_opts or d.log_opts or LOG_OPTS)),
-        graph_memory_gi_b=_first(s.graph_memory_gi_b, d.graph_memory_gi_b, DEFAULT_GRAPH_MEMORY_GIB),
+        graph_memory_gi_b=s.graph_memory_gi_b if s.graph_memory_gi_b is not None else d.graph_memory_gi_b,
     )
 
 

@@ -37,7 +37,21 @@ def assign_shards(fleet: FleetConfig) -> Outcome[dict[str, int]]:
             k += 1
         shard_of[host.name] = k
         held[k] += 1
-    return Outcome(shard_of, problems)
+    return Outcome(shard_of, problems + _unheld(fleet, shard_of))
+
+
+def _unheld(fleet: FleetConfig, shard_of: Mapping[str, int]) -> tuple[str, ...]:
+    """A problem when this is a shard's stack (`shardOf`) and its shard holds no host: its program
+    would register nothing, and `pulumi up` would delete every resource the stack has."""
+    cut = fleet.shard_of
+    held = sorted(set(shard_of.values()))
+    if cut is None or cut.index in held:
+        return ()
+    return (
+        f"shardOf names shard {cut.index} of fleet {cut.fleet}, which holds no host (its hosts are in shards "
+        f"{', '.join(map(str, held))}): `pulumi up` here would delete every resource of stack {fleet.stack}; "
+        f"to retire an emptied shard run `pulumi destroy` on its stack and delete its file",
+    )
 
 
 def split_services(

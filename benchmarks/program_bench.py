@@ -95,10 +95,11 @@ def time_plan(values: dict) -> float:
     return time.perf_counter() - start
 
 
-def shard_values(values: dict, index: int, fleet_hash: str) -> dict:
-    """Shard `index` of fleet `bench`'s values, as `python -m allocation shards` cuts it; `fleet_hash`:
-    the fleet's `FleetConfig.fleet_hash()`."""
-    return values | {"shardOf": {"fleet": "bench", "index": index, "fleetHash": fleet_hash}}
+def shard_values(values: dict, index: int) -> dict:
+    """Shard `index` of fleet `bench`'s values, as `python -m allocation shards` cuts it, for stack
+    `bench-shard-<index>`."""
+    cut = parse_fleet("bench", values).shard_hash("bench", index)
+    return values | {"shardOf": {"fleet": "bench", "index": index, "fleetHash": cut}}
 
 
 def one_shard(services: int, size: int, shards: tuple[int, ...]) -> None:
@@ -106,9 +107,8 @@ def one_shard(services: int, size: int, shards: tuple[int, ...]) -> None:
     registers only its hosts' slice (docs/shards.md). The allocator packs the unpinned half of the
     services onto the first hosts, so shard 0 holds the most."""
     values = fleet(services) | {"shards": {"size": size}}
-    cut = parse_fleet("bench", values).fleet_hash()
     for k in shards:
-        shard = shard_values(values, k, cut)
+        shard = shard_values(values, k)
         gc.collect()
         start = time.perf_counter()
         run = run_program(f"bench-shard-{k}", shard)
@@ -124,13 +124,12 @@ def union_of_shards(services: int, size: int) -> None:
     its hosts, as tests/test_shards_program.py builds it): the union must be the one stack's
     registrations, resource for resource. The run stops at the first difference."""
     values = fleet(services) | {"shards": {"size": size}}
-    cut = parse_fleet("bench", values).fleet_hash()
     count = -(-len(values["hosts"]) // size)
     union: list[str] = []
     for k in range(count):
-        union += run_program(f"bench-shard-{k}", shard_values(values, k, cut)).registered()
+        union += run_program(f"bench-shard-{k}", shard_values(values, k)).registered()
     whole = values | {"shards": {"size": len(values["hosts"])}}
-    one = run_program("bench-one", shard_values(whole, 0, parse_fleet("bench", whole).fleet_hash())).registered()
+    one = run_program("bench-shard-0", shard_values(whole, 0)).registered()
     union.sort()
     if union != one:
         first = next((a, b) for a, b in zip(union + [""] * len(one), one + [""] * len(union)) if a != b)

@@ -73,7 +73,13 @@ def _shard_parsers(sub: argparse._SubParsersAction) -> None:
     shards.add_argument(
         "--comment", metavar="DIR", type=Path,
         help="with --changed-since: print the pull-request comment instead: plan --against REF, then each changed "
-        "shard's preview read from DIR/<shard stack>.json (pulumi preview --json) and .log, then the unchanged shards",
+        "shard's preview read from DIR/<shard stack>.json (pulumi preview --json) and .log, then the unchanged shards, "
+        "cut to fit GitHub's limit on a comment",
+    )  # fmt: skip
+    shards.add_argument(
+        "--whole-comment", metavar="FILE", type=Path,
+        help="with --comment: also write the whole comment, nothing cut, to FILE (the pull-request workflow uploads it "
+        "as the artifact the comment names where it cuts)",
     )  # fmt: skip
 
     move = sub.add_parser(
@@ -162,8 +168,12 @@ def _deployment(args: argparse.Namespace) -> tuple[Deployment, StackFile]:
 
 def _plan(args: argparse.Namespace) -> int:
     deployment, stack_file = _deployment(args)
-    for warning in deployment.plan.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    # Each warning once: the table and the markdown end with them (a pull request's reader sees them
+    # there); the JSON carries them under `warnings` for a program and on stderr for its reader, and
+    # the diff of `--against` has them on stderr only.
+    if args.against is not None or args.format == "json":
+        for warning in deployment.plan.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
     if args.against is None:
         print(render_plan(deployment, args.format, wide=args.wide))
         return 0
@@ -297,11 +307,13 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _shards(args: argparse.Namespace) -> int:
     from cli.safe_write import write_set
-    from cli.shards import deploy_matrix, shard_files, stale
+    from cli.shards import deploy_matrix, not_current, shard_files, stale
     from cli.stack_editor import read_bytes
 
     if args.comment is not None and args.changed_since is None:
         raise ConfigError("shards --comment DIR assembles the comment of a pull request: give --changed-since REF too")
+    if args.whole_comment is not None and args.comment is None:
+        raise ConfigError("shards --whole-comment FILE writes the comment of a pull request uncut: give --changed-since REF --comment DIR too")
     if args.changed_since is not None:
         return _changed_shards(args)
     stack_file = _locate(args)
@@ -314,11 +326,11 @@ def _shards(args: argparse.Namespace) -> int:
     folder = stack_file.path.parent
     gone = stale(folder, stack_file.stack, files)
     if args.check:
-        differ = [n for n, text in files.items() if not (folder / n).is_file() or read_bytes(folder / n) != text.encode()]
+        differ = [why for n, text in files.items() if (why := not_current(folder, n, text))]
         if differ or gone:
             print(
                 f"shard files of fleet {stack_file.stack} are not current: "
-                + "; ".join([f"{n} differs from the fleet's cut" for n in differ] + [f"{n} holds no host now" for n in gone])
+                + "; ".join(differ + [f"{n} holds no host now" for n in gone])
                 + f"; run python -m allocation shards --stack {stack_file.stack}",
                 file=sys.stderr,
             )
@@ -341,6 +353,7 @@ def _changed_shards(args: argparse.Namespace) -> int:
     or the one comment that reports them (docs/shards.md, "Pull requests")."""
     from cli import shard_changes, shard_comment
     from cli.revision import plan_at_revision
+    from cli.safe_write import write_file
     from cli.shards import preview_matrix, require_fleet, shard_stack
     from cli.stack_editor import read_bytes
     from views.diff import diff_plans, render_diff
@@ -355,7 +368,7 @@ def _changed_shards(args: argparse.Namespace) -> int:
     deployment = deployment_of(stack_file.stack, stack_values(stack_file, data=read))
     require_fleet(stack_file, deployment.plan.fleet)
     new = plan_json(deployment)
-    old = plan_at_revision(PROJECT_ROOT, args.changed_since, stack_file.stack, None)
+    old = plan_at_revision(PROJECT_ROOT, args.changed_since, stack_file.stack, None, flag="--changed-since")
     changes = shard_changes.since(
         PROJECT_ROOT, args.changed_since, stack_file.stack, old, new, stack_document(stack_file.path, read)
     )
@@ -363,6 +376,8 @@ def _changed_shards(args: argparse.Namespace) -> int:
         diff = render_diff(diff_plans(old, new, against=args.changed_since), "markdown")
         stacks = [shard_stack(stack_file.stack, k) for k in changes.changed]
         previews = {s: (_text_or_none(args.comment / f"{s}.json"), _text_or_none(args.comment / f"{s}.log")) for s in stacks}
+        if args.whole_comment is not None:
+            write_file(args.whole_comment, shard_comment.comment(stack_file.stack, changes, diff, previews, limit=None).encode())
         print(shard_comment.comment(stack_file.stack, changes, diff, previews), end="")
         return 0
     print(json.dumps(preview_matrix(stack_file.stack, deployment.plan, changes.changed)))

@@ -36,6 +36,7 @@ def plan_at_revision(
     stack: str | None,
     config_path: Path | None,
     as_named: str | None = None,
+    flag: str = "--against",
 ) -> dict[str, Any] | None:
     """The plan JSON of the same stack at git revision `ref`, or None if its file did not exist.
 
@@ -43,7 +44,8 @@ def plan_at_revision(
     `config_path` (a stack file inside the repository, absolute or relative to the current
     directory; a link is followed to its target, whose old version is planned under the link's name,
 or under `as_named`, a file name such as `Pulumi.<stack>.yaml`, when the current side chose its stack
-with `--stack-name`). Raises FleetError when `ref` is unknown or the old plan fails.
+with `--stack-name`). Raises FleetError when `ref` is unknown or the old plan fails, naming `ref` by
+    `flag`, the option the user gave it with (`plan --against`, `shards --changed-since`).
     """
     if (stack is None) == (config_path is None):
         raise ValueError("give exactly one of stack and config_path")
@@ -52,8 +54,8 @@ with `--stack-name`). Raises FleetError when `ref` is unknown or the old plan fa
     top = _toplevel(repo_root)
     prefix = repo_root.relative_to(top).as_posix()
     prefix = "" if prefix == "." else prefix + "/"
-    commit = resolve_revision(repo_root, ref)
-    relative = _stack_file(repo_root, stack, config_path)
+    commit = resolve_revision(repo_root, ref, flag)
+    relative = _stack_file(repo_root, stack, config_path, flag)
     if not _exists_at(repo_root, commit, prefix + relative):
         return None
     with tempfile.TemporaryDirectory(prefix="ascend-fleet-plan-") as tmp:
@@ -105,22 +107,23 @@ def _not_one_commit(ref: str) -> str | None:
     return None
 
 
-def resolve_revision(repo_root: Path, ref: str) -> str:
+def resolve_revision(repo_root: Path, ref: str, flag: str = "--against") -> str:
     """The id of the one commit `ref` names in the repository at `repo_root`; a range, an exclusion
-    (`^A`) or option-like text is refused, so the old side of a diff is never empty by accident."""
+    (`^A`) or option-like text is refused, so the old side of a diff is never empty by accident.
+    Errors name `ref` by `flag`, the option it was given with."""
     why = _not_one_commit(ref)
     if why is not None:
-        raise FleetError(f"--against {ref!r} does not name one commit: {why}; give a branch, tag or commit id.")
+        raise FleetError(f"{flag} {ref!r} does not name one commit: {why}; give a branch, tag or commit id.")
     result = _git(repo_root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
     commit = result.stdout.decode(errors="replace").strip()
     if result.returncode != 0:
         raise FleetError(
-            f"unknown git revision '{ref}' in {repo_root}: it names no commit there. "
+            f"{flag}: unknown git revision '{ref}' in {repo_root}: it names no commit there. "
             "Check the spelling, and fetch it first if it is a remote branch "
             "(in CI, check out with full history, e.g. actions/checkout with fetch-depth: 0)."
         )
     if not _COMMIT_ID.fullmatch(commit):
-        raise FleetError(f"--against {ref!r} does not name one commit: git resolves it to {commit!r}.")
+        raise FleetError(f"{flag} {ref!r} does not name one commit: git resolves it to {commit!r}.")
     return commit
 
 
@@ -140,7 +143,7 @@ def file_at(repo_root: Path, commit: str, relative: str) -> bytes | None:
     return result.stdout if result.returncode == 0 else None
 
 
-def _stack_file(repo_root: Path, stack: str | None, config_path: Path | None) -> str:
+def _stack_file(repo_root: Path, stack: str | None, config_path: Path | None, flag: str) -> str:
     """The stack file's path relative to the repository root, with '/' separators."""
     if stack is not None:
         return f"Pulumi.{stack}.yaml"
@@ -150,7 +153,7 @@ def _stack_file(repo_root: Path, stack: str | None, config_path: Path | None) ->
     except ValueError:
         raise FleetError(
             f"config file {config_path} is outside the git repository {repo_root}, "
-            "so it has no version at another revision; --against needs a stack file in the repository."
+            f"so it has no version at another revision; {flag} needs a stack file in the repository."
         ) from None
 
 
@@ -220,5 +223,6 @@ def _git(repo_root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(["git", "-C", str(repo_root), *args], capture_output=True, check=False)
     except FileNotFoundError:
         raise FleetError(
-            "plan --against needs the `git` command line, which is not installed or not on PATH."
+            "comparing with a git revision (plan --against, shards --changed-since) needs the `git` command line, "
+            "which is not installed or not on PATH."
         ) from None

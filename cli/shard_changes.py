@@ -90,7 +90,7 @@ def since(
     """The shards of fleet `stack` (its file `Pulumi.<stack>.yaml` in `root`) that changed since git
     revision `ref`. `old_plan`: the fleet's plan JSON at `ref` as the code there printed it
     (`cli.revision.plan_at_revision`: None when the file did not exist there)."""
-    commit = resolve_revision(root, ref)
+    commit = resolve_revision(root, ref, "--changed-since")
     new = slices(new_plan, new_document)
 
     def every(why: str) -> ShardChanges:

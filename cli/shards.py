@@ -15,18 +15,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-from allocation.config import NAMESPACE, FleetConfig
+from allocation.config import NAMESPACE, FleetConfig, parse_fleet
 from allocation.errors import ConfigError
+from allocation.names import shard_stack
 from allocation.plan import Plan
-from cli.stackfile import StackFile
+from cli.stackfile import StackFile, locate, stack_values
 
-CONFIG_LINE = re.compile(r"^config:[ \t]*(#.*)?$", re.MULTILINE)
-KEY_LINE = re.compile(r"^([ \t]+)[^\s#]", re.MULTILINE)
-
-
-def shard_stack(fleet: str, index: int) -> str:
-    """The stack name of a fleet's shard: `<fleet>-shard-<index>`."""
-    return f"{fleet}-shard-{index}"
+# A line ends in CRLF, CR or LF, as YAML reads it (YAML 1.2, 5.4 "Line Break Characters") and so
+# `plan`: the fleet's file is cut whatever its line ends, and what is added ends as its lines do.
+CONFIG_LINE = re.compile(r"(?:\A|(?<=[\r\n]))config:[ \t]*(?:#[^\r\n]*)?(\r\n|\r|\n)")
+KEY_LINE = re.compile(r"(?<=[\r\n])([ \t]+)[^\s#]")
 
 
 HOST_SLOTS = 8
@@ -97,14 +95,31 @@ def _shard_text(stack_file: StackFile, text: str, fleet: FleetConfig, index: int
             f"{stack_file.path}: no block `config:` mapping with indented keys to add ascend-fleet:shardOf to; "
             "write the stack's config as a block mapping (one key per line)"
         )
-    cut = json.dumps({"fleet": stack_file.stack, "index": index, "fleetHash": fleet.fleet_hash()})
-    line = f"{key.group(1)}{NAMESPACE}:shardOf: {cut}\n"
+    cut = json.dumps({"fleet": stack_file.stack, "index": index, "fleetHash": fleet.shard_hash(stack_file.stack, index)})
+    newline = config.group(1)
+    line = f"{key.group(1)}{NAMESPACE}:shardOf: {cut}{newline}"
     header = (
         f"# Shard {index} of fleet {stack_file.stack}, written by `python -m allocation shards --stack "
-        f"{stack_file.stack}`: edit Pulumi.{stack_file.stack}.yaml and run it again, never this file.\n"
+        f"{stack_file.stack}`: edit Pulumi.{stack_file.stack}.yaml and run it again, never this file.{newline}"
     )
-    start, end = config.start(), config.end() + 1
+    start, end = config.start(), config.end()
     return text[:start] + header + text[start:end] + line + text[end:]
+
+
+def not_current(folder: Path, name: str, text: str) -> str | None:
+    """Why the shard file `name` in `folder` is not the cut's `text`, or None when it is: missing,
+    refused by the program as `pulumi up` on its stack would refuse it, or merely behind the fleet."""
+    path = folder / name
+    if not path.is_file():
+        return f"{name} is missing"
+    if path.read_bytes() == text.encode():
+        return None
+    try:
+        stack_file = locate(None, str(path))
+        parse_fleet(stack_file.stack, stack_values(stack_file))
+    except ConfigError as err:
+        return f"{name} differs from the fleet's cut, and its stack would refuse it: {err}"
+    return f"{name} differs from the fleet's cut"
 
 
 def stale(folder: Path, fleet: str, files: dict[str, str]) -> list[str]:

@@ -116,7 +116,7 @@ def test_a_service_on_an_a3_host_without_an_image_gets_the_a3_build_and_a2_keeps
         "on-a3": "quay.io/ascend/vllm-ascend:v0.20.2rc1-a3",
         "own": "registry.example/vllm:1",
     }
-    assert plan.warnings == ()
+    assert [w.split(":")[:2] for w in plan.warnings] == [["host npu-a", " profile"], ["host npu-c", " profile"]]  # not sized
 
 
 def test_a_vllm_ascend_image_of_the_other_board_is_a_warning_in_the_plan():
@@ -127,12 +127,13 @@ def test_a_vllm_ascend_image_of_the_other_board_is_a_warning_in_the_plan():
             service("a2-on-a3", host="npu-c", image="quay.io/ascend/vllm-ascend:v0.20.2rc1"),
         ],
     )
-    assert plan_fleet(stack).warnings == (
-        "service a3-on-a2: image quay.io/ascend/vllm-ascend:v0.20.2rc1-a3 is an A3 build (-a3) but host npu-a has "
-        "board: a2; vllm-ascend publishes one build per board",
-        "service a2-on-a3: image quay.io/ascend/vllm-ascend:v0.20.2rc1 is not the A3 build (no -a3 tag) but host "
-        "npu-c has board: a3; vllm-ascend publishes one build per board",
-    )
+    images = [w for w in plan_fleet(stack).warnings if ": image: " in w]
+    assert images == [
+        "host npu-a card 0: image: a3-on-a2 runs quay.io/ascend/vllm-ascend:v0.20.2rc1-a3, an A3 build (-a3), but the "
+        "host has board: a2; vllm-ascend publishes one build per board",
+        "host npu-c card 0: image: a2-on-a3 runs quay.io/ascend/vllm-ascend:v0.20.2rc1, not the A3 build (no -a3 "
+        "tag), but the host has board: a3; vllm-ascend publishes one build per board",
+    ]
 
 
 # ---- device-share against the simulated A3 npu-smi -------------------------------------------

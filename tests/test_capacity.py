@@ -116,10 +116,22 @@ def test_a_cache_smaller_than_one_sequence_stops_the_plan_as_vllm_would():
 
 def test_more_sequences_than_the_cache_holds_is_a_warning_not_an_error():
     plan = plan_fleet(profiled(0.5, max_model_len=100_000, max_num_seqs=64))
-    [warning] = plan.warnings
-    assert "maxNumSeqs 64 requests of maxModelLen 100000 need 50048 blocks, more than its KV cache of 2429" in warning
-    assert "3.11 requests of maxModelLen at once" in warning
+    assert plan.warnings == (
+        "host npu-a cards 0,1,2,3: maxNumSeqs, memoryFraction: chat: maxNumSeqs 64 requests of maxModelLen 100000 "
+        "need 50048 blocks, more than its KV cache of 2429 (memoryFraction 0.5 of 60.96 GiB): 3.11 requests of "
+        "maxModelLen at once, the rest queue",
+    )
     assert plan_fleet(profiled(0.9)).warnings == ()
+
+
+def test_each_note_on_a_sized_service_is_a_warning_of_its_own_led_by_its_cards_and_key():
+    speculative = ["--speculative-config", '{"num_speculative_tokens": 2}']
+    plan = plan_fleet(profiled(0.5, max_model_len=100_000, max_num_seqs=64, args=speculative))
+    assert [w.split(": ")[:3] for w in plan.warnings] == [
+        ["host npu-a cards 0,1,2,3", "maxNumSeqs, memoryFraction", "chat"],
+        ["host npu-a cards 0,1,2,3", "args", "chat's cache counts --speculative-config's 2 tokens but not the draft "
+         "model's own layers, which share the cache (not sized"],
+    ]  # fmt: skip
 
 
 def test_an_unknown_card_size_needs_hbm_bytes():
@@ -179,7 +191,7 @@ def test_an_unverified_profile_is_sized_and_the_plan_repeats_what_is_unverified(
     svc = service("chat", 4, 0.9, maxModelLen=32768, profile={"weightBytes": 30 * GIB, **QWEN3_PROFILE, "unverified": "weights guessed"})
     plan = plan_fleet(fleet([host("npu-a")], [svc]))
     assert plan.hosts[0].services[0].capacity.fits
-    assert plan.warnings == ("service chat: sized with an unverified profile: weights guessed",)
+    assert plan.warnings == ("host npu-a cards 0,1,2,3: profile: chat sized with an unverified profile: weights guessed",)
 
 
 def test_a_hybrid_without_gated_delta_net_fields_is_not_sized_and_the_plan_says_why():
@@ -188,6 +200,23 @@ def test_a_hybrid_without_gated_delta_net_fields_is_not_sized_and_the_plan_says_
     assert plan.hosts[0].services[0].capacity is None
     [warning] = plan.warnings
     assert "not sized" in warning and "sliding-window" in warning and "does not guess" in warning
+
+
+def test_the_plan_names_every_service_it_could_not_size_and_why():
+    services = [
+        service("chat", 4, 0.9, maxModelLen=32768, profile={"weightBytes": 30 * GIB, **QWEN3_PROFILE}),
+        service("bare", 1, 0.5, devices=[4]),
+        service("mamba", 2, 0.5, devices=[6, 7], profile={"weightBytes": GIB, "numHiddenLayers": 64, "attention": "hybrid"}),
+    ]  # fmt: skip
+    plan = plan_fleet(fleet([host("npu-a")], services))
+    assert {ps.name: ps.capacity is not None for ps in plan.hosts[0].services} == {"bare": False, "chat": True, "mamba": False}
+    assert plan.warnings == (
+        "host npu-a cards 6,7: profile: mamba not sized: its sliding-window or non-Gated-DeltaNet state layers keep "
+        "state vLLM sizes per model, and the planner does not guess it (a Gated DeltaNet profile has "
+        "linearNumKeyHeads, ...)",
+        "host npu-a: profile: bare not sized (no profile): its KV cache is not checked; python -m allocation "
+        "profile writes the profile",
+    )
 
 
 def test_the_diff_shows_what_a_change_does_to_the_capacity():
@@ -297,8 +326,10 @@ def utilization(plan, name: str) -> str:
 def test_before_0_15_a_later_service_on_a_shared_card_gets_the_running_total():
     plan = plan_fleet(shared_card("quay.io/ascend/vllm-ascend:v0.11.0"))
     assert (utilization(plan, "alpha"), utilization(plan, "beta"), utilization(plan, "gamma")) == ("0.1", "0.95", "0.9")
-    [note] = plan.warnings
-    assert "vLLM-Ascend 0.11" in note and "--gpu-memory-utilization 0.95 (0.1 before it + its 0.85)" in note
+    note, unsized = plan.warnings
+    assert note.startswith("host npu-a cards 0,1,2,3: image: beta: vLLM-Ascend 0.11 counts the memory")
+    assert "--gpu-memory-utilization 0.95 (0.1 before it + its 0.85)" in note
+    assert unsized.startswith("host npu-a: profile: alpha, beta, gamma not sized (no profile)")
     beta = next(s for s in plan_json(deploy(plan))["hosts"][0]["services"] if s["name"] == "beta")
     assert (beta["memoryFraction"], beta["gpuMemoryUtilization"]) == (0.85, 0.95)
 
@@ -317,10 +348,11 @@ def test_from_0_15_to_0_17_a_later_service_on_a_shared_card_is_warned_its_cache_
     assert utilization(plan, "beta") == "0.85"
     beta = plan.hosts[0].services[1].capacity
     held = int(Decimal("0.1") * TOTAL_64)
-    [warning] = plan.warnings
+    warning, unsized = plan.warnings
+    assert warning.startswith("host npu-a cards 0,1,2,3: image: beta: vLLM-Ascend 0.1")
     assert "before 0.18, vllm-ascend issue 7308" in warning and f"subtracts the {held / GIB:.2f} GiB" in warning
     assert f"{(beta.kv_bytes_per_card - held) / GIB:.2f} GiB per card instead of the plan's {beta.kv_bytes_per_card / GIB:.2f} GiB" in warning
-    assert plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.18.0rc1")).warnings == ()
+    assert plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.18.0rc1")).warnings == (unsized,)
 
 
 def test_from_0_15_to_0_17_the_plan_stops_when_what_is_left_cannot_hold_one_request():
@@ -336,7 +368,8 @@ def test_from_0_18_or_unknown_each_service_asks_for_its_own_fraction_and_gets_it
     if configured:
         config = config.model_copy(update={"defaults": config.defaults.model_copy(update={"vllm_ascend_version": configured})})
     plan = plan_fleet(config)
-    assert utilization(plan, "beta") == "0.85" and plan.warnings == ()
+    assert utilization(plan, "beta") == "0.85"
+    assert [w.split(":")[:2] for w in plan.warnings] == [["host npu-a", " profile"]]  # no profiles: not sized
 
 
 def test_requests_queue_only_when_max_num_seqs_requests_need_more_blocks_than_the_cache_has():

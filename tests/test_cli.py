@@ -27,6 +27,24 @@ def test_plan_prints_for_every_stack_and_format_what_the_goldens_pin(cli):
             assert result.stdout == outputs(GOLDEN_FLEETS[stack])[fmt] + "\n", f"{stack} {fmt}"
 
 
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
+def test_plan_prints_each_warning_once(cli, fmt):
+    """Table and markdown end with the warnings (a pull request's reader sees them there) and print none on
+    stderr; the JSON carries them under `warnings` and stderr says each once for its reader."""
+    warnings = outputs(GOLDEN_FLEETS["staging"])["warnings"]
+    assert len(warnings) == 3  # each host's services not sized
+    result = cli("plan", "--stack", "staging", "--format", fmt)
+    assert result.returncode == 0, result.stderr
+    if fmt == "json":
+        assert json.loads(result.stdout)["warnings"] == warnings
+        assert result.stderr.splitlines() == [f"warning: {w}" for w in warnings]
+        return
+    assert result.stderr == ""
+    printed = " ".join(result.stdout.split())
+    for w in warnings:
+        assert printed.count(" ".join(w.split())) == 1, w
+
+
 def test_a_stack_file_anywhere_on_disk_can_be_planned(cli, tmp_path):
     path = tmp_path / "fleet.yaml"
     path.write_text(

@@ -14,6 +14,7 @@ import pytest
 from allocation.errors import FleetError
 from cli.revision import plan_at_revision
 from cli.shard_changes import PROGRAM, ShardChanges, since
+from cli.shard_comment import ARTIFACT, MAX_COMMENT
 from cli.stackfile import StackFile, stack_document, stack_values
 from records.pipeline import deployment_of
 from tests.support.git_repos import PROJECT, copy_program, git
@@ -174,6 +175,21 @@ def test_the_comment_has_the_restart_list_first_then_the_changed_shards_preview_
     assert "**Unchanged**, not previewed: shards 0" in text
 
 
+def test_the_printed_comment_is_cut_naming_the_artifact_and_the_whole_one_goes_to_its_file(repo: Path, tmp_path: Path):
+    edit(repo, "{name: on-c, model: /models/x,", "{name: on-c, model: /models/y,")
+    previews = tmp_path / "previews"
+    previews.mkdir()
+    urn = "urn:pulumi:test-shard-1::ascend-fleet::docker:index/container:Container::c{:04d}-" + "x" * 300
+    digest = {"steps": [{"op": "create", "urn": urn.format(i)} for i in range(1000)], "changeSummary": {"create": 1000}}
+    (previews / "test-shard-1.json").write_text(json.dumps(digest))
+    whole = tmp_path / "comments" / "test.md"
+    whole.parent.mkdir()
+    proc = run(repo, "--stack", "test", "--changed-since", "HEAD~1", "--comment", str(previews), "--whole-comment", str(whole))
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout) <= MAX_COMMENT and f"test.md in the artifact {ARTIFACT} of this workflow run" in proc.stdout
+    assert all(f"c{i:04d}-" in whole.read_text() for i in range(1000)) and whole.read_text().startswith(proc.stdout[:500])
+
+
 def one_paragraph(proc: subprocess.CompletedProcess[str]) -> str:
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
@@ -184,6 +200,15 @@ def test_an_unknown_revision_is_one_paragraph_naming_it(repo: Path):
     assert "unknown git revision 'no-such-branch'" in one_paragraph(run(repo, "--stack", "test", "--changed-since", "no-such-branch"))
     with pytest.raises(FleetError, match="unknown git revision"):
         changes(repo, "no-such-branch")
+
+
+@pytest.mark.parametrize("ref", ["no-such-branch", "HEAD~1..HEAD", "^HEAD", "-HEAD"])
+def test_a_revision_that_names_no_commit_is_named_by_the_flag_it_was_given_with(repo: Path, ref: str):
+    error = one_paragraph(run(repo, "--stack", "test", f"--changed-since={ref}"))
+    assert "--changed-since" in error and "--against" not in error, error
+    with pytest.raises(FleetError, match="--changed-since") as info:
+        since(repo, ref, "test", {}, {}, {})
+    assert "--against" not in str(info.value)
 
 
 def test_a_stack_not_deployed_as_shards_is_one_paragraph_naming_its_file(repo: Path):
@@ -198,6 +223,7 @@ def test_a_shards_own_file_and_a_config_path_are_refused_in_one_paragraph(repo: 
     assert "is shard 0 of fleet test: cut the fleet's own file (--stack test)" in error
     assert "give --stack NAME" in one_paragraph(run(repo, "--config", str(repo / "Pulumi.test.yaml"), "--changed-since", "HEAD"))
     assert "give --changed-since REF too" in one_paragraph(run(repo, "--stack", "test", "--comment", "x"))
+    assert "give --changed-since REF --comment DIR too" in one_paragraph(run(repo, "--stack", "test", "--whole-comment", "x"))
     both = run(repo, "--stack", "test", "--matrix", "--changed-since", "HEAD")
     assert both.returncode == 2 and "not allowed with argument --matrix" in both.stderr
 
@@ -241,4 +267,5 @@ def test_the_workflow_lists_the_changed_shards_of_every_fleet_and_writes_one_com
     assert posting.returncode == 0, posting.stderr
     assert "#### test-shard-1: no preview" in (repo / "comment-test.md").read_text()
     assert "**Changed**: none" in (repo / "comment-prod.md").read_text()
+    assert (repo / "comments" / "test.md").read_text() == (repo / "comment-test.md").read_text(), "a comment with nothing to cut is whole"
     assert summary.read_text().count("### Shard previews of fleet") == 2

@@ -3,10 +3,15 @@ services kept in one shard, and what the plan says about it."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from allocation.errors import FleetError
 from allocation.planner import plan_fleet
+from cli.main import main as cli
+from cli.stackfile import locate, stack_values
 from records.deployment import deploy
 from tests.support.stacks import fleet, host, service
 from views.report import plan_json, render_plan
@@ -68,3 +73,31 @@ def test_the_table_names_each_hosts_shard():
     text = render_plan(deploy(plan), "table")
     assert "a (a.example): 8 NPUs x 64 GiB, 1 service, shard 0" in text
     assert "b (b.example): 8 NPUs x 64 GiB, 0 services, shard 1" in text
+
+
+FLEET = """\
+config:
+  ascend-fleet:shards: {size: 1}  # one host a shard
+  ascend-fleet:hosts:
+    - {name: a, address: 192.0.2.1}
+    - {name: b, address: 192.0.2.2}
+  ascend-fleet:services:
+    - {name: s, model: /models/s, memoryFraction: 0.5}
+"""
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r"], ids=["crlf", "cr"])
+def test_a_fleet_file_with_crlf_or_cr_line_ends_is_cut_as_plan_reads_it_its_line_ends_kept(tmp_path: Path, newline: str, capsys):
+    fleet = tmp_path / "Pulumi.f.yaml"
+    fleet.write_bytes(FLEET.replace("\n", newline).encode())
+    assert cli(["plan", "--config", str(fleet)]) == 0
+    assert cli(["shards", "--config", str(fleet)]) == 0, capsys.readouterr().err
+    for k in (0, 1):
+        shard = tmp_path / f"Pulumi.f-shard-{k}.yaml"
+        text = shard.read_bytes().decode()
+        assert set(re.findall(r"\r\n|\r|\n", text)) == {newline}, "every line ends as the fleet's lines do"
+        added = [rf"# Shard {k} of fleet f, .*?{newline}", rf"  ascend-fleet:shardOf: .*?{newline}"]
+        assert re.sub("|".join(added), "", text) == FLEET.replace("\n", newline), "the fleet's file plus one key"
+        values = stack_values(locate(None, str(shard)))
+        assert values["shardOf"]["index"] == k and [h["name"] for h in values["hosts"]] == ["a", "b"]
+    assert cli(["shards", "--check", "--config", str(fleet)]) == 0, capsys.readouterr().err

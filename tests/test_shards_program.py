@@ -54,7 +54,8 @@ def test_the_cut_writes_one_file_per_shard_each_the_fleets_file_with_shard_of(cu
     ) == fleet_text()
     values = shard_values(cut, 1)
     assert values["shardOf"]["fleet"] == "big" and values["shardOf"]["index"] == 1
-    assert parse_fleet("big-shard-1", values).shard_of.fleet_hash == parse_fleet("big", stack_values(locate(None, str(cut / "Pulumi.big.yaml")))).fleet_hash()
+    fleet = parse_fleet("big", stack_values(locate(None, str(cut / "Pulumi.big.yaml"))))
+    assert parse_fleet("big-shard-1", values).shard_of.fleet_hash == fleet.shard_hash("big", 1) != fleet.shard_hash("big", 0)
 
 
 def test_each_shard_registers_its_slice_and_together_what_one_stack_would(cut: Path):
@@ -62,9 +63,9 @@ def test_each_shard_registers_its_slice_and_together_what_one_stack_would(cut: P
     stack). Its services are pinned, so both plans place them alike; the test checks that first."""
     runs = {k: run_program(f"big-shard-{k}", shard_values(cut, k)) for k in range(3)}
     fleet = {k: v for k, v in shard_values(cut, 0).items() if k != "shardOf"} | {"shards": {"size": 1000}}
-    one = fleet | {"shardOf": {"fleet": "big", "index": 0, "fleetHash": parse_fleet("big", fleet).fleet_hash()}}
+    one = fleet | {"shardOf": {"fleet": "big", "index": 0, "fleetHash": parse_fleet("big", fleet).shard_hash("big", 0)}}
     sharded = plan_json_of(shard_values(cut, 0), "big-shard-0")
-    single = plan_json_of(one, "big-one")
+    single = plan_json_of(one, "big-shard-0")
     assert [h.pop("shard") for h in sharded["hosts"]] == [0, 0, 1, 1, 2]
     assert [h.pop("shard") for h in single["hosts"]] == [0] * 5
     assert sharded == single
@@ -74,14 +75,51 @@ def test_each_shard_registers_its_slice_and_together_what_one_stack_would(cut: P
         1: ["chat-1-container", "chat-2-container", "chat-router-container", "small-container"],
         2: ["big-container"],
     }
-    assert sorted(r for run in runs.values() for r in run.registered()) == run_program("big-one", one).registered()
+    assert sorted(r for run in runs.values() for r in run.registered()) == run_program("big-shard-0", one).registered()
 
 
 def test_a_shard_file_edited_by_hand_refuses_to_deploy_naming_fleet_and_hashes(cut: Path):
     path = cut / "Pulumi.big-shard-0.yaml"
     path.write_text(path.read_text().replace("0.2, host: npu-c", "0.25, host: npu-c"))
-    with pytest.raises(pulumi.RunError, match=r"shardOf says this file was cut from fleet big at hash [0-9a-f]{12}, but the fleet it holds hashes to [0-9a-f]{12}"):
+    with pytest.raises(pulumi.RunError, match=r"shardOf says this file was cut as shard 0 of fleet big at hash [0-9a-f]{12}, but the shard it holds hashes to [0-9a-f]{12}"):
         run_program("big-shard-0", shard_values(cut, 0))
+
+
+def bound_to(stack: str) -> str:
+    return rf"this file is shard \d+ of fleet \w+ \(shardOf\), which only stack [\w-]+ deploys, not stack {stack}: "
+
+
+def test_a_shard_file_copied_to_another_shards_stack_refuses_to_deploy_and_registers_nothing(cut: Path):
+    with pytest.raises(pulumi.RunError, match=bound_to("big-shard-1") + "run `pulumi up` on stack big-shard-0"):
+        run_program("big-shard-1", shard_values(cut, 0))
+
+
+def test_a_shard_files_index_or_fleet_edited_by_hand_refuses_in_every_stack(cut: Path):
+    """In its own stack the binding refuses it; in the stack the edit names, the hash does."""
+    for key, value, moved in (("index", 2, "big-shard-2"), ("fleet", "other", "other-shard-0")):
+        values = shard_values(cut, 0)
+        values["shardOf"][key] = value
+        with pytest.raises(pulumi.RunError, match=bound_to("big-shard-0")):
+            run_program("big-shard-0", values)
+        with pytest.raises(pulumi.RunError, match=r"shardOf says this file was cut as shard \d of fleet \w+ at hash"):
+            run_program(moved, values)
+
+
+def test_a_shard_index_that_holds_no_host_refuses_rather_than_deleting_the_stack(cut: Path):
+    """Even with the hash made for it: its program would register nothing, and `up` delete everything."""
+    values = shard_values(cut, 0)
+    values["shardOf"] |= {"index": 7, "fleetHash": parse_fleet("big-shard-0", shard_values(cut, 0)).shard_hash("big", 7)}
+    with pytest.raises(pulumi.RunError, match=r"shardOf names shard 7 of fleet big, which holds no host \(its hosts are in shards 0, 1, 2\): `pulumi up` here would delete every resource of stack big-shard-7"):
+        run_program("big-shard-7", values)
+
+
+def test_check_says_why_a_shard_stack_would_refuse_its_file(cut: Path, capsys):
+    (cut / "Pulumi.big-shard-1.yaml").write_bytes((cut / "Pulumi.big-shard-0.yaml").read_bytes())
+    capsys.readouterr()
+    assert cli(["shards", "--check", "--config", str(cut / "Pulumi.big.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert "Pulumi.big-shard-1.yaml differs from the fleet's cut, and its stack would refuse it: stack big-shard-1: " in err
+    assert re.search(bound_to("big-shard-1"), err) and "Pulumi.big-shard-0.yaml" not in err
 
 
 def test_the_fleet_itself_refuses_to_deploy_as_one_stack(cut: Path):

@@ -59,6 +59,21 @@ def test_dotted_speculative_keys_replace_the_json_wherever_it_stands():
     assert read_args(["--speculative-config", spec, "--speculative-config", "None"]).speculative_tokens == 0
 
 
+def test_the_batch_sizes_to_capture_come_from_compilation_config_or_their_own_options():
+    sizes = json.dumps({"cudagraph_capture_sizes": [1, 2, 4], "mode": 3})
+    assert read_args(["--compilation-config", sizes]) == VllmArgs(capture_sizes=(1, 2, 4))
+    # dotted keys replace the JSON wherever it stands, as for --speculative-config
+    assert read_args(["--compilation_config.max_cudagraph_capture_size=16", "--compilation-config", sizes]) == VllmArgs(
+        max_capture_size=16
+    )
+    # a list option takes every word up to the next option (argparse's nargs="+"), int() reads each
+    assert read_args(["--cudagraph-capture-sizes", "1", "٨", "--enforce-eager"]) == VllmArgs(capture_sizes=(1, 8), enforce_eager=True)
+    assert read_args(["--cudagraph_capture_sizes=4", "--max-cudagraph-capture-size", "4"]) == VllmArgs(
+        capture_sizes=(4,), max_capture_size=4
+    )
+    assert read_args(["--compilation-config", "None"]) == VllmArgs()
+
+
 @pytest.mark.parametrize("args, words", [
     (["--block-size", "¹⁶"], ["--block-size", "int()"]),
     (["--block-size", "0"], ["--block-size", "1 to"]),
@@ -72,6 +87,17 @@ def test_dotted_speculative_keys_replace_the_json_wherever_it_stands():
     (["--enforce_eager", "true"], ["--enforce-eager", "'true'"]),
     (["--enable-prefix", "--x"], ["abbreviation of --enable-prefix-caching"]),
     (["--block-size.x", "1"], ["takes no dotted keys"]),
+    (["--cudagraph-capture-sizes", "--enforce-eager"], ["--cudagraph-capture-sizes", "at least one"]),
+    (["--cudagraph-capture-sizes", "0"], ["--cudagraph-capture-sizes", "1 to"]),
+    (["--max-cudagraph-capture-size", "x"], ["--max-cudagraph-capture-size", "int()"]),
+    (["--compilation-config", '{"cudagraph_capture_sizes": 4}'], ["cudagraph_capture_sizes is a JSON int"]),
+    (["--compilation-config.cudagraph_capture_sizes", "[true]"], ["--compilation-config.cudagraph_capture_sizes", "True"]),
+    (["--compilation-config", "[" * 3000 + "]" * 1000], ["--compilation-config", "nests deeper"]),
+    (["--cudagraph-capture-sizes", "1", "--compilation-config", '{"cudagraph_capture_sizes": [2]}'],
+     ["--cudagraph-capture-sizes and --compilation-config's cudagraph_capture_sizes are mutually exclusive"]),
+    (["--compilation-config.max_cudagraph_capture_size", "8", "--max-cudagraph-capture-size", "8"],
+     ["--max-cudagraph-capture-size and --compilation-config's max_cudagraph_capture_size are mutually exclusive"]),
+    (["--compilation", "{}"], ["abbreviation of --compilation-config"]),
 ])  # fmt: skip
 def test_what_vllm_would_refuse_is_one_sentence_naming_the_option(args, words):
     with pytest.raises(ArgsError) as caught:

@@ -25,6 +25,7 @@ from typing import Any, Iterator
 import pytest
 from ruamel.yaml import YAML
 
+from cli.shard_comment import ARTIFACT
 from tests.support.git_repos import git
 
 REPO = Path(__file__).resolve().parents[1]
@@ -376,6 +377,16 @@ def test_one_comment_per_fleet_has_the_diff_and_the_previews_under_the_stacks_ow
     assert 'MARKER="<!-- ascend-fleet:allocation-diff:${STACK} -->"' in plan_runs, "one marker scheme: one comment per stack"
     assert '[ "$SAME_REPO" = true ] || continue' in runs, "a fork's token cannot comment: job summary only"
     assert not any(s.get("with", {}).get("comment-on-pr") for n in ("shard-preview", "shard-comment") for s in jobs(wf)[n]["steps"])
+
+
+def test_the_whole_comment_of_each_fleet_is_uploaded_as_the_artifact_its_cuts_name():
+    job = jobs(load(WORKFLOW_DIR / "pull-request.yml"))["shard-comment"]
+    runs = "\n".join(str(s.get("run", "")) for s in job["steps"])
+    assert '--comment previews --whole-comment "comments/${fleet}.md"' in runs and "mkdir -p previews comments" in runs
+    [upload] = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    assert upload["with"] == {"name": ARTIFACT, "path": "comments/"} and upload["if"] == "${{ !cancelled() }}"
+    names = [s.get("name") for s in job["steps"]]
+    assert names.index(upload["name"]) > names.index("One comment per fleet")
 
 
 # --- deploy.yml -------------------------------------------------------------

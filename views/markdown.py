@@ -1,4 +1,4 @@
-"""Markdown for pull-request comments: text and code spans that no value can break out of.
+"""Markdown for pull-request comments: text, code spans and code blocks that no value can break out of.
 
 Stack names, host addresses, env values and arguments are written by people; in
 a comment they must stay text. GitHub splits table cells on `|` even inside code
@@ -26,6 +26,15 @@ def _one_line(text: str) -> str:
 def text(value: str) -> str:
     """Plain text for a heading or a cell: markdown's special characters escaped."""
     return _SPECIAL.sub(r"\\\1", _one_line(value))
+
+
+def block(value: str) -> str:
+    """A fenced code block holding `value`'s lines: a fence longer than any backtick run inside it
+    (CommonMark 4.5: only a fence at least as long closes it), so no line can end the block; each
+    line's control and format characters are escaped as `text` escapes them."""
+    value = "\n".join(printable(line) for line in value.splitlines())
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", value)), default=0))
+    return f"{fence}text\n{value}\n{fence}"
 
 
 def code(value: str) -> str:

@@ -98,6 +98,27 @@ def test_a_second_preview_of_each_shard_changes_nothing(sharded):
         assert changes(shard.preview_json()) == {}, shard.stack
 
 
+def test_a_shard_file_copied_to_another_shards_stack_is_refused_by_preview_and_up_with_nothing_changed(sharded, engine_host):
+    """Shard 0's file under shard 1's name would deploy shard 0's hosts from stack fleet-shard-1 and
+    delete shard 1's containers; the program refuses it before registering anything (docs/shards.md)."""
+    target = sharded.shards[1]
+    own = target.stack_file.read_bytes()
+    before, held = container_ids(engine_host), resource_urns(target)
+    target.stack_file.write_bytes(sharded.shards[0].stack_file.read_bytes())
+    try:
+        for command in ("preview", "up"):
+            refused = target.run(command, expect_success=False)
+            assert any(
+                f"which only stack {sharded.shards[0].stack} deploys, not stack {target.stack}" in d
+                for d in refused.diagnostics()
+            ), refused.explain()
+            assert refused.changed() == {}, refused.explain()
+    finally:
+        target.stack_file.write_bytes(own)
+    assert resource_urns(target) == held and container_ids(engine_host) == before
+    assert changes(target.preview_json()) == {}
+
+
 def test_adding_a_host_to_the_fleet_changes_no_resource_a_shard_already_holds(sharded, sim_fleet, engine_host):
     [added] = sim_fleet.add(1)
     sharded.write(fleet_values(sim_fleet, SIZE, FIRST_PINS))  # the new host unpinned: the lowest shard with room
