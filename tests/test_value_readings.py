@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from allocation.config import NAMESPACE, FleetConfig, parse_fleet
 from allocation.errors import ConfigError
+from allocation.names import shard_stack
 from allocation.schema import PLAN_CHECKS, _models, config_schema, stack_schema
 from cli.stackfile import top_level_reading
 from tests.support.stacks import values_of
@@ -52,10 +53,14 @@ BASE: dict[str, Any] = {
 PROBES = [True, False, 0, 1, 2, 8, 8.0, 0.5, -1, 1440, 70000, 2**40, "8", "8.0", "0.5", "true", "auto", "x", "", None]
 
 
+SHARD = shard_stack("s", 0)
+
+
 def shard_base() -> dict[str, Any]:
-    """BASE as a shard's file: `shardOf` must hold the fleet's hash, which no other key may change."""
-    fleet_hash = parse_fleet("s", BASE).fleet_hash()
-    return BASE | {"shardOf": {"fleet": "s", "index": 0, "fleetHash": fleet_hash}}
+    """BASE as the file of shard 0 of fleet `s`: `shardOf` holds the shard's hash, which no other key
+    may change, and the stack is `SHARD`."""
+    shard_hash = parse_fleet("s", BASE).shard_hash("s", 0)
+    return BASE | {"shardOf": {"fleet": "s", "index": 0, "fleetHash": shard_hash}}
 
 
 def inner_model(annotation: Any) -> type[BaseModel] | None:
@@ -138,13 +143,14 @@ def disagreement(base: dict, path: tuple, value: Any) -> str | None:
     doc = put(base, path, value)
     schema_accepts = STACK.is_valid({"config": {f"{NAMESPACE}:{k}": v for k, v in doc.items()}})
     read = {k: top_level_reading(k, v) for k, v in doc.items()}
+    stack = SHARD if "shardOf" in base else "s"
     try:
-        parse_fleet("s", read)
+        parse_fleet(stack, read)
     except ConfigError as exc:
         if not schema_accepts:
             return None
         try:
-            FleetConfig.model_validate({"stack": "s", **read})
+            FleetConfig.model_validate({"stack": stack, **read})
         except ValidationError as refused:
             if all(map(stated_in_words, refused.errors())):
                 return None
@@ -154,7 +160,7 @@ def disagreement(base: dict, path: tuple, value: Any) -> str | None:
 
 def test_the_stack_below_is_valid_and_reaches_every_config_model():
     assert STACK.is_valid({"config": {f"{NAMESPACE}:{k}": v for k, v in shard_base().items()}})
-    parse_fleet("s", shard_base())
+    parse_fleet(SHARD, shard_base())
     reached = {m.__name__ for _, m in paths(FleetConfig, shard_base())}
     held = {n for n, m in _models(FleetConfig, {}).items() if any(f for f in m.model_fields if f != "stack")}
     assert held - reached == set()
