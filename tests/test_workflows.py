@@ -47,7 +47,7 @@ def load(path: Path) -> dict[str, Any]:
 def tool(name: str) -> str:
     exe = BIN / name
     if not exe.exists():
-        pytest.fail(f"{name} is not installed next to {sys.executable}; run `make .venv/.installed`")
+        pytest.fail(f"{name} is not installed next to {sys.executable}; run `make .venv/.installed-dev`")
     return str(exe)
 
 
