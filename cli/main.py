@@ -197,7 +197,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _pin(args: argparse.Namespace) -> int:
-    from cli.pin import pin_stack_file
+    from cli.pin import pin_stack_file, pinned_line
     from cli.stack_editor import read_bytes
 
     stack_file = _locate(args)
@@ -206,9 +206,7 @@ def _pin(args: argparse.Namespace) -> int:
     for hd in deployment.hosts:  # once pinned, the newcomer looks as if it ran: say it now
         for held in hd.held_cards:
             print(f"host {hd.name}: must stop: {held.text()}")
-    changed = pin_stack_file(stack_file.path, deployment.plan, read)
-    what = ", ".join(changed) if changed else "nothing new: every service was already pinned"
-    print(f"pinned {stack_file.path}: {what}")
+    print(pinned_line(stack_file.path, pin_stack_file(stack_file.path, deployment.plan, read)))
     return 0
 
 

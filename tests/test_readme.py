@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import _parser
+from cli.main import _parser, main
+from cli.shards import HOST_SLOTS, deploy_matrix
+from records.pipeline import plan_of
+from tests.support.stacks import host, service
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -46,3 +49,29 @@ def test_every_allocation_command_of_the_page_runs_as_pasted_from_the_repository
 
 def test_the_getting_started_page_is_linked_from_the_readme():
     assert "(docs/getting-started.md)" in README
+
+
+def test_the_commands_page_shows_make_plan_on_prod_as_it_prints_today(capsys):
+    page = (ROOT / "docs" / "commands.md").read_text()
+    shown = page.split("`make plan` on prod:\n\n```\n", 1)[1].split("```", 1)[0]
+    assert main(["plan", "--stack", "prod"]) == 0
+    assert shown == capsys.readouterr().out
+
+
+def test_the_commands_pages_markdown_example_is_lines_of_prods_markdown_today(capsys):
+    page = (ROOT / "docs" / "commands.md").read_text()
+    shown = page.split("needs no horizontal scrolling:\n\n```\n", 1)[1].split("```", 1)[0]
+    assert main(["plan", "--stack", "prod", "--format", "markdown"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [line for line in shown.splitlines() if line] and all(line in printed for line in shown.splitlines() if line)
+
+
+def test_the_shards_pages_parallel_rule_is_the_one_deploy_matrix_counts():
+    """50 hosts of 4 containers, no exporter: one slot per container and HOST_SLOTS per host."""
+    page = " ".join((ROOT / "docs" / "shards.md").read_text().split())
+    hosts = [host(f"h{i:02d}", address=f"192.0.2.{i + 1}") for i in range(50)]
+    services = [service(f"s{i:02d}-{c}", 1, 0.2, host=f"h{i:02d}") for i in range(50) for c in range(4)]
+    [row] = deploy_matrix("prod", plan_of("prod", {"hosts": hosts, "services": services}))
+    assert row["parallel"] == 50 * (4 + HOST_SLOTS) == 600
+    assert f"{HOST_SLOTS} for every host that runs one" in page and "50 x (4 + 8) = 600" in page
+    assert "pulumi up --stack prod-shard-0 --parallel 600" in page
