@@ -7,6 +7,7 @@ real program, the committed stacks, a new stack file and a new fleet deployed as
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -151,3 +152,33 @@ def test_only_deploy_creates_stacks_and_only_those_its_listing_holds():
                     assert job["strategy"]["matrix"] == {"include": f"${{{{ fromJSON(needs.stacks.outputs.{job_name}) }}}}"}
                 else:
                     assert "upsert" not in step.get("with", {}), f"{name} {job_name} must never create a stack"
+
+
+def fake_pulumi(folder: Path, stacks: list[str]) -> str:
+    """A PATH whose `pulumi` answers `stack ls --json` with `stacks` and fails any other command."""
+    folder.mkdir()
+    listing = json.dumps([{"name": s, "current": False} for s in stacks])
+    script = folder / "pulumi"
+    script.write_text(f"#!/bin/sh\n[ \"$*\" = 'stack ls --json' ] || exit 9\nprintf '%s\\n' '{listing}'\n")
+    script.chmod(0o755)
+    return f"{folder}:{os.environ['PATH']}"
+
+
+@pytest.mark.parametrize(("stack", "known"), [("prod", "true"), ("newstack", "false")])
+def test_a_stack_the_backend_lacks_gets_a_notice_not_a_preview(tmp_path: Path, stack: str, known: str):
+    output = tmp_path / "output"
+    path = fake_pulumi(tmp_path / "bin", ["organization/ascend-fleet/prod", "staging"])
+    script = step_script("pull-request.yml", "plan", "Does the backend hold the stack?")
+    proc = run_script(tmp_path, script, PATH=path, STACK=stack, GITHUB_OUTPUT=str(output))
+    assert proc.returncode == 0, proc.stderr
+    assert outputs(output) == {"known": known}
+    assert ("::notice title=New stack newstack::" in proc.stdout) == (known == "false")
+
+
+def test_a_new_shard_is_named_in_its_log_and_not_previewed(tmp_path: Path):
+    script = step_script("pull-request.yml", "shard-preview", "pulumi preview --json")
+    path = fake_pulumi(tmp_path / "bin", ["fleet-shard-0"])
+    proc = run_script(tmp_path, script, PATH=path, STACK="fleet-shard-1", PARALLEL="12")
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "previews" / "fleet-shard-1.json").exists()
+    assert "holds no stack fleet-shard-1 yet" in (tmp_path / "previews" / "fleet-shard-1.log").read_text()
