@@ -26,6 +26,7 @@ from allocation.config_types import (  # re-exported: every layer imports these 
     _RouterPins, _WindowPins, units,
 )
 from allocation.errors import ConfigError, listing
+from allocation.group_config import DataParallel, MemberPins, nic_env_problems
 from allocation.host_config import A3_CHIPS, DEFAULT_DOCKER_ENGINE, DockerEngine, Host, npu_chip  # re-exported
 from allocation.profile_config import LINEAR_FIELDS, ModelProfile  # re-exported
 from allocation.values import (
@@ -43,7 +44,7 @@ from allocation.defaults import (
     REQUEST_TIMEOUT_SECONDS,
 )
 from allocation.target import DEFAULT_TARGET, Kubernetes, Target
-from allocation.windows import KINDS, ROUTER_KINDS, WindowKind
+from allocation.windows import DP_RPC, EPHEMERAL, KINDS, ROUTER_KINDS, WindowKind
 from allocation.vllm_args import ArgsError, read_args
 
 NAMESPACE = "ascend-fleet"
@@ -297,6 +298,43 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     """Pins of each replica, in order: `host`, `devices` and the windows (`pin` writes them)."""
     router: Router | None = None
     """The router of a replicated service."""
+    # Left out of the fleet's hash while unset, so shard files cut before it still match (FleetConfig.fleet_hash).
+    data_parallel: DataParallel | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Run the model over several hosts: `size` data-parallel ranks, `perHost` on each host, each a
+    tensor-parallel group of `tensorParallelSize` cards ([One model over several hosts](multi-host.md)).
+    The plan chooses the hosts (among `hosts`, when set), makes the first the leader and sets the
+    data-parallel flags, the ports and each host's `nic` variables; `args` and `env` may set none of
+    them. Not with `replicas`, `host`, `devices`, the window pins (pin members under
+    `dataParallel.memberPins`) or `memoryFraction: auto`. Planned, not yet deployed by this version:
+    `pulumi up` and `render` refuse it."""
+
+    @model_validator(mode="after")
+    def _data_parallel_agrees(self) -> Service:
+        """A multi-host service's numbers make whole hosts of aligned blocks, its pins live in
+        `dataParallel.memberPins`, and it sets none of the NIC variables itself."""
+        dp = self.data_parallel
+        if dp is None:
+            return self
+        problems = dp.problems(self.tensor_parallel_size)
+        own = {"replicas": self.replicas if self.replicated else None, "host": self.host, "devices": self.devices}
+        own |= {k.key: getattr(self, k.key) for k in KINDS}
+        pinned = [k for k, v in own.items() if v is not None]
+        if pinned:
+            problems.append(
+                f"a service with dataParallel is one group of members, one per host: it takes no {', '.join(pinned)} "
+                "(pin each member under dataParallel.memberPins; replicas of a multi-host service are not supported)"
+            )
+        if self.memory_fraction == "auto":
+            problems.append("memoryFraction auto is not chosen for a service with dataParallel yet: set the fraction")
+        if self.hosts is not None and len(set(self.hosts)) < dp.hosts:
+            problems.append(
+                f"hosts lists {len(set(self.hosts))} host(s), fewer than the {dp.hosts} its dataParallel needs "
+                f"(size {dp.size} / perHost {dp.per_host})"
+            )
+        problems += nic_env_problems(self.env)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _replicas_agree(self) -> Service:
@@ -349,7 +387,8 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
 
     def names(self, name: str | None = None) -> list[str]:
         """The service's name and those of its replicas and router; `name`: under that name."""
-        return naming.implied_names(name or self.name, self.replicas)
+        members = self.data_parallel.hosts if self.data_parallel else 0
+        return naming.implied_names(name or self.name, self.replicas, members)
 
     def old_names(self) -> list[str]:
         """Every name the service, its replicas and its router had under its previous names."""
@@ -401,6 +440,11 @@ def _policy_fields() -> dict[str, Any]:
         fields[k.base_key] = (Port, Field(default=k.base, description=f"First port of the `{k.key}` windows: {k.doc}."))
         if k.count_key:
             fields[k.count_key] = (PortCount, Field(default=k.size, description=f"Ports per `{k.key}` window."))
+    # A group's own window, left out of the fleet's hash at its default (FleetConfig.fleet_hash).
+    fields[DP_RPC.base_key] = (Port, Field(
+        default=DP_RPC.base, exclude_if=lambda v: v == DP_RPC.base,
+        description=f"First port of the `{DP_RPC.key}` windows: {DP_RPC.doc}.",
+    ))  # fmt: skip
     return fields
 
 
@@ -416,6 +460,10 @@ class Ports(_WindowPolicy):
     reserved: list[PortRange] = [PortRange(first=60000, last=60031)]
     """Ports never handed out on any host: single ports (`22`), `"a-b"` strings or `[a, b]`.
     Default: HCCL's default host window 60000-60031, kept free for processes outside the plan."""
+    ephemeral: PortRange = Field(default=PortRange(first=EPHEMERAL[0], last=EPHEMERAL[1]), exclude_if=lambda v: v.window == EPHEMERAL)
+    """The hosts' `net.ipv4.ip_local_port_range` (`sysctl net.ipv4.ip_local_port_range`), where the kernel
+    picks the ports vLLM leaves to it. No window of a member of a multi-host service, which binds on the host
+    network, is handed out or pinned in it. Default Linux's, 32768-60999."""
 
     def base(self, kind: WindowKind) -> int:
         return getattr(self, kind.base_key)
@@ -665,6 +713,11 @@ class FleetConfig(Model):
                         f"service {s.name}: tensorParallelSize {s.tensor_parallel_size} is larger "
                         f"than host {host.name}'s {host.npus} NPUs"
                     )
+                elif s.data_parallel and s.data_parallel.per_host * s.tensor_parallel_size > host.npus:
+                    problems.append(
+                        f"service {s.name}: dataParallel.perHost {s.data_parallel.per_host} x tensorParallelSize "
+                        f"{s.tensor_parallel_size} is more cards than host {host.name}'s {host.npus} NPUs"
+                    )
                 bad = [d for d in devices if d >= host.npus]
                 if bad:
                     problems.append(
@@ -685,6 +738,15 @@ class FleetConfig(Model):
 
     def budget(self, host: Host) -> Decimal:
         return host.memory_budget if host.memory_budget is not None else self.memory_budget
+
+    @model_validator(mode="after")
+    def _multi_host_env(self) -> FleetConfig:
+        """The defaults' `env` reaches every service: with a multi-host service in the stack it sets none
+        of the NIC variables the plan sets from each host's `nic`."""
+        problems = nic_env_problems(self.defaults.env) if any(s.data_parallel for s in self.services) else []
+        if problems:
+            raise ValueError("defaults: " + "; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _args_read_as_vllm_reads_them(self) -> FleetConfig:
@@ -741,6 +803,9 @@ def _host_references(s: Service) -> list[tuple[str, str, list[int]]]:
     for i, rp in enumerate(s.replica_pins or (), start=1):
         if rp.host is not None:
             refs.append((f"replicaPins entry {i}: ", rp.host, rp.devices or []))
+    for i, mp in enumerate(s.data_parallel.member_pins or () if s.data_parallel else (), start=1):
+        if mp.host is not None:
+            refs.append((f"dataParallel.memberPins entry {i}: ", mp.host, mp.devices or []))
     if s.router is not None and s.router.host is not None:
         refs.append(("router.host: ", s.router.host, []))
     return refs

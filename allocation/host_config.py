@@ -5,15 +5,48 @@ Split out of `allocation.config` (which re-exports `Host`); pure.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from allocation.config_types import AnyPort, ContainerName, Fraction, Model, Name, PortRange, PowerOfTwo
 from allocation.values import Address, HostKey, Text, UserName
 
 A3_CHIPS = 16  # Atlas 800T/800I A3: 8 NPUs of 2 chips
+
+
+def _interface(value: str) -> str:
+    """A Linux interface name as the kernel accepts it (torvalds/linux `net/core/dev.c`
+    `dev_valid_name`): 1 to 15 characters, not `.` or `..`, without `/`, `:` or whitespace."""
+    if len(value) > 15 or value in (".", "..") or re.search(r"[/:\s]", value) or not value.isprintable():
+        raise ValueError(f"{value!r} is not a network interface name (1-15 characters, no '/', ':' or space)")
+    return value
+
+
+def _ip(value: str) -> str:
+    """An IP address (HCCL reads `HCCL_IF_IP` as one, never a host name)."""
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address") from None
+    return value
+
+
+class HostNic(Model):
+    """`nic:` of a host: the address and interface the NPUs' host-side traffic of a multi-host service
+    uses on this host (vllm-ascend's multi-node recipes set them per host: `HCCL_IF_IP=$local_ip`,
+    `GLOO_SOCKET_IFNAME`, `TP_SOCKET_IFNAME` and `HCCL_SOCKET_IFNAME` `=$nic_name`). Read only for hosts
+    that run a member of a multi-host service."""
+
+    address: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_ip)] | None = None
+    """`HCCL_IF_IP`, and the leader's `--data-parallel-address`. Default: the host's `address` when that
+    is an IP address; a host named by a host name must set it to run a member."""
+    interface: Annotated[str, Field(min_length=1), AfterValidator(_interface)] | None = None
+    """`GLOO_SOCKET_IFNAME`, `TP_SOCKET_IFNAME` and `HCCL_SOCKET_IFNAME`: the interface `address` is on
+    (`ip -br addr`). Default: unset, and Gloo and HCCL pick an interface by their own rules, which on a
+    host with several NICs may not be the one `address` is on."""
 
 
 def npu_chip(card: int, board: str) -> tuple[int, int]:
@@ -102,6 +135,10 @@ class Host(Model):
     """Docker daemon URL; default `ssh://user@address:sshPort`. Set `unix:///var/run/docker.sock`
     for a daemon on the machine running Pulumi (the dev stack). An `ssh://` or `tcp://` URL must
     name this host's `address`, so `doctor` checks the machine the containers run on."""
+    # Left out of the fleet's hash while unset, so shard files cut before it still match (FleetConfig.fleet_hash).
+    nic: HostNic | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The address and interface of this host's NPU host-side traffic, for a member of a multi-host service
+    ([One model over several hosts](multi-host.md)); see its keys for the defaults."""
 
     @model_validator(mode="after")
     def _replaces_each_once(self) -> Host:
@@ -151,6 +188,16 @@ class Host(Model):
     def docker_url(self) -> str:
         """The Docker daemon URL that Pulumi's provider, the exports and `doctor` all use."""
         return self.docker_host or f"ssh://{self.user}@{self.url_address()}:{self.ssh_port}"
+
+    @property
+    def nic_address(self) -> str | None:
+        """`HCCL_IF_IP` here: `nic.address`, else `address` when it is an IP address; None when neither is."""
+        if self.nic is not None and self.nic.address is not None:
+            return self.nic.address
+        try:
+            return str(ipaddress.ip_address(self.address))
+        except ValueError:
+            return None
 
     def is_local(self) -> bool:
         """A daemon on this machine: reached without SSH."""
