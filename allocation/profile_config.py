@@ -22,6 +22,12 @@ class ModelProfile(Model):
     weight_bytes: int = Field(ge=1, le=1 << 50)
     """Bytes of the weights as stored: `metadata.total_size` of `model.safetensors.index.json`, or the
     sum of the tensors in the safetensors headers (quantized checkpoints keep some tensors in bf16)."""
+    # Left out of the fleet's hash while unset, so shard files cut before it still match (FleetConfig.fleet_hash).
+    expert_weight_bytes: int | None = Field(default=None, ge=1, le=1 << 50, exclude_if=lambda v: v is None)
+    """Of `weightBytes`, the routed experts' of a mixture-of-experts model: the tensors under
+    `.mlp.experts.` in the safetensors headers. With `dataParallel.expertParallel` they are split over
+    every card of every rank instead of each rank's tensor-parallel group; unset, the capacity check
+    splits all weights over the tensor-parallel group, which errs on the safe side."""
     num_hidden_layers: int = Field(ge=1, le=10_000)
     """`num_hidden_layers` (under `text_config` for vision-language models)."""
     attention: Literal["gqa", "mla", "encoder", "hybrid"] = "gqa"
