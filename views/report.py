@@ -128,10 +128,13 @@ def _port_rows(hp: HostPlan, capacity: bool = True) -> tuple[list[str], list[lis
 
 
 def _member_row(mp: MemberPlan, sized: bool, total: int) -> list[str]:
-    """A member's row of the ports table: `TP` is its ranks x their tensor-parallel size."""
+    """A member's row of the ports table: `TP` is its ranks x their tensor-parallel size, and its cards,
+    an aligned block, are written as a range (`0-7`)."""
     a, fraction = mp.assignment, mp.memory_fraction
+    contiguous = list(a.cards) == list(range(a.cards[0], a.cards[-1] + 1))
     return [
-        mp.name, ",".join(map(str, a.cards)), f"{len(mp.member.ranks)}x{mp.service.tensor_parallel_size}",
+        mp.name, window_text((a.cards[0], a.cards[-1])) if contiguous else ",".join(map(str, a.cards)),
+        f"{len(mp.member.ranks)}x{mp.service.tensor_parallel_size}",
         f"{fraction} ({gib(int(fraction * total))} GiB)",
         *(_window_cell(k, a.windows.get(k.key)) for k in (*KINDS, DP_RPC)),
         *(_capacity_cells(mp.capacity) if sized else []),
