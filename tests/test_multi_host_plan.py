@@ -162,3 +162,38 @@ def test_expert_weights_split_over_the_expert_parallel_group_and_the_rest_over_t
     assert ep.weight_bytes_per_card == (32 << 30) // 4 + (128 << 30) // 16
     assert plain.weight_bytes_per_card == (160 << 30) // 4
     assert Decimal(ep.kv_bytes_per_card - plain.kv_bytes_per_card) == (160 << 30) // 4 - ep.weight_bytes_per_card
+
+
+def test_plan_against_treats_a_group_as_one_unit_in_one_line_and_says_nothing_when_it_is_unchanged():
+    from cli.stackfile import locate, stack_values
+    from views.diff import diff_plans, render_diff
+    from tests.support.pipeline import plan_json_of
+
+    values = stack_values(locate(None, EXAMPLE))
+    old = plan_json_of(values)
+    values["hosts"][1]["nic"] = {"interface": "eth9"}  # npu-b: only the follower's NIC variables change
+    diff = diff_plans(old, plan_json_of(values), against="main")
+    assert diff.groups == (
+        "multi-host service deepseek-r1: deepseek-r1-node1: env; a change to any member restarts every member: "
+        "deepseek-r1-node0, deepseek-r1-node1",
+    )
+    table = render_diff(diff, "table")
+    assert table.count("Restarts as one: multi-host service deepseek-r1") == 1
+    assert json.loads(render_diff(diff, "json"))["groups"] == list(diff.groups)
+    assert "Restarts as one" in render_diff(diff, "markdown")
+    same = diff_plans(old, old)
+    assert same.groups == () and not same.has_changes and "groups" not in json.loads(render_diff(same, "json"))
+    gone = diff_plans(old, plan_json_of({**values, "services": values["services"][2:]}))
+    assert gone.groups[0].startswith("multi-host service deepseek-r1 removed: deepseek-r1-node0 on npu-a")
+
+
+def test_pin_freezes_every_member_and_the_pinned_file_plans_the_same_groups(tmp_path, cli):
+    pinned = tmp_path / "Pulumi.deepseek-r1.yaml"
+    pinned.write_bytes(Path(EXAMPLE).read_bytes())
+    result = cli("pin", "--config", str(pinned))
+    assert result.returncode == 0, result.stderr
+    fleet = load_fleet(None, str(pinned))[0]
+    pins = fleet.services[0].data_parallel.member_pins
+    assert [(p.host, p.devices, p.apiPort, p.dataParallelRpcPort) for p in pins] == [
+        ("npu-a", list(range(8)), 8000, 29550), ("npu-b", list(range(8)), None, None)]
+    assert members(plan_of(fleet)) == members(example().plan)
