@@ -25,7 +25,8 @@ class ModelProfile(Model):
     # Left out of the fleet's hash while unset, so shard files cut before it still match (FleetConfig.fleet_hash).
     expert_weight_bytes: int | None = Field(default=None, ge=1, le=1 << 50, exclude_if=lambda v: v is None)
     """Of `weightBytes`, the routed experts' of a mixture-of-experts model: the tensors under
-    `.mlp.experts.` in the safetensors headers. With `dataParallel.expertParallel` they are split over
+    `.mlp.experts.` in the safetensors headers (`profile` sums them where it reads the headers, a
+    checkpoint without `model.safetensors.index.json`; with one, set it by hand). With `dataParallel.expertParallel` they are split over
     every card of every rank instead of each rank's tensor-parallel group; unset, the capacity check
     splits all weights over the tensor-parallel group, which errs on the safe side."""
     num_hidden_layers: int = Field(ge=1, le=10_000)
@@ -70,6 +71,16 @@ class ModelProfile(Model):
     mamba_ssm_dtype: Literal["bfloat16", "float16", "float32"] | None = None
     """`mamba_ssm_dtype` (hybrid): the type of the linear layers' recurrent state; the model's dtype
     when `config.json` has none (vllm `model_executor/models/config.py`)."""
+
+    @model_validator(mode="after")
+    def _experts_within_weights(self) -> ModelProfile:
+        """`expertWeightBytes` is part of `weightBytes`."""
+        if self.expert_weight_bytes is not None and self.expert_weight_bytes > self.weight_bytes:
+            raise ValueError(
+                f"expertWeightBytes {self.expert_weight_bytes} is more than weightBytes {self.weight_bytes}, "
+                "of which the experts are a part"
+            )
+        return self
 
     @model_validator(mode="after")
     def _attention_fields(self) -> ModelProfile:

@@ -109,3 +109,9 @@ def test_a_fleet_without_the_new_keys_keeps_its_hash_and_one_that_names_them_doe
     assert parse_fleet("test", plain | {"ports": {"dataParallelRpcBase": 29600}}).fleet_hash() != before
     assert parse_fleet("test", plain | {"ports": {"ephemeral": [32768, 65000]}}).fleet_hash() != before
     assert parse_fleet("test", {**plain, "hosts": [host("a", nic={"interface": "eth0"})]}).fleet_hash() != before
+
+
+def test_expert_weight_bytes_beyond_the_weights_is_one_paragraph():
+    profile = {"weightBytes": 100, "expertWeightBytes": 101, "numHiddenLayers": 2, "attention": "mla", "kvLoraRank": 512,
+               "qkRopeHeadDim": 64}  # fmt: skip
+    assert "expertWeightBytes 101 is more than weightBytes 100" in refusal(values(profile=profile))

@@ -197,3 +197,16 @@ def test_pin_freezes_every_member_and_the_pinned_file_plans_the_same_groups(tmp_
     assert [(p.host, p.devices, p.apiPort, p.dataParallelRpcPort) for p in pins] == [
         ("npu-a", list(range(8)), 8000, 29550), ("npu-b", list(range(8)), None, None)]
     assert members(plan_of(fleet)) == members(example().plan)
+
+
+@pytest.mark.parametrize("target", ["docker", "kubernetes"])
+def test_the_pulumi_program_refuses_a_multi_host_service_in_one_run_error_on_either_target(target):
+    import pulumi
+
+    from cli.stackfile import locate, stack_values
+    from tests.support.pulumi_harness import run_program
+
+    values = stack_values(locate(None, EXAMPLE)) | {"target": target}
+    with pytest.raises(pulumi.RunError, match="planned, not yet deployed by this version") as info:
+        run_program("deepseek-r1", values)
+    assert info.value.__cause__ is None and "Traceback" not in str(info.value)
