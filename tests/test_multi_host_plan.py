@@ -210,3 +210,27 @@ def test_the_pulumi_program_refuses_a_multi_host_service_in_one_run_error_on_eit
     with pytest.raises(pulumi.RunError, match="planned, not yet deployed by this version") as info:
         run_program("deepseek-r1", values)
     assert info.value.__cause__ is None and "Traceback" not in str(info.value)
+
+
+def test_a_sharded_fleet_keeps_a_groups_hosts_in_one_shard():
+    hosts = [host(n, address=f"10.0.0.{i}") for i, n in enumerate(["a", "b", "c", "d"], start=1)]
+    hosts[1]["shard"] = 1  # b alone in shard 1 beside a: the group cannot take a and b
+    vals = {"hosts": hosts, "shards": {"size": 2}, "services": [service("ds", 4, 0.9, dataParallel=DP)]}
+    plan = plan_of(vals)
+    shards = {hp.host.name: hp.shard for hp in plan.hosts}
+    assert len({shards[mp.host.name] for mp in plan.groups[0].members}) == 1
+    assert [mp.host.name for mp in plan.groups[0].members] == ["a", "c"]
+
+
+def test_a_service_pinned_onto_a_members_card_is_told_the_member_holds_it_alone():
+    pins = [{"host": "a", "devices": list(range(8))}, {"host": "b", "devices": list(range(8))}]
+    vals = two_hosts(dataParallel=DP | {"memberPins": pins})
+    vals["services"].append(service("late", 1, 0.02, host="a", devices=[3]))
+    with pytest.raises(AllocationError, match="a card 3 is held by ds-node0, a member of a multi-host service, which holds its cards alone"):
+        plan_of(vals)
+
+
+def test_a_member_pinned_to_a_host_without_an_ip_is_refused_naming_nic_address():
+    vals = two_hosts(host("d"), dataParallel=DP | {"memberPins": [{"host": "d"}]})
+    with pytest.raises(AllocationError, match="member ds-node0 is pinned to host d, which has no IP address for HCCL_IF_IP .set its nic.address."):
+        plan_of(vals)
