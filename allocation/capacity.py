@@ -29,6 +29,7 @@ from decimal import Decimal
 from typing import Sequence
 
 from allocation.config import FleetConfig, Host, ModelProfile
+from allocation.group import Member
 from allocation.instance import Instance
 from allocation.outcome import Outcome, where
 from allocation.kv_cache import Engine, GatedDeltaNet, Layout, Unsized, dense_layout, engine_of, hybrid_layout, log_lines
@@ -55,10 +56,21 @@ class Shape:
     """The Gated DeltaNet layers of a hybrid; `layers` then counts its full-attention layers only."""
     float32: bool = False
     """A float32 checkpoint, which vLLM loads in 16 bits unless `--dtype float32`."""
+    expert_bytes: int = 0
+    """Of `weight_bytes`, the routed experts' (`expertWeightBytes`): split over the expert-parallel group."""
 
     def loaded_bytes(self, engine: Engine) -> int:
         """The weights' bytes in memory: half the stored ones for a float32 checkpoint loaded in 16 bits."""
         return self.weight_bytes // 2 if self.float32 and engine.dtype not in ("float32", "float") else self.weight_bytes
+
+    def card_bytes(self, engine: Engine, tp: int, ep: int) -> int:
+        """The weights on one card: everything split over the `tp` ranks, but the experts split over the
+        `ep` cards of the expert-parallel group when that is larger (`--enable-expert-parallel`)."""
+        loaded = self.loaded_bytes(engine)
+        if ep == tp or not self.expert_bytes:
+            return -(-loaded // tp)
+        experts = self.expert_bytes * loaded // self.weight_bytes
+        return -(-(loaded - experts) // tp) + -(-experts // ep)
 
     def layer_token_bytes(self, tp: int) -> int:
         """KV bytes one token takes in one attention layer on one rank."""
@@ -154,11 +166,12 @@ def capacity(
     max_model_len: int | None,
     max_num_seqs: int | None,
     engine: Engine = Engine(),
+    ep: int | None = None,
 ) -> Capacity | Unsized | str:
     """The service's capacity; `Unsized` when the planner does not know the layout; a string when
-    vLLM(-Ascend) would refuse the layout itself."""
+    vLLM(-Ascend) would refuse the layout itself. `ep`: the cards the experts are split over (default `tp`)."""
     budget = int(fraction * total_bytes)
-    weights = -(-shape.loaded_bytes(engine) // tp)
+    weights = shape.card_bytes(engine, tp, ep or tp)
     kv = budget - weights - overhead_bytes
     layout = shape.layout(tp, engine, max_model_len)
     if isinstance(layout, (Unsized, str)):
@@ -205,6 +218,7 @@ def shape_of(profile: ModelProfile) -> Shape | Unsized:
         mla_width=(profile.kv_lora_rank or 0) + (profile.qk_rope_head_dim or 0) if mla else None,
         linear=linear,
         float32=profile.torch_dtype == "float32",
+        expert_bytes=profile.expert_weight_bytes or 0,
     )
 
 
@@ -225,12 +239,12 @@ def _gated_delta_net(profile: ModelProfile) -> GatedDeltaNet:
     )
 
 
-def engine_for(fleet: FleetConfig, instance: Instance) -> Engine | str:
+def engine_for(fleet: FleetConfig, instance: Instance | Member) -> Engine | str:
     """The engine the service runs: its vLLM-Ascend version and the defaults' then the service's `args`."""
     return engine_of(list(instance.resolved.args), instance.resolved.vllm_ascend_version)
 
 
-def _sized(fleet: FleetConfig, instance: Instance, total: int, fraction: Decimal) -> Capacity | Unsized | str:
+def _sized(fleet: FleetConfig, instance: Instance | Member, total: int, fraction: Decimal) -> Capacity | Unsized | str:
     """The service's capacity at `fraction` of a card of `total` bytes; `Unsized` or why vLLM refuses."""
     assert instance.service.profile is not None
     shape, engine = shape_of(instance.service.profile), engine_for(fleet, instance)
@@ -249,10 +263,11 @@ def _sized(fleet: FleetConfig, instance: Instance, total: int, fraction: Decimal
         max_model_len=instance.service.max_model_len,
         max_num_seqs=instance.service.max_num_seqs,
         engine=engine,
+        ep=instance.expert_parallel_size,
     )
 
 
-def size_service(fleet: FleetConfig, host: Host, instance: Instance, cards: Sequence[int] = ()) -> Outcome[Capacity | None]:
+def size_service(fleet: FleetConfig, host: Host, instance: Instance | Member, cards: Sequence[int] = ()) -> Outcome[Capacity | None]:
     """The capacity of a service with a profile on its host (on `cards`); why vLLM would refuse to
     start, or what runs but not as configured, each warning led by where and the key to change."""
     name, s = instance.name, instance.service

@@ -11,34 +11,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections import Counter
 from decimal import Decimal
 from functools import cached_property
 from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import (
-    AfterValidator,
-    BeforeValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    WrapValidator,
-    create_model,
-    field_validator,
-    model_validator,
-)
-from pydantic.alias_generators import to_camel
-from pydantic.json_schema import WithJsonSchema
+from pydantic import Field, ValidationError, create_model, field_validator, model_validator
 
 from allocation import names as naming
 from allocation.config_errors import field_aliases, suggest, unknown_keys, validation_problems
+from allocation.config_types import (  # re-exported: every layer imports these from allocation.config
+    FRACTION_SCALE, AnyPort, Fraction, FractionOrAuto, Model, Name, Port, PortCount, PortRange, PowerOfTwo,
+    _RouterPins, _WindowPins, units,
+)
 from allocation.errors import ConfigError, listing
-from allocation.hbm import declared_hbm_problem
-from allocation.scalars import Flag, Number, Whole, digits_between, holds_number, top_level_value
+from allocation.scalars import Flag, Number, Whole, holds_number, top_level_value
+from allocation.group_config import DataParallel, MemberPins, nic_env_problems
+from allocation.host_config import A3_CHIPS, DEFAULT_DOCKER_ENGINE, DockerEngine, Host, npu_chip  # re-exported
+from allocation.profile_config import LINEAR_FIELDS, ModelProfile  # re-exported
 from allocation.values import (
-    STACK_NAME_RULE, AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word,
+    STACK_NAME_RULE, AbsPath, Arg, EnvKey, EnvValue, Image, StackName, Text, Word,
 )
 from allocation.defaults import (
     DEFAULT_IMAGE,
@@ -52,16 +44,12 @@ from allocation.defaults import (
     REQUEST_TIMEOUT_SECONDS,
 )
 from allocation.target import DEFAULT_TARGET, Kubernetes, Target
-from allocation.windows import KINDS, MAX_PORT, ROUTER_KINDS, PortWindow, WindowKind, window_text
+from allocation.windows import DP_RPC, EPHEMERAL, KINDS, ROUTER_KINDS, WindowKind
 from allocation.vllm_args import ArgsError, read_args
 
 NAMESPACE = "ascend-fleet"
-A3_CHIPS = 16  # Atlas 800T/800I A3: 8 NPUs of 2 chips
 DEFAULT_MEMORY_BUDGET = Decimal("0.95")
 DEFAULT_RUNTIME_OVERHEAD_GIB = Decimal("4")  # see allocation/capacity.py and docs/capacity.md
-# Memory fractions are compared in integer units of 1/10000 so that 0.1 + 0.85
-# fits a 0.95 budget exactly, with no floating-point surprises.
-FRACTION_SCALE = 10_000
 VISIBLE_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 # Variables the plan sets (or that would show other cards); in `env` they would
 # silently defeat it. Each with the key to use instead.
@@ -90,161 +78,6 @@ VERBATIM_KEYS = frozenset({"dockerEngine"})
 the version `20.10` as the number 20.1."""
 
 
-def _multiple_of_scale(value: Decimal) -> Decimal:
-    """At most 4 decimal places."""
-    if (value * FRACTION_SCALE) % 1:
-        raise ValueError(f"{value} has more than 4 decimal places")
-    return value
-
-
-def _power_of_two(value: int) -> int:
-    if value & (value - 1):
-        raise ValueError(f"{value} is not a power of two (1, 2, 4, 8, 16)")
-    return value
-
-
-Name = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", max_length=63)]
-# A Docker container name as Docker allows it (moby daemon/names: `[a-zA-Z0-9][a-zA-Z0-9_.-]+`).
-ContainerName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")]
-Port = Annotated[Whole, Field(ge=1024, le=MAX_PORT)]
-AnyPort = Annotated[Whole, Field(ge=1, le=MAX_PORT)]
-Fraction = Annotated[Number, Field(gt=0, le=1), AfterValidator(_multiple_of_scale)]
-PowerOfTwo = Annotated[
-    Whole, Field(ge=1, le=16), AfterValidator(_power_of_two), WithJsonSchema({"type": "integer", "enum": [1, 2, 4, 8, 16]})
-]
-# `auto` or a Fraction, with a Fraction's own error messages for anything else.
-def _fraction_or_auto(value: Any, fraction: Any) -> Any:
-    if value == "auto":
-        return value
-    if isinstance(value, str) and value.strip().lower() == "auto":
-        raise ValueError(f"{value!r}: write auto in lowercase")
-    return fraction(value)
-
-
-FractionOrAuto = Annotated[
-    Fraction,
-    WrapValidator(_fraction_or_auto),
-    WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": 1}, {"const": "auto"}]}),
-]
-PortCount = Annotated[Whole, Field(ge=1, le=1024)]
-
-
-def npu_chip(card: int, board: str) -> tuple[int, int]:
-    """npu-smi's (NPU ID, chip ID) of card `card` on `board`: on A3 two chips per NPU ID."""
-    return (card // 2, card % 2) if board == "a3" else (card, 0)
-
-
-def units(fraction: Decimal) -> int:
-    """A memory fraction in exact integer units of 1/FRACTION_SCALE."""
-    return int(fraction * FRACTION_SCALE)
-
-
-def _engine_version(value: Any) -> Any:
-    """YAML reads `20.10` as the number 20.1: a Docker Engine version must be written as a string."""
-    if not isinstance(value, str):
-        raise ValueError(f'a Docker Engine version is written as a quoted string, e.g. "20.10" or "28.5", not {value!r}')
-    return value
-
-
-# The pattern before the validator: after it, pydantic checks it in a wrapper the JSON Schema never sees.
-DockerEngine = Annotated[str, Field(pattern=r"^[0-9]{1,3}(\.[0-9]{1,3}){0,2}$"), BeforeValidator(_engine_version)]
-"""A Docker Engine version as `docker version --format '{{.Server.Version}}'` prints it, at least the major."""
-DEFAULT_DOCKER_ENGINE = "20.10"
-
-
-class Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        alias_generator=to_camel,
-        populate_by_name=True,
-        use_attribute_docstrings=True,
-    )
-
-
-RANGE_TEXT = re.compile(rf" *({digits_between(1, MAX_PORT)})(?: *- *({digits_between(1, MAX_PORT)}))? *")
-"""A port range written as text (`"60000-60031"`, `"22"`): what `PortRange` reads, and its schema states."""
-
-
-class PortRange(Model):
-    """An inclusive port range, written `[first, last]` in YAML."""
-
-    first: AnyPort
-    last: AnyPort
-
-    @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
-        """Every way a stack file writes a range (`_from_pair`): `[a, b]`, `"a-b"`, one port, or the keys."""
-        port = {"type": "integer", "minimum": 1, "maximum": MAX_PORT}
-        keys = {"type": "object", "properties": {"first": port, "last": port}, "required": ["first", "last"]}
-        return {
-            "description": cls.__doc__,
-            "anyOf": [
-                {"type": "array", "prefixItems": [port, port], "minItems": 2, "maxItems": 2},
-                {"title": f'text, "first-last" or one port, each 1-{MAX_PORT}', "type": "string", "pattern": f"^{RANGE_TEXT.pattern}$"},
-                port,
-                keys | {"additionalProperties": False},
-            ],
-        }
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_pair(cls, value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
-            if len(value) != 2:
-                raise ValueError("a port range is [first, last]")
-            return {"first": value[0], "last": value[1]}
-        if isinstance(value, str):
-            match = RANGE_TEXT.fullmatch(value)
-            if match is None:
-                raise ValueError(f'{value!r} is not a port range: write [first, last], "first-last" or one port, each 1-{MAX_PORT}')
-            return {"first": int(match[1]), "last": int(match[2] or match[1])}
-        if isinstance(value, (int, float)):  # a boolean too, which the port's type refuses by its name
-            return {"first": value, "last": value}
-        return value
-
-    @model_validator(mode="after")
-    def _ordered(self) -> PortRange:
-        """The range does not end before it starts."""
-        if self.last < self.first:
-            raise ValueError(f"range {self.first}-{self.last} ends before it starts")
-        return self
-
-    @property
-    def window(self) -> PortWindow:
-        return self.first, self.last
-
-    def __str__(self) -> str:
-        return window_text(self.window)
-
-
-def _pin_fields(kinds: tuple[WindowKind, ...]) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
-    for k in kinds:
-        if k.shape == "range":
-            kind: Any = PortRange
-        elif k.count_key:  # the size is policy: the planner checks the end against 65535
-            kind = Port
-        else:
-            kind = Annotated[Whole, Field(ge=1024, le=MAX_PORT - k.size + 1)]
-        text = f"Pin: {k.doc}" + (f" (`{k.env}`)" if k.env else "") + "."
-        fields[k.key] = (kind | None, Field(default=None, description=text))
-    return fields
-
-
-class _Pinned(Model):
-    """What pins windows: a service, or one replica of it."""
-
-    def pinned(self, kind: WindowKind, size: int) -> PortWindow | None:
-        """The window of `kind` pinned here (`size` ports from a pinned port); None if unpinned."""
-        value = getattr(self, kind.key)
-        if isinstance(value, PortRange):
-            return value.window
-        return (value, value + size - 1) if value is not None else None
-
-
-_WindowPins: type[_Pinned] = create_model("_WindowPins", __base__=_Pinned, **_pin_fields(KINDS))
-_RouterPins: type[Model] = create_model("_RouterPins", __base__=Model, **_pin_fields(ROUTER_KINDS))
 
 
 class Mount(Model):
@@ -256,92 +89,6 @@ class Mount(Model):
     """Absolute path inside the container."""
     read_only: Flag = True
     """Mount read-only (default)."""
-
-
-class ModelProfile(Model):
-    """What sizes a model's memory, read from its checkpoint (`config.json` and the safetensors).
-
-    Field names are `config.json`'s, camel-cased (under `text_config` for vision-language models)."""
-
-    weight_bytes: Whole = Field(ge=1, le=1 << 50)
-    """Bytes of the weights as stored: `metadata.total_size` of `model.safetensors.index.json`, or the
-    sum of the tensors in the safetensors headers (quantized checkpoints keep some tensors in bf16)."""
-    num_hidden_layers: Whole = Field(ge=1, le=10_000)
-    """`num_hidden_layers` (under `text_config` for vision-language models)."""
-    attention: Literal["gqa", "mla", "encoder", "hybrid"] = "gqa"
-    """`gqa`: standard or grouped-query attention; `mla`: DeepSeek-style multi-head latent attention;
-    `encoder`: an encoder-only model (embeddings, rerankers), which keeps no KV cache; `hybrid`:
-    full-attention layers plus layers that keep other state. A hybrid with the Gated DeltaNet fields
-    below (Qwen3-Next, Qwen3.5, Qwen3.6) is sized; without them (sliding windows, other mamba kinds)
-    it is not, and the plan says why."""
-    model_type: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
-    """`model_type` (hybrid): vLLM-Ascend before 0.18 treats `qwen3_next` apart when it sets the block size."""
-    num_key_value_heads: Whole | None = Field(default=None, ge=1, le=10_000)
-    """`num_key_value_heads` (gqa, and the full-attention layers of a hybrid)."""
-    head_dim: Whole | None = Field(default=None, ge=1, le=100_000)
-    """`head_dim`, else `hidden_size / num_attention_heads` (gqa, hybrid)."""
-    kv_lora_rank: Whole | None = Field(default=None, ge=1, le=100_000)
-    """`kv_lora_rank` (mla)."""
-    qk_rope_head_dim: Whole | None = Field(default=None, ge=1, le=100_000)
-    """`qk_rope_head_dim` (mla)."""
-    kv_cache_dtype: Literal["bfloat16", "float16", "int8", "float8"] = "bfloat16"
-    """Type of the KV cache entries; for a hybrid also the model's dtype, which its conv state takes."""
-    unverified: Text | None = None
-    """What in this profile was not read from the checkpoint, in words; the plan repeats it as a
-    warning. `profile` never writes it, so profiling the real folder clears it."""
-    torch_dtype: Literal["float32"] | None = None
-    """`torch_dtype` (or `dtype`), set only for a float32 checkpoint: vLLM's `--dtype auto` loads it
-    in 16 bits (vllm@0.20.2 `config/model.py` l. 1948), so its weights take half their stored bytes."""
-    num_full_attention_layers: Whole | None = Field(default=None, ge=1, le=10_000)
-    """Full-attention layers of a hybrid: `full_attention` entries of `layer_types`, else
-    `num_hidden_layers / full_attention_interval`. The others are Gated DeltaNet layers."""
-    linear_num_key_heads: Whole | None = Field(default=None, ge=1, le=10_000)
-    """`linear_num_key_heads` (hybrid)."""
-    linear_num_value_heads: Whole | None = Field(default=None, ge=1, le=10_000)
-    """`linear_num_value_heads` (hybrid)."""
-    linear_key_head_dim: Whole | None = Field(default=None, ge=1, le=100_000)
-    """`linear_key_head_dim` (hybrid)."""
-    linear_value_head_dim: Whole | None = Field(default=None, ge=1, le=100_000)
-    """`linear_value_head_dim` (hybrid)."""
-    linear_conv_kernel_dim: Whole | None = Field(default=None, ge=1, le=1_000)
-    """`linear_conv_kernel_dim` (hybrid)."""
-    mamba_ssm_dtype: Literal["bfloat16", "float16", "float32"] | None = None
-    """`mamba_ssm_dtype` (hybrid): the type of the linear layers' recurrent state; the model's dtype
-    when `config.json` has none (vllm `model_executor/models/config.py`)."""
-
-    @model_validator(mode="after")
-    def _attention_fields(self) -> ModelProfile:
-        """`attention: gqa` needs `numKeyValueHeads` and `headDim`, `mla` needs `kvLoraRank` and
-        `qkRopeHeadDim`; the Gated DeltaNet fields belong to `hybrid` only, all of them or none, with
-        `numFullAttentionLayers` below `numHiddenLayers`."""
-        need = {"gqa": ("num_key_value_heads", "head_dim"), "mla": ("kv_lora_rank", "qk_rope_head_dim")}.get(self.attention, ())
-        missing = [to_camel(n) for n in need if getattr(self, n) is None]
-        if missing:
-            raise ValueError(f"attention {self.attention} needs {' and '.join(missing)}")
-        linear = [n for n in LINEAR_FIELDS if getattr(self, n) is not None]
-        if linear and self.attention != "hybrid":
-            raise ValueError(f"{', '.join(map(to_camel, linear))} belong to attention hybrid, not {self.attention}")
-        absent = [to_camel(n) for n in (*LINEAR_FIELDS, "num_key_value_heads", "head_dim") if getattr(self, n) is None]
-        if linear and absent:
-            raise ValueError(f"a Gated DeltaNet hybrid needs all of its fields; missing {', '.join(absent)}")
-        if linear and (self.num_full_attention_layers or 0) >= self.num_hidden_layers:
-            raise ValueError(
-                f"numFullAttentionLayers {self.num_full_attention_layers} leaves no linear layer of "
-                f"numHiddenLayers {self.num_hidden_layers}"
-            )
-        return self
-
-    @property
-    def gated_delta_net(self) -> bool:
-        """A hybrid whose other layers are Gated DeltaNet ones with every size known: it can be sized."""
-        return self.attention == "hybrid" and self.linear_num_key_heads is not None
-
-
-# The fields only a Gated DeltaNet hybrid has (it also needs numKeyValueHeads and headDim).
-LINEAR_FIELDS = (
-    "num_full_attention_layers", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-    "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_ssm_dtype",
-)  # fmt: skip
 
 
 class ContainerSettings(Model):
@@ -455,140 +202,6 @@ class Defaults(ContainerSettings):
     """`ascend-fleet:defaults`: applied to every service unless it overrides."""
 
 
-class Host(Model):
-    """One entry of `ascend-fleet:hosts`: an Ascend server reachable over SSH."""
-
-    name: Name
-    """Unique host name: lowercase letters, digits and '-'."""
-    address: Address
-    """SSH address (host name, IPv4, or IPv6 without brackets); also the address of the API endpoints."""
-    user: UserName = "root"
-    """SSH user (a POSIX user name); must be allowed to use Docker on the host."""
-    ssh_port: AnyPort = 22
-    """SSH port."""
-    npus: PowerOfTwo = 8
-    """Number of NPUs (cards) on the host: on Atlas A3 the chips (`/dev/davinciN`), 16."""
-    board: Literal["a2", "a3"] = "a2"
-    """The server's board. `a2` (default): Atlas 800T/800I A2, one 910B chip per npu-smi NPU ID, so
-    card k is NPU k, chip 0. `a3`: Atlas 800T/800I A3, 16 chips as 8 NPUs of 2 chips: card k is NPU
-    k//2, chip k%2 (`npu-smi info -m` prints the mapping; the host check compares it), npu-smi switches
-    device-share for both chips of an NPU at once, so the two are one sharing unit, and the default
-    image is the `-a3` build. Needs `npus: 16`. See [A3 boards](a3.md)."""
-    hbm_gi_b: Whole = Field(default=64, ge=1, le=4096, alias="hbmGiB")
-    """Nominal HBM per NPU in GiB (64 or 32 for 910B cards)."""
-    hbm_bytes: Whole | None = Field(default=None, ge=1 << 30, le=1 << 45)
-    """HBM per NPU as the runtime reports it, which memory fractions multiply. Default from `hbmGiB`:
-    64 -> 65452113920, 32 -> 31662800896; other sizes must set it for the capacity check."""
-    memory_budget: Fraction | None = None
-    """Per-card ceiling on the sum of memory fractions; overrides `ascend-fleet:memoryBudget`."""
-    card_sharing: Literal["deviceShare", "privileged", "refuse"] = "deviceShare"
-    """What the program does when services share a card on this host. A card opened by one
-    non-privileged container cannot be opened by a second one unless the card is in Huawei's
-    container-sharing mode. `deviceShare` (default): put exactly the shared cards into that mode
-    before their containers start, and again at every boot. `privileged`: run only the services on
-    shared cards privileged with every card visible, as the seed deployment did. `refuse`: a plan
-    that shares a card here is an error. See [Shared cards](shared-cards.md)."""
-    held_cards: Literal["refuse", "stopHolders"] = "refuse"
-    """When a card must go into device-share mode while running containers hold it (a service newly
-    pinned onto a running service's card; the mode can only change while no container uses the card).
-    `refuse` (default): the host check stops `pulumi up` before any container of this host changes,
-    naming the card and the containers holding it. `stopHolders`: `pulumi up` stops the holders (each
-    with its stop grace period), switches the card, starts them again (each reloads its model, one at
-    a time per card) and then starts the newcomer. See [Shared cards](shared-cards.md)."""
-    replaces: list[ContainerName] = []
-    """Containers already running on this host that the stack takes over from, by the name `docker ps`
-    shows (e.g. `[model-emb-vl, model-text]` of a docker compose deployment). `pulumi up` disables each
-    for good before it creates anything on the host: its restart policy set to `no`, then stopped, so
-    no reboot brings it back; it is kept, not removed, so going back is two commands
-    ([Moving from docker compose](moving-from-compose.md)). Names are exact: a name no container has is
-    skipped, never read as a container ID or the beginning of one (as `docker stop NAME` would). A name
-    the plan gives one of its own containers on this host (a service, a replica, a router, the NPU
-    exporter) is refused, and so is a list whose takeover script would be longer than the 131,071
-    bytes a host script can have."""
-    reserved_ports: list[PortRange] = []
-    """Ports on this host the allocator must never hand out (in addition to `ascend-fleet:ports.reserved`):
-    single ports (`22`), `"a-b"` strings or `[a, b]`."""
-    host_key: HostKey | None = None
-    """The host's SSH public key (`ssh-ed25519 AAAA...`, as `ssh-keyscan` prints it). The docker provider,
-    `doctor` and the host check then trust this key and no other. Without it, the key is looked up in
-    `ssh.knownHostsFile` (default `~/.ssh/known_hosts`)."""
-    docker_engine: DockerEngine | None = None
-    """The Docker Engine version this host runs (`"28.5"`); default `ascend-fleet:dockerEngine`. It
-    decides the host's health probes (`ascend-fleet:healthStartIntervalSeconds`), and the host check
-    stops `pulumi up` when the engine found on the host is on the other side of version 25."""
-    shard: Whole | None = Field(default=None, ge=0, le=9999)
-    """The shard (`ascend-fleet:shards`) this host is deployed by, pinned by `pin` like cards so that
-    adding hosts or services never moves a host to another stack (which would delete and re-create
-    its containers). Unpinned hosts fill the lowest shard with room, in name order. Moving a host on
-    purpose is `python -m allocation move-host` (docs/shards.md)."""
-    docker_host: Text | None = None
-    """Docker daemon URL; default `ssh://user@address:sshPort`. Set `unix:///var/run/docker.sock`
-    for a daemon on the machine running Pulumi (the dev stack). An `ssh://` or `tcp://` URL must
-    name this host's `address`, so `doctor` checks the machine the containers run on."""
-
-    @model_validator(mode="after")
-    def _replaces_each_once(self) -> Host:
-        """`replaces` names each container once."""
-        twice = sorted({n for n in self.replaces if self.replaces.count(n) > 1})
-        if twice:
-            raise ValueError(f"replaces names {', '.join(twice)} more than once")
-        return self
-
-    @model_validator(mode="after")
-    def _hbm_declarations_agree(self) -> Host:
-        """`hbmBytes`, when set, is 85-100% of a card the host check accepts for `hbmGiB` (within 10%
-        of it): the rule the host check applies on the host (allocation.hbm)."""
-        problem = declared_hbm_problem(self.hbm_gi_b, self.hbm_bytes)
-        if problem:
-            raise ValueError(problem)
-        return self
-
-    @model_validator(mode="after")
-    def _board_has_its_chips(self) -> Host:
-        """`board: a3` needs `npus: 16`."""
-        if self.board == "a3" and self.npus != A3_CHIPS:
-            raise ValueError(
-                f"board a3 has {A3_CHIPS} chips (8 NPUs of 2), but npus is {self.npus}: set npus: {A3_CHIPS}, "
-                "or board: a2 for an 8-card Atlas A2 server"
-            )
-        return self
-
-    def npu_chip(self, card: int) -> tuple[int, int]:
-        """npu-smi's (NPU ID, chip ID) of card `card` (`/dev/davinci<card>`): what `-i` and `-c` take."""
-        return npu_chip(card, self.board)
-
-    def sharing_unit(self, card: int) -> tuple[int, ...]:
-        """The cards npu-smi puts into device-share mode together with `card`: on A3 both chips of its NPU."""
-        npu = self.npu_chip(card)[0]
-        return (2 * npu, 2 * npu + 1) if self.board == "a3" else (card,)
-
-    @model_validator(mode="after")
-    def _docker_host_is_this_host(self) -> Host:
-        """`dockerHost` is `unix:///path`, or an `ssh://` or `tcp://` URL naming this host's `address`."""
-        url = self.docker_host
-        if url is None or re.fullmatch(r"unix:///[^:\s]+", url):
-            return self
-        match = re.fullmatch(r"(ssh|tcp)://(?:([^@/\s]+)@)?(\[[^\]]+\]|[^:/\s]+)(?::(\d{1,5}))?/?", url)
-        if match is None:
-            raise ValueError(f"dockerHost {url!r} is not unix:///path, ssh://[user@]address[:port] or tcp://address:port")
-        if match.group(3).strip("[]") != self.address:
-            raise ValueError(f"dockerHost {url!r} names another machine than address {self.address!r}")
-        return self
-
-    def url_address(self) -> str:
-        """The address as it goes into a URL: IPv6 literals in brackets."""
-        a = self.address
-        return f"[{a}]" if ":" in a and not a.startswith("[") else a
-
-    def docker_url(self) -> str:
-        """The Docker daemon URL that Pulumi's provider, the exports and `doctor` all use."""
-        return self.docker_host or f"ssh://{self.user}@{self.url_address()}:{self.ssh_port}"
-
-    def is_local(self) -> bool:
-        """A daemon on this machine: reached without SSH."""
-        return self.docker_url().startswith("unix://")
-
-
 class ReplicaPins(_WindowPins):
     """Pins of one replica of a replicated service: what a service pins at its top level."""
 
@@ -676,6 +289,43 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     """Pins of each replica, in order: `host`, `devices` and the windows (`pin` writes them)."""
     router: Router | None = None
     """The router of a replicated service."""
+    # Left out of the fleet's hash while unset, so shard files cut before it still match (FleetConfig.fleet_hash).
+    data_parallel: DataParallel | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Run the model over several hosts: `size` data-parallel ranks, `perHost` on each host, each a
+    tensor-parallel group of `tensorParallelSize` cards ([One model over several hosts](multi-host.md)).
+    The plan chooses the hosts (among `hosts`, when set), makes the first the leader and sets the
+    data-parallel flags, the ports and each host's `nic` variables; `args` and `env` may set none of
+    them. Not with `replicas`, `host`, `devices`, the window pins (pin members under
+    `dataParallel.memberPins`) or `memoryFraction: auto`. Planned, not yet deployed by this version:
+    `pulumi up` and `render` refuse it."""
+
+    @model_validator(mode="after")
+    def _data_parallel_agrees(self) -> Service:
+        """A multi-host service's numbers make whole hosts of aligned blocks, its pins live in
+        `dataParallel.memberPins`, and it sets none of the NIC variables itself."""
+        dp = self.data_parallel
+        if dp is None:
+            return self
+        problems = dp.problems(self.tensor_parallel_size)
+        own = {"replicas": self.replicas if self.replicated else None, "host": self.host, "devices": self.devices}
+        own |= {k.key: getattr(self, k.key) for k in KINDS}
+        pinned = [k for k, v in own.items() if v is not None]
+        if pinned:
+            problems.append(
+                f"a service with dataParallel is one group of members, one per host: it takes no {', '.join(pinned)} "
+                "(pin each member under dataParallel.memberPins; replicas of a multi-host service are not supported)"
+            )
+        if self.memory_fraction == "auto":
+            problems.append("memoryFraction auto is not chosen for a service with dataParallel yet: set the fraction")
+        if self.hosts is not None and len(set(self.hosts)) < dp.hosts:
+            problems.append(
+                f"hosts lists {len(set(self.hosts))} host(s), fewer than the {dp.hosts} its dataParallel needs "
+                f"(size {dp.size} / perHost {dp.per_host})"
+            )
+        problems += nic_env_problems(self.env)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _replicas_agree(self) -> Service:
@@ -728,7 +378,8 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
 
     def names(self, name: str | None = None) -> list[str]:
         """The service's name and those of its replicas and router; `name`: under that name."""
-        return naming.implied_names(name or self.name, self.replicas)
+        members = self.data_parallel.hosts if self.data_parallel else 0
+        return naming.implied_names(name or self.name, self.replicas, members)
 
     def old_names(self) -> list[str]:
         """Every name the service, its replicas and its router had under its previous names."""
@@ -780,6 +431,11 @@ def _policy_fields() -> dict[str, Any]:
         fields[k.base_key] = (Port, Field(default=k.base, description=f"First port of the `{k.key}` windows: {k.doc}."))
         if k.count_key:
             fields[k.count_key] = (PortCount, Field(default=k.size, description=f"Ports per `{k.key}` window."))
+    # A group's own window, left out of the fleet's hash at its default (FleetConfig.fleet_hash).
+    fields[DP_RPC.base_key] = (Port, Field(
+        default=DP_RPC.base, exclude_if=lambda v: v == DP_RPC.base,
+        description=f"First port of the `{DP_RPC.key}` windows: {DP_RPC.doc}.",
+    ))  # fmt: skip
     return fields
 
 
@@ -795,6 +451,10 @@ class Ports(_WindowPolicy):
     reserved: list[PortRange] = [PortRange(first=60000, last=60031)]
     """Ports never handed out on any host: single ports (`22`), `"a-b"` strings or `[a, b]`.
     Default: HCCL's default host window 60000-60031, kept free for processes outside the plan."""
+    ephemeral: PortRange = Field(default=PortRange(first=EPHEMERAL[0], last=EPHEMERAL[1]), exclude_if=lambda v: v.window == EPHEMERAL)
+    """The hosts' `net.ipv4.ip_local_port_range` (`sysctl net.ipv4.ip_local_port_range`), where the kernel
+    picks the ports vLLM leaves to it. No window of a member of a multi-host service, which binds on the host
+    network, is handed out or pinned in it. Default Linux's, 32768-60999."""
 
     def base(self, kind: WindowKind) -> int:
         return getattr(self, kind.base_key)
@@ -1044,6 +704,11 @@ class FleetConfig(Model):
                         f"service {s.name}: tensorParallelSize {s.tensor_parallel_size} is larger "
                         f"than host {host.name}'s {host.npus} NPUs"
                     )
+                elif s.data_parallel and s.data_parallel.per_host * s.tensor_parallel_size > host.npus:
+                    problems.append(
+                        f"service {s.name}: dataParallel.perHost {s.data_parallel.per_host} x tensorParallelSize "
+                        f"{s.tensor_parallel_size} is more cards than host {host.name}'s {host.npus} NPUs"
+                    )
                 bad = [d for d in devices if d >= host.npus]
                 if bad:
                     problems.append(
@@ -1064,6 +729,15 @@ class FleetConfig(Model):
 
     def budget(self, host: Host) -> Decimal:
         return host.memory_budget if host.memory_budget is not None else self.memory_budget
+
+    @model_validator(mode="after")
+    def _multi_host_env(self) -> FleetConfig:
+        """The defaults' `env` reaches every service: with a multi-host service in the stack it sets none
+        of the NIC variables the plan sets from each host's `nic`."""
+        problems = nic_env_problems(self.defaults.env) if any(s.data_parallel for s in self.services) else []
+        if problems:
+            raise ValueError("defaults: " + "; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _args_read_as_vllm_reads_them(self) -> FleetConfig:
@@ -1133,6 +807,9 @@ def _host_references(s: Service) -> list[tuple[str, str, list[int]]]:
     for i, rp in enumerate(s.replica_pins or (), start=1):
         if rp.host is not None:
             refs.append((f"replicaPins entry {i}: ", rp.host, rp.devices or []))
+    for i, mp in enumerate(s.data_parallel.member_pins or () if s.data_parallel else (), start=1):
+        if mp.host is not None:
+            refs.append((f"dataParallel.memberPins entry {i}: ", mp.host, mp.devices or []))
     if s.router is not None and s.router.host is not None:
         refs.append(("router.host: ", s.router.host, []))
     return refs

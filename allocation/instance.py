@@ -99,6 +99,11 @@ class Instance:
         return self.service.hccl_port_ranges
 
     @property
+    def expert_parallel_size(self) -> int:
+        """The cards each MoE layer's experts are split over: its tensor-parallel group."""
+        return self.service.tensor_parallel_size
+
+    @property
     def allowed_hosts(self) -> list[str] | None:
         return self.service.hosts
 

@@ -17,6 +17,8 @@ from typing import Sequence
 SERVICE, REPLICA, ROUTER = "service", "replica", "router"
 """The plan JSON's `kind` of an entry: a service of its own, one replica of a replicated service,
 or the router in front of a replicated service's replicas."""
+GROUP, MEMBER = "group", "member"
+"""The plan JSON's `kind` of a multi-host service (its `groups` entry) and of each of its members."""
 KINDS = (SERVICE, REPLICA, ROUTER)
 
 _ROUTER_SUFFIX = "-router"
@@ -53,11 +55,25 @@ def router_name(service: str) -> str:
     return service + _ROUTER_SUFFIX
 
 
-def implied_names(service: str, replicas: int) -> list[str]:
-    """Every name a service gives a resource: its own, and its replicas' and router's when replicated."""
+def implied_names(service: str, replicas: int, members: int = 0) -> list[str]:
+    """Every name a service gives a resource: its own, and its replicas' and router's when replicated,
+    or its members' when it spans `members` hosts."""
+    if members:
+        return [service, *member_names(service, members)]
     if not replicated(replicas):
         return [service]
     return [service, *container_names(service, replicas), router_name(service)]
+
+
+def member_name(service: str, index: int) -> str:
+    """Member number `index` (0 the leader) of a multi-host service: `<service>-node<index>`, its
+    container on that host. vLLM numbers the hosts of a multi-node launch as nodes (`--node-rank`)."""
+    return f"{service}-node{index}"
+
+
+def member_names(service: str, members: int) -> list[str]:
+    """The members of a multi-host service over `members` hosts, the leader first."""
+    return [member_name(service, i) for i in range(members)]
 
 
 def original_name(name: str, previous: Sequence[str] | None) -> str:

@@ -23,9 +23,10 @@ exact integer units (see `config.units`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, units
+from allocation.group import Group, Member
 from allocation.outcome import Outcome
 from allocation.ports import PinnedPorts
 from allocation.placeable import P, Placeable, Placement
@@ -93,6 +94,11 @@ class Cards:
                 f"so {service.name} cannot share it (give it other devices, or set cardSharing to "
                 "deviceShare or privileged)"
             )
+        if self.sole[card] and all(u.hccl_ranges for u in users):
+            return (
+                f"{self.host.name} card {card} is held by {_names(users)}, a member of a multi-host service, "
+                "which holds its cards alone"
+            )
         if self.sole[card] or (users and not service.hccl_ranges):
             return (
                 f"{self.host.name} card {card} is held by {_names(users)}; a service without HCCL port "
@@ -136,9 +142,11 @@ class Cards:
         ]
         return min(fitting, key=lambda g: (sum(self.free[c] - need for c in g), g), default=None)
 
-    def take(self, block: Block, service: Placeable) -> None:
+    def take(self, block: Block, service: Placeable, alone: bool = False) -> None:
+        """`service` holds `block`; `alone`: no other service may join it there (a member of a
+        multi-host service), as one on a `cardSharing: refuse` host or without HCCL port ranges."""
         need = units(service.memory_fraction)
-        sole = self.host.card_sharing == "refuse" or not service.hccl_ranges
+        sole = alone or self.host.card_sharing == "refuse" or not service.hccl_ranges
         for c in block:
             self.free[c] -= need
             self.users[c].append(service)
@@ -274,11 +282,16 @@ class Placer:
         self.trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
         self.unheld_trees: dict[tuple[int, bool], LeftmostAtLeast] = {}
         self.placed: list[Placement] = []
+        self.members: list[Placement[Member]] = []
+        """The members of the groups placed, each group's together, in member order."""
         self.max_budget = max(c.budget for c in self.cards.values())
 
-    def run(self, instances: list[P]) -> Outcome[list[Placement[P]]]:
-        """Where each instance placed goes, in the order placed; why, for each one left out."""
-        refusals = tuple(why for i in sorted(instances, key=_order) if (why := self._place(i)))
+    def run(self, instances: list[P], groups: Sequence[Group] = ()) -> Outcome[list[Placement[P]]]:
+        """Where each instance placed goes, in the order placed; why, for each one left out. The
+        members of `groups` (multi-host services), placed in the same order as instances, all of a
+        group's or none, are in `members` afterwards."""
+        ordered = sorted([*instances, *groups], key=_order)
+        refusals = tuple(why for i in ordered if (why := self._place_group(i) if isinstance(i, Group) else self._place(i)))
         return Outcome(self.placed, refusals)
 
     def _place(self, s: Placeable) -> str | None:
@@ -396,13 +409,101 @@ class Placer:
             + ("; ".join(details) if details else "no host has that many cards")
         )
 
+    def _place_group(self, g: Group) -> str | None:
+        """Every member of a multi-host service on a host of its own, or none (`allocation.group`): the
+        pinned members where they are pinned, the others in member order on the first hosts, in use
+        first (by name), with an aligned block of empty cards, of one board and HBM size (and in a
+        sharded fleet one shard): those of the pinned members, else the first such kind with hosts
+        enough. Only hosts with an IP address for `HCCL_IF_IP` take a member."""
+        chosen: dict[int, tuple[Cards, Block]] = {}
+        for m in (m for m in g.members if m.host is not None):
+            cards = self.cards[m.host]
+            block = self._member_block(cards, m)
+            if block is None or cards.host.nic_address is None:
+                why = cards.port_refusal(m) or (
+                    "no IP address for HCCL_IF_IP (set its nic.address)" if cards.host.nic_address is None
+                    else f"no block of {_need_text(m)}, none of them used by another service; free per card: {cards.describe()}"
+                )
+                return f"service {g.name}: member {m.name} is pinned to host {m.host}, which has {why}"
+            chosen[m.index] = (cards, block)
+        kinds = {self._kind(c.host) for c, _ in chosen.values()}
+        if len(kinds) > 1:
+            return (
+                f"service {g.name}: its members are pinned to hosts of different boards, HBM sizes or shards "
+                f"({', '.join(f'{c.host.name}: {self._kind_text(c.host)}' for c, _ in chosen.values())}); one "
+                "model's ranks run on hosts of one kind"
+            )
+        free = [m for m in g.members if m.index not in chosen]
+        used = {c.host.name for c, _ in chosen.values()}
+        hosts = [h for h in self._group_hosts(g) if h.name not in used]
+        for kind in list(kinds) or list(dict.fromkeys(self._kind(h) for h in hosts)):
+            rest = self._fill(free, [h for h in hosts if self._kind(h) == kind])
+            if rest is not None:
+                for m in g.members:
+                    cards, block = chosen.get(m.index) or rest[m.index]
+                    self._take(m, cards, block, alone=True)
+                    self.members.append(Placement(m, cards.host, block))
+                return None
+        return self._group_refusal(g, free, hosts)
+
+    def _fill(self, members: list[Member], hosts: list[Host]) -> dict[int, tuple[Cards, Block]] | None:
+        """Each of `members` on the next of `hosts` (in order) with a block for it; None if they run out."""
+        out, i = {}, 0
+        for m in members:
+            while i < len(hosts) and (block := self._member_block(self.cards[hosts[i].name], m)) is None:
+                i += 1
+            if i == len(hosts):
+                return None
+            out[m.index] = (self.cards[hosts[i].name], block)
+            i += 1
+        return out
+
+    def _member_block(self, cards: Cards, m: Member) -> Block | None:
+        """The block `m` takes on `cards`' host: its pinned devices, else the lowest aligned block of its
+        size; cards no other service uses, with its fraction free. None when there is none, or one of
+        its pinned windows clashes there."""
+        need, npus = units(m.memory_fraction), cards.host.npus
+        blocks = [tuple(sorted(m.devices))] if m.devices is not None else cards.aligned_blocks(m.tp_size) if m.tp_size <= npus else []
+        fit = (b for b in blocks if all(c < npus and not cards.users[c] and cards.free[c] >= need for c in b))
+        return next(fit, None) if cards.port_refusal(m) is None else None
+
+    def _group_hosts(self, g: Group) -> list[Host]:
+        """The hosts a group's unpinned members may take, in order of preference: hosts in use first,
+        then the rest, each by name; only those with an IP address for `HCCL_IF_IP`."""
+        allowed = [h for h in self.hosts if h.nic_address is not None and (not g.service.hosts or h.name in g.service.hosts)]
+        return [h for h in allowed if self.cards[h.name].in_use] + [h for h in allowed if not self.cards[h.name].in_use]
+
+    def _kind(self, host: Host) -> tuple:
+        """What a group's hosts share: board, HBM (nominal and as reported) and, sharded, the shard."""
+        return host.board, host.hbm_gi_b, host.hbm_bytes, self.shard_of.get(host.name)
+
+    def _kind_text(self, host: Host) -> str:
+        shard = self.shard_of.get(host.name)
+        return f"{host.board}, {host.hbm_gi_b} GiB" + (f", shard {shard}" if shard is not None else "")
+
+    def _group_refusal(self, g: Group, free: list[Member], hosts: list[Host]) -> str:
+        """Why a group found no hosts: what each member needs, and which hosts of each kind have it."""
+        fitting = [h for h in hosts if self._member_block(self.cards[h.name], free[0]) is not None]
+        shown = ", ".join(f"{h.name} ({self._kind_text(h)})" for h in fitting[:8]) or "none"
+        no_ip = [h.name for h in self.hosts if h.nic_address is None][:5]
+        return (
+            f"no room for service {g.name} over {len(g.members)} hosts: {len(free)} more member(s) need each a host of "
+            f"their own with {_need_text(free[0])}, none of them used by another service, all hosts of one board and "
+            f"HBM size; hosts with such a block: {shown}"
+            + (f"; hosts without an IP address for HCCL_IF_IP (nic.address): {', '.join(no_ip)}" if no_ip else "")
+        )
+
     def _commit(self, s: Placeable, cards: Cards, block: Block) -> None:
-        cards.take(block, s)
+        self._take(s, cards, block)
         self.placed.append(Placement(s, cards.host, block))
         if s.group is not None:
             self.siblings.setdefault(s.group, {}).setdefault(cards.host.name, set()).update(block)
             if self.shard_of:
                 self.group_shard.setdefault(s.group, self.shard_of[cards.host.name])
+
+    def _take(self, s: Placeable, cards: Cards, block: Block, alone: bool = False) -> None:
+        """`s` holds `block` of `cards`' host: the host's capacities in the trees follow."""
+        cards.take(block, s, alone)
         i = self.index[cards.host.name]
         for (tp, alone), tree in self.trees.items():
             tree.update(i, cards.capacity(tp, alone))

@@ -14,9 +14,10 @@ from typing import Any, Callable, Mapping
 from allocation import names
 from allocation.capacity import GIB, Capacity
 from allocation.config import FleetConfig, Host, Service
+from allocation.group import Member
 from allocation.instance import Instance
 from allocation.resolved import Resolved, ResolvedRouter
-from allocation.windows import API, ENDPOINT, KINDS, METRICS, ROUTER_KINDS, PortWindow
+from allocation.windows import API, DP_RPC, ENDPOINT, KINDS, MEMBER_KINDS, METRICS, ROUTER_KINDS, PortWindow
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,118 @@ class ServicePlan:
 
 
 @dataclass(frozen=True)
+class MemberPlan:
+    """One member of a multi-host service on its host: its cards, windows and capacity, and the
+    group it belongs to (`GroupPlan`), which holds the flags every member shares."""
+
+    member: Member
+    assignment: Assignment
+    host: Host
+    capacity: Capacity | None = None
+
+    @property
+    def name(self) -> str:
+        return self.member.name
+
+    @property
+    def service(self) -> Service:
+        return self.member.service
+
+    @property
+    def memory_fraction(self) -> Decimal:
+        return self.member.memory_fraction
+
+    @property
+    def role(self) -> str:
+        return "leader" if self.member.leader else "follower"
+
+    def nic_env(self) -> dict[str, str]:
+        """The NIC variables of its host (`hosts[].nic`), as vllm-ascend's multi-node recipes set them."""
+        interface = self.host.nic.interface if self.host.nic is not None else None
+        names = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME") if interface else ()
+        return {"HCCL_IF_IP": self.host.nic_address or ""} | dict.fromkeys(names, interface or "")
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """A multi-host service as planned: one object, its members (one per host, the leader first)."""
+
+    service: Service
+    members: tuple[MemberPlan, ...]
+
+    @property
+    def name(self) -> str:
+        return self.service.name
+
+    @property
+    def leader(self) -> MemberPlan:
+        return self.members[0]
+
+    @property
+    def address(self) -> str:
+        """`--data-parallel-address`: the leader host's `HCCL_IF_IP` (the tutorial passes node 0's `local_ip`)."""
+        return self.leader.host.nic_address or ""
+
+    @property
+    def rpc_port(self) -> int | None:
+        """`--data-parallel-rpc-port`: the leader's window; None on one host, where the handshake stays local."""
+        window = self.leader.assignment.windows.get(DP_RPC.key)
+        return window[0] if window else None
+
+    @property
+    def endpoint(self) -> str:
+        """The OpenAI-compatible base URL: the leader's, `http://address:apiPort/v1`."""
+        return f"http://{self.leader.host.url_address()}:{self.leader.assignment.api_port}/v1"
+
+    def args(self, mp: MemberPlan) -> tuple[str, ...]:
+        """The data-parallel flags of member `mp`'s `vllm serve`, as the DeepSeek-R1 two-A2 recipe writes
+        them: every member the sizes and the leader's address and RPC port; a follower `--headless` with
+        its start rank."""
+        dp = self.service.data_parallel
+        assert dp is not None
+        out = ["--data-parallel-size", str(dp.size), "--data-parallel-size-local", str(dp.per_host)]
+        if not mp.member.leader:
+            out = ["--headless", *out, "--data-parallel-start-rank", str(mp.member.ranks.start)]
+        out += ["--data-parallel-address", self.address]
+        out += ["--data-parallel-rpc-port", str(self.rpc_port)] if self.rpc_port is not None else []
+        return (*out, *(["--enable-expert-parallel"] if dp.expert_parallel else []))
+
+    def to_json(self) -> dict[str, Any]:
+        dp = self.service.data_parallel
+        assert dp is not None
+        return {
+            "service": self.name,
+            "name": self.name,
+            "kind": names.GROUP,
+            "previousNames": list(self.service.previous_names or ()),
+            "dataParallelSize": dp.size,
+            "dataParallelSizeLocal": dp.per_host,
+            "tensorParallelSize": self.service.tensor_parallel_size,
+            "expertParallel": dp.expert_parallel,
+            "leader": self.leader.name,
+            "address": self.address,
+            DP_RPC.key: self.rpc_port,
+            "endpoint": self.endpoint,
+            "members": [self._member_json(mp) for mp in self.members],
+        }
+
+    def _member_json(self, mp: MemberPlan) -> dict[str, Any]:
+        a = mp.assignment
+        return {
+            "name": mp.name,
+            "kind": names.MEMBER,
+            "previousNames": list(mp.member.previous_names),
+            "role": mp.role,
+            "host": a.host_name,
+            "devices": list(a.cards),
+            "startRank": mp.member.ranks.start,
+            "memoryFraction": float(mp.memory_fraction),
+        } | {k.key: k.value(a.windows.get(k.key)) for k in MEMBER_KINDS} | {
+            "env": mp.nic_env(), "args": list(self.args(mp)), "capacity": _capacity_json(mp.capacity),
+        }
+
+
+@dataclass(frozen=True)
 class HostPlan:
     host: Host
     budget: Decimal
@@ -95,6 +208,8 @@ class HostPlan:
     """Sorted by service name."""
     shard: int | None = None
     """The shard that deploys this host, in a fleet deployed as shards (allocation.shards)."""
+    members: tuple[MemberPlan, ...] = ()
+    """The members of multi-host services on this host, by name; each holds its cards alone."""
 
     def card_load(self) -> dict[int, list[ServicePlan]]:
         """Services per card, every card of the host present."""
@@ -185,6 +300,8 @@ class Plan:
     """What will run, but not as configured (requests that will queue)."""
     routers: tuple[RouterPlan, ...] = ()
     """One per replicated service, by service name."""
+    groups: tuple[GroupPlan, ...] = ()
+    """One per multi-host service, by service name; its members are those of the host plans."""
 
     @property
     def stack(self) -> str:

@@ -16,11 +16,12 @@ from allocation.capacity import auto_fraction, gib, runtime_total, size_service
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service
 from allocation.errors import AllocationError, listing
 from allocation.graph_room import graph_room
+from allocation.group import Group, Member, groups_of
 from allocation.instance import Instance, instances
 from allocation.outcome import Outcome, T, card_words, where
 from allocation.placeable import Placement
 from allocation.placement import Placer
-from allocation.plan import HostPlan, Plan, ServicePlan, RouterPlan
+from allocation.plan import GroupPlan, HostPlan, MemberPlan, Plan, ServicePlan, RouterPlan
 from allocation.ports import assign_ports
 from allocation.resolved import resolve, resolve_router
 from allocation.shards import assign_shards, split_services
@@ -31,7 +32,7 @@ def _instances(fleet: FleetConfig) -> Outcome[tuple[list[Instance], frozenset[st
     """Every instance of every service, each `memoryFraction: auto` replaced by the fraction chosen
     for it; and the instances for which no fraction fits, each a problem."""
     out, unsized, problems = [], set(), list[str]()
-    for service in fleet.services:
+    for service in (s for s in fleet.services if s.data_parallel is None):  # a multi-host one is a group
         for i in instances(service, fleet.defaults):
             if i.auto_fraction:
                 chosen = auto_fraction(fleet, i)
@@ -82,7 +83,10 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
 
     every, unsized = kept(_instances(fleet))
     shard_of = kept(assign_shards(fleet))
-    placed = kept(Placer(fleet, shard_of=shard_of).run(every))
+    groups = groups_of(fleet.services, fleet.defaults)
+    placer = Placer(fleet, shard_of=shard_of)
+    placed = kept(placer.run(every, groups))
+    members = _members_by_host(placer.members, groups)
     replicas = _replicas(placed)
     kept(split_services(fleet, shard_of, replicas))
     router_hosts = _router_hosts(fleet, replicas)
@@ -96,7 +100,8 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         placed_here = sorted(per_host[host.name], key=lambda p: p.instance.name)
         mine = router_hosts.get(host.name, [])
         exporter = fleet.metrics.npu_exporter_port
-        assignments, windows = kept(assign_ports(host, placed_here, fleet.ports, mine, exporter))
+        ports = kept(assign_ports(host, placed_here, fleet.ports, mine, exporter, members.get(host.name, ())))
+        assignments, windows = ports.assignments, ports.routers
         router_windows |= {s.name: (host.name, windows[s.name]) for s in mine}
         planned = []
         for i, a in zip((p.instance for p in placed_here), assignments):
@@ -109,12 +114,48 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         planned = kept(_running_totals(host, planned))
         unchecked = kept(graph_room(host, planned))
         kept(_not_sized(host, planned, unchecked))
-        host_plans.append(HostPlan(host, fleet.budget(host), tuple(planned), shard_of.get(host.name)))
+        joined = tuple(kept(_member_plans(fleet, host, members.get(host.name, ()), ports.members)))
+        host_plans.append(HostPlan(host, fleet.budget(host), tuple(planned), shard_of.get(host.name), joined))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
     kept(_crowded(fleet, replicas))
     routers = _routers(fleet, host_plans, router_windows)
-    return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=routers)
+    return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=routers, groups=_groups(host_plans))
+
+
+def _members_by_host(placed: list[Placement[Member]], groups: list[Group]) -> dict[str, list[tuple[Placement, tuple]]]:
+    """Host -> the members placed there, each with the windows it binds in its group."""
+    size = {g.name: len(g.members) for g in groups}
+    out: dict[str, list[tuple[Placement, tuple]]] = {}
+    for p in placed:
+        out.setdefault(p.host.name, []).append((p, p.instance.kinds(size[p.instance.service.name])))
+    return out
+
+
+def _member_plans(
+    fleet: FleetConfig, host: Host, placed: list[tuple[Placement, tuple]], assignments: list
+) -> Outcome[list[MemberPlan]]:
+    """The plans of the members on `host` (in name order, as `assign_ports` returns their assignments),
+    each sized on its cards; the problems and warnings of their capacity check."""
+    out, problems, warnings = [], list[str](), list[str]()
+    for (p, _), a in zip(sorted(placed, key=lambda m: m[0].instance.name), assignments):
+        m = p.instance if host.board == "a2" else replace(p.instance, resolved=resolve(p.instance.service, fleet.defaults, host.board))
+        sized = size_service(fleet, host, m, a.cards)
+        problems += sized.problems
+        warnings += sized.warnings
+        out.append(MemberPlan(m, a, host, sized.value))
+    return Outcome(out, tuple(problems), tuple(warnings))
+
+
+def _groups(host_plans: list[HostPlan]) -> tuple[GroupPlan, ...]:
+    """One plan per multi-host service, by name, holding its members' plans (those of the host plans) in order."""
+    members: dict[str, list[MemberPlan]] = {}
+    for hp in host_plans:
+        for mp in hp.members:
+            members.setdefault(mp.service.name, []).append(mp)
+    return tuple(
+        GroupPlan(ms[0].service, tuple(sorted(ms, key=lambda mp: mp.member.index))) for _, ms in sorted(members.items())
+    )
 
 
 def _routers(

@@ -45,11 +45,13 @@ class Occupied:
         self.starts.insert(i, first)
         self.windows.insert(i, (first, last, owner))
 
-    def first_free(self, base: int, size: int) -> PortWindow | None:
-        """The first aligned window of `size` ports from `base` that touches nothing taken."""
+    def first_free(self, base: int, size: int, avoid: PortWindow | None = None) -> PortWindow | None:
+        """The first aligned window of `size` ports from `base` that touches nothing taken (nor `avoid`)."""
         first = base
         while first + size - 1 <= MAX_PORT:
             taken = self.clash(first, first + size - 1)
+            if taken is None and avoid is not None and first <= avoid[1] and avoid[0] <= first + size - 1:
+                taken = (*avoid, "")
             if taken is None:
                 return first, first + size - 1
             # Jump past the obstacle, staying on the grid of `size`-port windows from `base`.
@@ -128,6 +130,18 @@ class _Owner:
     """An instance without HCCL port ranges gets none of the HCCL range kinds."""
     pinned: Callable[[WindowKind, int], PortWindow | None]
     windows: dict[str, PortWindow] = field(default_factory=dict)
+    avoid: PortWindow | None = None
+    """Ports none of its windows may take: the ephemeral range, for a member on the host network."""
+
+
+@dataclass(frozen=True)
+class HostPorts:
+    """The windows handed out on one host: an assignment per instance and per member (each in name
+    order), and each router's windows by replicated service."""
+
+    assignments: list[Assignment]
+    routers: dict[str, Mapping[str, PortWindow]]
+    members: list[Assignment] = field(default_factory=list)
 
 
 def assign_ports(
@@ -136,17 +150,27 @@ def assign_ports(
     policy: Ports,
     routers: Sequence[Service] = (),
     exporter_port: int | None = None,
-) -> Outcome[tuple[list[Assignment], dict[str, Mapping[str, PortWindow]]]]:
-    """Port windows for the instances placed on one host (an assignment each, in name order), and the
-    windows of each router on it (by replicated service), handed out after every instance's windows,
-    so a new router moves no service. `exporter_port`, the host's NPU exporter, is taken first like
-    a reserved port. A window that found no room, or clashes, is a problem and missing from its mapping."""
+    members: Sequence[tuple[Placement, tuple[WindowKind, ...]]] = (),
+) -> Outcome[HostPorts]:
+    """Port windows for the instances placed on one host, and the windows of each router on it,
+    handed out after every instance's windows, so a new router moves no service. `members`: the
+    members of multi-host services placed here, each with the kinds it binds (`Member.kinds`),
+    handed out with the instances in name order, on the host network, so outside `policy.ephemeral`.
+    `exporter_port`, the host's NPU exporter, is taken first like a reserved port. A window that
+    found no room, or clashes, is a problem and missing from its mapping."""
     taken, problems = Occupied(), list[str]()
+    ephemeral = policy.ephemeral.window
 
-    def claim(window: PortWindow, owner: str) -> None:
+    def claim(window: PortWindow, owner: str, avoid: PortWindow | None = None) -> None:
         other = taken.clash(*window)
         if window[1] > MAX_PORT:
             problems.append(f"host {host.name}: {owner} {window_text(window)} runs past port {MAX_PORT}")
+        elif avoid is not None and window[0] <= avoid[1] and avoid[0] <= window[1]:
+            problems.append(
+                f"host {host.name}: {owner} {window_text(window)} lies in the ephemeral ports {window_text(avoid)} "
+                "(ascend-fleet:ports.ephemeral), where the kernel gives the host network's random ports out; "
+                "pin it outside them"
+            )
         elif other is not None:
             clash = f"{other[2]} {window_text(other[:2])}"
             problems.append(f"host {host.name}: {owner} {window_text(window)} overlaps {clash}")
@@ -158,21 +182,26 @@ def assign_ports(
     if exporter_port is not None and taken.clash(exporter_port, exporter_port) is None:
         taken.add(exporter_port, exporter_port, EXPORTER_OWNER)
     placed = sorted(placed, key=lambda p: p.instance.name)
-    if any(not p.instance.hccl_ranges for p in placed):
+    members = sorted(members, key=lambda m: m[0].instance.name)
+    if any(not p.instance.hccl_ranges for p in (*placed, *(m for m, _ in members))):
         claim((HCCL_DEFAULT_NPU_PORT, HCCL_DEFAULT_NPU_PORT), KEPT_DEFAULT)
     instances = [_Owner(p.instance.name, KINDS, p.instance.hccl_ranges, p.instance.pinned) for p in placed]
+    joined = [_Owner(p.instance.name, kinds, p.instance.hccl_ranges, p.instance.pinned, avoid=ephemeral) for p, kinds in members]
     routed = [_Owner(s.name, ROUTER_KINDS, True, s.pinned) for s in sorted(routers, key=lambda s: s.name)]
+    in_order = sorted((*instances, *joined), key=lambda o: o.name)
     # Pins first, the routers' too, before anything is handed out.
-    for owner in (*instances, *routed):
+    for owner in (*in_order, *routed):
         for kind in owner.kinds:
             window = owner.pinned(kind, policy.size(kind))
             if window is not None:
                 owner.windows[kind.key] = window
-                claim(window, f"{kind.key} of {owner.name}")
-    for owner in (*instances, *routed):
+                claim(window, f"{kind.key} of {owner.name}", owner.avoid)
+    for owner in (*in_order, *routed):
         problems += _hand_out(host.name, owner, policy, taken)
     assignments = [Assignment(host.name, p.cards, MappingProxyType(o.windows)) for p, o in zip(placed, instances)]
-    return Outcome((assignments, {o.name: MappingProxyType(o.windows) for o in routed}), tuple(problems))
+    member_assignments = [Assignment(host.name, p.cards, MappingProxyType(o.windows)) for (p, _), o in zip(members, joined)]
+    routed_windows = {o.name: MappingProxyType(o.windows) for o in routed}
+    return Outcome(HostPorts(assignments, routed_windows, member_assignments), tuple(problems))
 
 
 def _hand_out(host: str, owner: _Owner, policy: Ports, taken: Occupied) -> list[str]:
@@ -183,10 +212,11 @@ def _hand_out(host: str, owner: _Owner, policy: Ports, taken: Occupied) -> list[
         if kind.key in owner.windows or (kind.hccl_range and not owner.hccl_ranges):
             continue
         base, size = policy.base(kind), policy.size(kind)
-        window = taken.first_free(base, size)
+        window = taken.first_free(base, size, owner.avoid)
         if window is None:
+            outside = f" outside the ephemeral ports {window_text(owner.avoid)}" if owner.avoid else ""
             problems.append(
-                f"host {host}: no free block of {size} port(s) from {base} up to {MAX_PORT} "
+                f"host {host}: no free block of {size} port(s) from {base} up to {MAX_PORT}{outside} "
                 f"for {kind.key} of {owner.name}; lower ascend-fleet:ports.{kind.base_key} or free reserved ports"
             )
             continue

@@ -30,6 +30,15 @@ OWNED_FLAGS = {
     "--gpu-memory-utilization": "memoryFraction",
     "--max-model-len": "maxModelLen",
     "--max-num-seqs": "maxNumSeqs",
+    # A multi-host service's launch (vllm@0.20.2 `engine/arg_utils.py` `add_cli_args`,
+    # `entrypoints/openai/cli_args.py` `--headless`): the plan's, from `dataParallel` and the hosts.
+    **dict.fromkeys(("--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl", "--data-parallel-rank", "-dpn",
+                     "--data-parallel-start-rank", "-dpr", "--data-parallel-address", "-dpa", "--data-parallel-rpc-port",
+                     "-dpp", "--data-parallel-backend", "-dpb", "--data-parallel-hybrid-lb", "-dph",
+                     "--data-parallel-external-lb", "-dpe", "--headless", "--enable-expert-parallel", "-ep"),
+                    "dataParallel"),
+    **dict.fromkeys(("--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--master-port"),
+                    "dataParallel (one model over several hosts is planned as data parallel)"),
 }
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Docker's reference grammar (distribution/reference/regexp.go), anchored at both ends (`\Z`).
@@ -88,7 +97,9 @@ def _address(value: str) -> str:
 def _arg(value: str) -> str:
     """No control character, and none of the flags the plan sets (`--port`, `--host`,
     `--tensor-parallel-size` or `-tp`, `--gpu-memory-utilization`, `--max-model-len`, `--max-num-seqs`,
-    `--served-model-name`, `--model`, also as `--flag=value`, with `_` or abbreviated): set their keys instead."""
+    `--served-model-name`, `--model`, the data-parallel and multi-node flags such as `--data-parallel-size`,
+    `--headless`, `--enable-expert-parallel` or `--nnodes`, also as `--flag=value`, with `_` or abbreviated):
+    set their keys instead."""
     _plain(value)
     flag = spelled(value).partition("=")[0].partition(".")[0]
     if flag.startswith("-"):

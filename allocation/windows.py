@@ -113,3 +113,24 @@ ROUTER_KINDS: tuple[WindowKind, ...] = (
 """A router's windows: pins of its replicated service, keys of its plan JSON, `pin` and stack output, its
 labels and report columns. Handed out like API ports, after every service's windows on its host."""
 ENDPOINT, METRICS = ROUTER_KINDS
+DP_RPC = WindowKind(
+    "dataParallelRpcPort", None, "data-parallel-rpc-port", "DP RPC", "port", "dataParallelRpcBase", 29550, 1, None, False,
+    None, False,
+    "the data-parallel handshake port (`--data-parallel-rpc-port`) a multi-host service's leader binds while its "
+    "followers join; vLLM's default 29550",
+)  # fmt: skip
+"""The one window of a multi-host group of its own: bound on the leader's host only (vllm@0.20.2
+`v1/engine/utils.py` `launch_core_engines` binds it there; a `--headless` follower connects to it,
+`entrypoints/cli/serve.py` `run_headless`), and only while the group starts."""
+MEMBER_KINDS: tuple[WindowKind, ...] = (API, NPU_SOCKETS, BY_KEY["hcclHostSocketPortRange"], BY_KEY["hcclIfBasePort"], DP_RPC)
+"""The windows a member of a multi-host group binds on its host, on the host network: the service's
+rows but `vllmPort` (vllm@0.20.2 hands the first free port from `VLLM_PORT` out twice to the
+leader's engine sockets, `utils/network_utils.py` `_get_open_port`, so a member leaves its ports to
+the kernel), and the group's DP RPC port. `LEADER_KINDS` only on the leader's host."""
+LEADER_KINDS = frozenset({API.key, DP_RPC.key})
+"""What only the leader binds: the API port (a `--headless` follower starts no API server) and the
+DP RPC port."""
+EPHEMERAL = (32768, 60999)
+"""Linux's default `net.ipv4.ip_local_port_range` (torvalds/linux `Documentation/networking/
+ip-sysctl.rst`: "The default values are 32768 and 60999 respectively"): the ports the kernel hands
+to `bind(port 0)` and outgoing connections, where vLLM's own random ports land."""

@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 
 from records.deployment import Deployment
-from records.pipeline import deployment_of, plan_of
+from records.pipeline import deployable, deployment_of, plan_of
 from allocation.config import ModelProfile
 from allocation.config_errors import field_aliases
 from allocation.errors import ConfigError, FleetError, printable
@@ -220,22 +220,20 @@ def _render(args: argparse.Namespace) -> int:
     from views.exports import dashboard, prometheus
     from views.exports.render import compose_files, render
 
-    if args.format == "docker-run":
-        if args.output is not None:
-            raise ConfigError(
-                "render --format docker-run prints to standard output; --output is for --format compose or prometheus: "
-                "redirect the output to a file instead"
-            )
-        print(render(_deployment(args)[0], args.format), end="")
-        return 0
-    if args.format == "kubernetes":
-        return _render_kubernetes(args)
-    if args.format == "compose" and args.output is None:
-        print(render(_deployment(args)[0], args.format), end="")  # one stream, every host: as it always was
-        return 0
-    if args.output is None or not str(args.output):
+    if args.format == "docker-run" and args.output is not None:
+        raise ConfigError(
+            "render --format docker-run prints to standard output; --output is for --format compose or prometheus: "
+            "redirect the output to a file instead"
+        )
+    one_stream = args.format in ("docker-run", "kubernetes") or (args.format == "compose" and args.output is None)
+    if not one_stream and (args.output is None or not str(args.output)):
         raise ConfigError(f"render --format {args.format} writes several files: give the directory with --output DIR")
-    deployment = _deployment(args)[0]
+    deployment = deployable(_deployment(args)[0])  # a multi-host service stops every format, nothing written
+    if args.format == "kubernetes":
+        return _render_kubernetes(args, deployment)
+    if one_stream:
+        print(render(deployment, args.format), end="")  # one stream, every host: as it always was
+        return 0
     if args.format == "compose":
         files = compose_files(deployment)
     else:
@@ -245,14 +243,13 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
-def _render_kubernetes(args: argparse.Namespace) -> int:
+def _render_kubernetes(args: argparse.Namespace, deployment: Deployment) -> int:
     """One YAML stream on standard output, or one file per object in --output DIR; either way the
     cards the scheduler does not account for (no DRA) are named on standard error too."""
     from cli.safe_write import write_set
     from views.exports import kubernetes_yaml
     from views.exports.kubernetes import manifests
 
-    deployment = _deployment(args)[0]
     for line in kubernetes_yaml.unaccounted(manifests(deployment)):
         print(f"warning: unaccounted by the scheduler: {line}", file=sys.stderr)
     if args.output is None:

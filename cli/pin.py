@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from allocation.errors import ConfigError
-from allocation.plan import Plan, RouterPlan, ServicePlan
-from allocation.windows import KINDS, ROUTER_KINDS
+from allocation.plan import GroupPlan, Plan, RouterPlan, ServicePlan
+from allocation.windows import KINDS, MEMBER_KINDS, ROUTER_KINDS
 from cli.stack_editor import set_service_keys
 
 
@@ -49,11 +49,26 @@ def _replicated_pins(router: RouterPlan) -> dict[str, Any]:
     return shared | {"replicaPins": each} | {k.key: k.value(router.windows[k.key]) for k in ROUTER_KINDS}
 
 
+def _group_pins(group: GroupPlan) -> dict[str, Any]:
+    """A multi-host service's pins: its `dataParallel` as configured, with each member's host, cards and
+    windows under `memberPins`, in member order (the leader first), so its hosts never change."""
+    dp = group.service.data_parallel
+    assert dp is not None
+    each = []
+    for mp in group.members:
+        a = mp.assignment
+        windows = {k.key: k.value(a.windows[k.key]) for k in MEMBER_KINDS if k.key in a.windows}
+        each.append({"host": a.host_name, "devices": list(a.cards)} | windows)
+    return {"dataParallel": dp.model_dump(by_alias=True, exclude={"member_pins"}) | {"memberPins": each}}
+
+
 def stack_pins(plan: Plan) -> dict[str, dict[str, Any]]:
     """Every configured service's pins, by its name in the stack file, in the file's order: a service
-    of its own from its plan, a replicated one from its router, which holds its replicas' plans."""
+    of its own from its plan, a replicated one from its router, which holds its replicas' plans, a
+    multi-host one from its group, which holds its members' plans."""
     keys = {ps.service.name: pins_of(ps) for _, ps in plan.services() if not ps.service.replicated}
     keys |= {r.service.name: _replicated_pins(r) for r in plan.routers}
+    keys |= {g.name: _group_pins(g) for g in plan.groups}
     return {s.name: keys[s.name] for s in plan.fleet.services}
 
 

@@ -41,6 +41,19 @@ def _json(text: str, what: str) -> Any:
         raise ProfileError(str(exc)) from None
 
 
+EXPERTS = ".mlp.experts."
+"""What names a routed expert's tensor in a mixture-of-experts checkpoint (DeepSeek-V3/R1, Qwen3-MoE:
+`model.layers.N.mlp.experts.E.gate_proj.weight`; a shared expert is `.mlp.shared_experts.`)."""
+
+
+def expert_bytes(folder: Folder) -> int | None:
+    """Of the weights, the routed experts' bytes, when the safetensors headers were read (a folder
+    without an index); None with an index, whose shards' headers `profile` does not read."""
+    if folder.index is not None or not folder.headers:
+        return None
+    return sum(_tensor_bytes(folder.where, name, text, EXPERTS) for name, text in folder.headers.items())
+
+
 def weight_bytes(folder: Folder) -> int:
     if folder.index is not None:
         what = f"{folder.where}/{INDEX}"
@@ -55,8 +68,9 @@ def weight_bytes(folder: Folder) -> int:
     return sum(_tensor_bytes(folder.where, name, text) for name, text in folder.headers.items())
 
 
-def _tensor_bytes(where: str, name: str, text: str) -> int:
-    """Bytes of the tensors a safetensors header lists: the sum of their `data_offsets` spans."""
+def _tensor_bytes(where: str, name: str, text: str, within: str = "") -> int:
+    """Bytes of the tensors a safetensors header lists: the sum of their `data_offsets` spans; with
+    `within`, of those whose name contains it."""
     what = f"the safetensors header of {where}/{name}"
     header = _json(text, what)
     if not isinstance(header, dict):
@@ -71,7 +85,7 @@ def _tensor_bytes(where: str, name: str, text: str) -> int:
             or any(isinstance(o, bool) or not isinstance(o, int) or o < 0 for o in offsets) or offsets[1] < offsets[0]
         ):  # fmt: skip
             raise ProfileError(f"{what} is malformed: tensor {excerpt(key)} has no [start, end] data_offsets")
-        total += offsets[1] - offsets[0]
+        total += offsets[1] - offsets[0] if within in key else 0
     return total
 
 
@@ -170,6 +184,8 @@ def read_profile(model: Path | Folder) -> dict[str, Any]:
         profile: dict[str, Any] = {"weightBytes": weight_bytes(folder), "numHiddenLayers": _whole(text, "num_hidden_layers")}
         if _dtype(config, text) == "float32":
             profile["torchDtype"] = "float32"
+        if experts := expert_bytes(folder):
+            profile["expertWeightBytes"] = experts
         if text.get("model_type", config.get("model_type")) in ENCODERS:
             return profile | {"attention": "encoder"}
         if _hybrid(text):

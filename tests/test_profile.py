@@ -103,3 +103,17 @@ def test_a_gated_delta_net_hybrid_counts_its_full_attention_layers_from_layer_ty
     assert profile["numFullAttentionLayers"] == 12 and profile["modelType"] == "qwen3_next"
     swa = {**QWEN3, **linear, "layer_types": ["sliding_attention", "full_attention"] * 32}
     assert "linearNumKeyHeads" not in read_profile(model(tmp_path, "swa", swa, index_total=10)), "not sized"
+
+
+def test_the_routed_experts_bytes_are_summed_from_the_headers_and_left_unset_with_an_index(tmp_path):
+    moe = {"model_type": "deepseek_v3", "num_hidden_layers": 2, "kv_lora_rank": 512, "qk_rope_head_dim": 64}
+    folder = model(tmp_path, "moe", moe)
+    dense = safetensors(folder / "a.safetensors", {"model.layers.0.self_attn.w": ("BF16", [64, 64]),
+                                                   "model.layers.0.mlp.shared_experts.w": ("I8", [64, 64])})  # fmt: skip
+    experts = safetensors(folder / "b.safetensors", {f"model.layers.0.mlp.experts.{e}.w": ("I8", [64, 64]) for e in range(4)})
+    profile = read_profile(folder)
+    assert profile["weightBytes"] == dense + experts and profile["expertWeightBytes"] == experts == 4 * 64 * 64
+    assert "expertWeightBytes" not in read_profile(model(tmp_path, "indexed", moe, index_total=10))
+    dense_folder = model(tmp_path, "dense", QWEN3)
+    safetensors(dense_folder / "model.safetensors", {"model.layers.0.mlp.up_proj.w": ("BF16", [64, 64])})
+    assert "expertWeightBytes" not in read_profile(dense_folder)  # a dense model has no experts to split

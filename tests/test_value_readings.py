@@ -31,7 +31,10 @@ from tests.support.stacks import values_of
 STACK = Draft202012Validator(stack_schema())
 CONFIG = config_schema()
 BASE: dict[str, Any] = {
-    "hosts": [{"name": "npu-a", "address": "192.0.2.1", "reservedPorts": [{"first": 22, "last": 22}, "2222"]}],
+    "hosts": [
+        {"name": "npu-a", "address": "192.0.2.1", "reservedPorts": [{"first": 22, "last": 22}, "2222"]},
+        {"name": "npu-b", "address": "192.0.2.2", "nic": {"address": "10.0.0.2", "interface": "eth1"}},
+    ],
     "defaults": {"mounts": [{"source": "/data", "target": "/data"}], "logOpts": {"max-size": "10m"}},
     "services": [
         {
@@ -41,6 +44,9 @@ BASE: dict[str, Any] = {
         },
         {"name": "pool", "model": "/m/pool", "replicas": 2, "replicaPins": [{"host": "npu-a", "devices": [0]}],
          "router": {"host": "npu-a"}},
+        {"name": "moe", "model": "/m/moe", "tensorParallelSize": 2, "memoryFraction": 0.9,
+         "dataParallel": {"size": 2, "perHost": 1, "expertParallel": True,
+                          "memberPins": [{"host": "npu-a", "devices": [4, 5]}, {"host": "npu-b", "devices": [0, 1]}]}},
     ],
     "ports": {"reserved": [[60000, 60031]]},
     "ssh": {},

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from allocation import names
-from allocation.windows import KINDS, ROUTER_KINDS
+from allocation.windows import DP_RPC, KINDS, MEMBER_KINDS, ROUTER_KINDS
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 INT = {"type": "integer"}
@@ -93,7 +93,10 @@ HOST = _object(
         "cardSharing": {"enum": ["deviceShare", "privileged", "refuse"]}, "heldCards": {"enum": ["refuse", "stopHolders"]},
         "replaces": TEXTS, "services": {"type": "array", "items": SERVICE},
     },
-    {"npuExporter": CONTAINER, "mustStop": MUST_STOP, "shard": SHARD},
+    {"npuExporter": CONTAINER, "mustStop": MUST_STOP, "shard": SHARD, "members": {
+        "description": "Only on a host that runs a member of a multi-host service: the members' names (under `groups`).",
+        **TEXTS,
+    }},
 )  # fmt: skip
 ROUTER = _object(
     {
@@ -101,6 +104,26 @@ ROUTER = _object(
         **{k.key: _window(k.shape) for k in ROUTER_KINDS}, "replicas": TEXTS, "endpoint": TEXT, "container": CONTAINER,
     },
     description="The router in front of a replicated service's replicas.",
+)  # fmt: skip
+
+
+MEMBER = _object(
+    {
+        "name": TEXT, "kind": _kind(names.MEMBER), "previousNames": TEXTS, "role": {"enum": ["leader", "follower"]},
+        "host": TEXT, "devices": CARDS, "startRank": INT, "memoryFraction": NUMBER,
+        **{k.key: _window(k.shape) for k in MEMBER_KINDS}, "env": TEXT_MAP, "args": TEXTS, "capacity": CAPACITY,
+    },
+    description="One member of a multi-host service on its host: `apiPort` and `dataParallelRpcPort` are the "
+    "leader's (`null` on a follower), `args` the data-parallel flags of its `vllm serve`, `env` its host's NIC variables.",
+)  # fmt: skip
+GROUP = _object(
+    {
+        "service": TEXT, "name": TEXT, "kind": _kind(names.GROUP), "previousNames": TEXTS, "dataParallelSize": INT,
+        "dataParallelSizeLocal": INT, "tensorParallelSize": INT, "expertParallel": FLAG, "leader": TEXT,
+        "address": TEXT, DP_RPC.key: {"anyOf": [PORT, {"type": "null"}]}, "endpoint": TEXT,
+        "members": {"type": "array", "items": MEMBER},
+    },
+    description="A multi-host service (`dataParallel`): one group, its members the leader first.",
 )  # fmt: skip
 
 
@@ -112,5 +135,6 @@ def plan_schema() -> dict[str, Any]:
         "description": "Keys may be added in later versions (add, don't rename): readers should ignore keys they do "
         "not know, and every object here allows them.",
         **_object({"stack": TEXT, "hosts": {"type": "array", "items": HOST}, "routers": {"type": "array", "items": ROUTER},
-                   "warnings": TEXTS}),  # fmt: skip
+                   "warnings": TEXTS}, {"groups": {"description": "Only with a multi-host service: one entry each, by name.",
+                                                    "type": "array", "items": GROUP}}),  # fmt: skip
     }

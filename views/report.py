@@ -15,8 +15,8 @@ from records.deployment import Deployment, HostDeployment
 from records.start_order import longest_start
 from records.takeover import PULLED_FIRST, downtime
 from allocation.placement import fmt_units
-from allocation.plan import HostPlan
-from allocation.windows import KINDS, ROUTER_KINDS, PortWindow, WindowKind, window_text
+from allocation.plan import HostPlan, MemberPlan, Plan
+from allocation.windows import DP_RPC, KINDS, ROUTER_KINDS, PortWindow, WindowKind, window_text
 
 FORMATS = ("table", "markdown", "json")
 WIDTH = 120
@@ -51,9 +51,13 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
             # Only when a pinned service must stop for a card's switch (records.held_cards).
             | ({"mustStop": [h.to_json() for h in hd.held_cards]} if hd.held_cards else {})
             | ({} if hd.plan.shard is None else {"shard": hd.plan.shard})
+            # Only on a host that runs a member of a multi-host service (its plan is under `groups`).
+            | ({"members": [mp.name for mp in hd.plan.members]} if hd.plan.members else {})
         )
     routers = [rd.plan.to_json() | {"endpoint": rd.endpoint, "container": rd.spec.to_json()} for rd in deployment.routers]
-    return {"stack": deployment.stack, "hosts": hosts, "routers": routers, "warnings": list(deployment.plan.warnings)}
+    # Only with a multi-host service: a stack without one prints as before.
+    groups = {"groups": [g.to_json() for g in deployment.plan.groups]} if deployment.plan.groups else {}
+    return {"stack": deployment.stack, "hosts": hosts, "routers": routers} | groups | {"warnings": list(deployment.plan.warnings)}
 
 
 def _window_cell(kind: WindowKind, window: PortWindow | None) -> str:
@@ -65,10 +69,13 @@ def _window_cell(kind: WindowKind, window: PortWindow | None) -> str:
 def _card_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
     headers = ["card"] + [str(c) for c in range(hp.host.npus)]
     rows = []
-    for ps in hp.services:
+    for ps in (*hp.services, *hp.members):
         cells = [f"{ps.memory_fraction}" if c in ps.assignment.cards else "." for c in range(hp.host.npus)]
         rows.append([ps.name, *cells])
     load = hp.card_load()
+    for mp in hp.members:
+        for c in mp.assignment.cards:
+            load[c] = [*load[c], mp]
     used = [fmt_units(sum(units(s.memory_fraction) for s in load[c])) for c in range(hp.host.npus)]
     rows.append([f"used of {hp.budget}", *used])
     return headers, rows
@@ -95,7 +102,7 @@ def _capacity_cells(cap: Capacity | None) -> list[str]:
 
 def _port_rows(hp: HostPlan, capacity: bool = True) -> tuple[list[str], list[list[str]]]:
     """The port windows of each service, with the capacity columns beside them when `capacity` (wide)."""
-    sized = capacity and any(ps.capacity for ps in hp.services)
+    sized = capacity and any(ps.capacity for ps in (*hp.services, *hp.members))
     headers = ["service", "cards", "TP", "HBM/card", *(k.column for k in KINDS)]
     headers += CAPACITY_COLUMNS if sized else []
     total = runtime_total(hp.host) or hp.host.hbm_gi_b * GIB
@@ -112,14 +119,33 @@ def _port_rows(hp: HostPlan, capacity: bool = True) -> tuple[list[str], list[lis
                 *(_capacity_cells(ps.capacity) if sized else []),
             ]
         )
+    if hp.members:
+        headers.insert(4 + len(KINDS), DP_RPC.column)
+        for row in rows:
+            row.insert(4 + len(KINDS), "-")
+        rows += [_member_row(mp, sized, total) for mp in hp.members]
     return headers, rows
+
+
+def _member_row(mp: MemberPlan, sized: bool, total: int) -> list[str]:
+    """A member's row of the ports table: `TP` is its ranks x their tensor-parallel size, and its cards,
+    an aligned block, are written as a range (`0-7`)."""
+    a, fraction = mp.assignment, mp.memory_fraction
+    contiguous = list(a.cards) == list(range(a.cards[0], a.cards[-1] + 1))
+    return [
+        mp.name, window_text((a.cards[0], a.cards[-1])) if contiguous else ",".join(map(str, a.cards)),
+        f"{len(mp.member.ranks)}x{mp.service.tensor_parallel_size}",
+        f"{fraction} ({gib(int(fraction * total))} GiB)",
+        *(_window_cell(k, a.windows.get(k.key)) for k in (*KINDS, DP_RPC)),
+        *(_capacity_cells(mp.capacity) if sized else []),
+    ]  # fmt: skip
 
 
 def _capacity_rows(hp: HostPlan) -> list[tuple[list[str], list[list[str]]]]:
     """The capacity columns as a table of their own, none when no service on the host is sized."""
-    if not any(ps.capacity for ps in hp.services):
+    if not any(ps.capacity for ps in (*hp.services, *hp.members)):
         return []
-    return [(["service", *CAPACITY_COLUMNS], [[ps.name, *_capacity_cells(ps.capacity)] for ps in hp.services])]
+    return [(["service", *CAPACITY_COLUMNS], [[ps.name, *_capacity_cells(ps.capacity)] for ps in (*hp.services, *hp.members)])]
 
 
 def _host_tables(hp: HostPlan, wide: bool) -> list[tuple[list[str], list[list[str]]]]:
@@ -141,6 +167,7 @@ def _host_title(hp: HostPlan) -> str:
     sharing = f", shared cards {','.join(map(str, shared))} ({hp.host.card_sharing})" if shared else ""
     takeover = f", takes over from {', '.join(hp.host.replaces)}" if hp.host.replaces else ""
     takeover += f", shard {hp.shard}" if hp.shard is not None else ""
+    takeover += f", members {', '.join(mp.name for mp in hp.members)} (host network)" if hp.members else ""
     unit = hp.device_share_cards()
     if hp.host.card_sharing == "deviceShare" and unit != shared:
         sharing += f", device-share mode on cards {','.join(map(str, unit))} (both chips of each NPU)"
@@ -228,6 +255,21 @@ def _takeover(hp: HostPlan) -> str:
     return f"{', '.join(hp.host.replaces)} stop {PULLED_FIRST}; their services are {downtime(chain)}"
 
 
+def _group_rows(plan: Plan) -> tuple[list[str], list[list[str]]]:
+    """One row per member of each multi-host service: its role and ranks, and where the followers join."""
+    rows = []
+    for g in plan.groups:
+        dp = g.service.data_parallel
+        assert dp is not None
+        shape = f"DP {dp.size} x TP {g.service.tensor_parallel_size}" + (", EP" if dp.expert_parallel else "")
+        join = f"{g.address}:{g.rpc_port}" if g.rpc_port is not None else "-"
+        for mp in g.members:
+            ranks = f"{mp.member.ranks.start}-{mp.member.ranks.stop - 1}"
+            rows.append([g.name if mp.member.leader else "", shape if mp.member.leader else "", mp.name, mp.role,
+                         mp.host.name, ranks, join if mp.member.leader else f"joins {join}"])  # fmt: skip
+    return ["service", "shape", "member", "role", "host", "ranks", "DP address"], rows
+
+
 def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
     """The plan as `fmt`; table and markdown fit WIDTH columns for the committed stacks, or keep one wide
     table of ports and capacity per host and unwrapped lines when `wide` (the output before `--wide` existed)."""
@@ -236,6 +278,7 @@ def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
     plan = deployment.plan
     services = sum(len(hp.services) for hp in plan.hosts)
     summary = f"stack {plan.stack}: {len(plan.hosts)} host(s), {services} service(s)"
+    summary += f", {len(plan.groups)} multi-host service(s)" if plan.groups else ""
     parts = [f"## Allocation plan: {markdown.text(summary)}" if fmt == "markdown" else summary]
     for hd in deployment.hosts:
         hp = hd.plan
@@ -256,6 +299,9 @@ def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
         rows = [[r.service.name, r.host_name, *p, ", ".join(ps.name for ps in r.replicas)] for r, p in zip(plan.routers, ports)]
         table = (["service", "router host", *(k.column for k in ROUTER_KINDS), "replicas"], rows)
         parts += ["### Routers", _md_table(*table)] if fmt == "markdown" else ["routers", _text_table(*table)]
+    if plan.groups:
+        table = _group_rows(plan)
+        parts += ["### Multi-host services", _md_table(*table)] if fmt == "markdown" else ["multi-host services", _text_table(*table)]
     if plan.warnings:
         if fmt == "markdown":
             parts += ["### Warnings", "\n".join(f"- {markdown.text(w)}" for w in plan.warnings)]

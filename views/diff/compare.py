@@ -208,6 +208,9 @@ class PlanDiff:
     """The stack did not exist in the old revision, so every service is added."""
     against: str | None = None
     """The revision the new plan is compared to, for the headings; None if unknown."""
+    groups: tuple[str, ...] = ()
+    """One line per multi-host service added, removed or changed: its members are one unit, so a change
+    to any of them restarts all of them (vLLM's leader cannot take a restarted follower back)."""
 
     def counts(self) -> dict[str, int]:
         out = {"changed": 0, "added": 0, "removed": 0, "unchanged": 0}
@@ -217,7 +220,7 @@ class PlanDiff:
 
     @property
     def has_changes(self) -> bool:
-        return bool(self.hosts) or any(not s.unchanged for s in self.services)
+        return bool(self.hosts) or bool(self.groups) or any(not s.unchanged for s in self.services)
 
     def takeovers(self) -> list[HostDiff]:
         """Hosts where `pulumi up` first disables containers outside the plan."""
@@ -258,7 +261,39 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
         hosts=_host_diffs(old, new) if old is not None else tuple(h for h in _host_diffs({}, new) if h.takeovers),
         stack_is_new=old is None,
         against=against,
+        groups=_group_lines(old or {}, new),
     )
+
+
+def _group_lines(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, ...]:
+    """A line per multi-host service (`groups`) added, removed or with a member that changed: every key
+    of it or of a member but the capacity check counts, and any such change restarts the whole group."""
+    before = {g["name"]: g for g in old.get("groups", ())}
+    after = {g["name"]: g for g in new.get("groups", ())}
+    lines = []
+    for name in sorted(before.keys() | after.keys()):
+        was, now = before.get(name), after.get(name)
+        if was is None or now is None:
+            g = now or was
+            where = ", ".join(f"{m['name']} on {m['host']}" for m in g["members"])  # type: ignore[index]
+            lines.append(f"multi-host service {name} {'added' if was is None else 'removed'}: {where}")
+            continue
+        changed = _group_changes(was, now)
+        if changed:
+            members = ", ".join(m["name"] for m in now["members"])
+            lines.append(f"multi-host service {name}: {changed}; a change to any member restarts every member: {members}")
+    return tuple(lines)
+
+
+def _group_changes(was: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """What changed in a group, `key` for the group's own keys and `member: key, key` for a member's."""
+    old_members = {m["name"]: m for m in was["members"]}
+    parts = [", ".join(k for k in sorted(was.keys() | now.keys()) if k != "members" and was.get(k) != now.get(k))]
+    for m in now["members"]:
+        before = old_members.get(m["name"], {})
+        keys = sorted(k for k in before.keys() | m.keys() if k != "capacity" and before.get(k) != m.get(k))
+        parts += [f"{m['name']}: {', '.join(keys)}"] if keys else []
+    return "; ".join(p for p in parts if p)
 
 
 def _added_or_removed(name: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> ServiceDiff:

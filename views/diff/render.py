@@ -65,7 +65,8 @@ def _restart_rows(diff: PlanDiff) -> list[tuple[str, str, str, str]]:
 def _restart_title(diff: PlanDiff) -> str:
     count = len(diff.recreated())
     if not count:
-        return "Will restart: no running container."
+        # A multi-host service is planned, not deployed yet (records.pipeline.deployable): none of it runs.
+        return "Will restart: no running container" + (" (a multi-host service is not deployed yet)." if diff.groups else ".")
     if any(s.exporter for s in diff.recreated()):
         return f"Will restart: {count} container(s), each at the cost beside it:"
     return f"Will restart: {count} container(s), each down for its model load:"
@@ -90,6 +91,7 @@ def _render_table(diff: PlanDiff) -> str:
         lines.append("No allocation changes.")
         return "\n".join(lines) + "\n"
     lines += _shown([f"Takes over first: host {h.name} {h.takeover()}." for h in diff.takeovers()])
+    lines += _shown([f"Restarts as one: {line}." for line in diff.groups])
     lines.append(_restart_title(diff))
     restarts = _restart_rows(diff)
     if restarts:
@@ -132,7 +134,7 @@ def _render_json(diff: PlanDiff) -> str:
             for h in diff.hosts
         ],
         "services": [_service_json(s) for s in diff.services],
-    }
+    } | ({"groups": list(diff.groups)} if diff.groups else {})  # only with a multi-host service, as the plan
     return json.dumps(doc, indent=2) + "\n"
 
 
@@ -146,6 +148,7 @@ def _render_markdown(diff: PlanDiff) -> str:
         return "\n".join(lines) + "\n"
     for h in diff.takeovers():
         lines += [f"**Takes over first:** host {markdown.code(h.name)} {markdown.text(h.takeover())}.", ""]
+    lines += [line for g in diff.groups for line in (f"**Restarts as one:** {markdown.text(g)}.", "")]
     lines += [f"**{_restart_title(diff)}**", ""]
     restarts = _restart_rows(diff)
     if restarts:
