@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 from records.deployment import Deployment, HostDeployment
 from allocation.errors import printable
-from ops.doctor.facts import FactsError, parse_facts
+from ops.doctor.facts import FactsError, HostFacts, parse_facts
 from ops.doctor.findings import Finding, host_findings, required
 from ops.doctor.gather import gather_script
+from ops.doctor import status
 from ops.doctor.kube import audit_cluster
 from ops.ssh import run_script
 
@@ -35,29 +36,40 @@ class HostReport:
     findings: tuple[Finding, ...]
 
 
-def audit_host(hd: HostDeployment, *, timeout: float | None = None) -> HostReport:
-    """Gather one host's facts in one round trip and judge them."""
+def read_host(hd: HostDeployment, *, timeout: float | None = None) -> HostFacts | Finding:
+    """One host's facts, gathered in one round trip; or the one finding that says why there are
+    none: `unreachable`, or `host` for an answer that cannot be read. `doctor` judges the facts,
+    `status` (ops.doctor.status) shows them."""
     host = hd.host
     routers = [(rd.name, rd.plan.port) for rd in hd.routers]
     result = run_script(hd, gather_script(required(hd), hd.shared_cards, routers, hd.host.board), timeout=timeout)
     if not result.reachable:
-        text = f"host {host.name} ({hd.docker_url}) is unreachable: {result.error}"
-        return HostReport(host.name, False, (Finding("unreachable", text),))
+        return Finding("unreachable", f"host {host.name} ({hd.docker_url}) is unreachable: {result.error}")
     try:
-        facts = parse_facts(result.stdout)
+        return parse_facts(result.stdout)
     except FactsError as exc:
         detail = " ".join(result.stderr.split())[:300]
-        text = f"host {host.name}: {exc} (exit {result.returncode}{': ' + detail if detail else ''})"
-        return HostReport(host.name, True, (Finding("host", text),))
-    return HostReport(host.name, True, tuple(host_findings(hd, facts)))
+        return Finding("host", f"host {host.name}: {exc} (exit {result.returncode}{': ' + detail if detail else ''})")
 
 
-def audit(deployment: Deployment, *, timeout: float | None = None) -> list[HostReport]:
-    """Every host of the deployment, audited in parallel; reports in host-name order."""
+def read_hosts(deployment: Deployment, *, timeout: float | None = None) -> list[HostFacts | Finding]:
+    """`read_host` of every host of the deployment, in parallel; in the deployment's host order."""
     if not deployment.hosts:
         return []
     with ThreadPoolExecutor(max_workers=min(16, len(deployment.hosts))) as pool:
-        return list(pool.map(lambda hd: audit_host(hd, timeout=timeout), deployment.hosts))
+        return list(pool.map(lambda hd: read_host(hd, timeout=timeout), deployment.hosts))
+
+
+def judged(hd: HostDeployment, read: HostFacts | Finding) -> HostReport:
+    """One host's report: the finding that it could not be read, or what the judges find in its facts."""
+    if isinstance(read, Finding):
+        return HostReport(hd.name, read.kind != "unreachable", (read,))
+    return HostReport(hd.name, True, tuple(host_findings(hd, read)))
+
+
+def audit(deployment: Deployment, *, timeout: float | None = None) -> list[HostReport]:
+    """Every host of the deployment, read in parallel and judged; reports in host-name order."""
+    return [judged(hd, read) for hd, read in zip(deployment.hosts, read_hosts(deployment, timeout=timeout))]
 
 
 def render_reports(stack: str, reports: list[HostReport], fmt: str) -> str:
@@ -80,6 +92,12 @@ def run(deployment: Deployment, fmt: str = "table") -> tuple[str, int]:
     """The `doctor` command: (report text, exit code 0 clean / 1 findings)."""
     reports = audit(deployment)
     return render_reports(deployment.stack, reports, fmt), 0 if not any(r.findings for r in reports) else 1
+
+
+def run_status(deployment: Deployment, fmt: str = "table", *, timeout: float | None = None) -> tuple[str, int]:
+    """The `status` command: (what runs where, exit code 0 all serving / 1 not / 2 a host not read)."""
+    hosts = [status.host_status(hd, read) for hd, read in zip(deployment.hosts, read_hosts(deployment, timeout=timeout))]
+    return status.render(deployment, hosts, fmt), status.exit_code(hosts)
 
 
 def run_kubernetes(deployment: Deployment, kubeconfig: Path, fmt: str = "table") -> tuple[str, int]:
