@@ -104,6 +104,7 @@ def _live_parsers(sub: argparse._SubParsersAction) -> None:
         "endpoint, and each router's workers (exit 0 all running and healthy, 1 not, 2 a host not read)",
     )  # fmt: skip
     _stack_args(status)
+    status.add_argument("services", nargs="*", metavar="SERVICE", help="only these services' containers (a replicated one's replicas and router)")
     status.add_argument("--format", choices=("table", "json"), default="table")
     _shard_arg(status)
 
@@ -329,21 +330,24 @@ def _over_ssh(deployment: Deployment, command: str, instead: str) -> None:
 
 def _status(args: argparse.Namespace) -> int:
     from ops import doctor
+    from ops.requested import services_named
 
     deployment = _scoped(args)
+    services = services_named(deployment, args.services) if args.services else None
     _over_ssh(deployment, "status", f"kubectl get pods -o wide -n {deployment.plan.fleet.kubernetes.namespace} -l ascend-fleet/instance")
-    text, code = doctor.run_status(deployment, args.format)
+    text, code = doctor.run_status(deployment, args.format, services=services)
     print(text)
     return code
 
 
 def _logs(args: argparse.Namespace) -> int:
     from ops import logs
+    from ops.requested import target
 
     deployment = _deployment(args)[0]
     since = None if args.since is None else logs.checked_since(args.since)
     lines = logs.checked_tail(args.tail)
-    where = logs.target(deployment, args.service, args.replica)
+    where = target(deployment, args.service, args.replica)
     _over_ssh(deployment, "logs", f"kubectl logs -n {deployment.plan.fleet.kubernetes.namespace} deployment/{where.name}")
     shown, cut = logs.read(where, lines, since)
     if cut:

@@ -12,16 +12,14 @@ it reaches `docker logs`' argv: a duration, a Unix time or a date, as `docker lo
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import datetime
 
-from allocation.config_errors import shown, suggest
 from allocation.errors import ConfigError, FleetError, printable
 from ops.bounded_json import excerpt
 from ops.framing import FrameError, read_frames, shell_preamble
 from ops.npusmi import number
 from ops.ssh import run_script
-from records.deployment import Deployment, HostDeployment
+from ops.requested import Target
 from records.runtime import NO_CONTAINER, NOT_LISTED, log_tail
 
 MARK = "@@ascend-fleet-logs@@"
@@ -67,65 +65,6 @@ def checked_tail(lines: int) -> int:
     if not 1 <= lines <= MAX_TAIL:
         raise ConfigError(f"logs --tail {lines}: give 1 to {MAX_TAIL} lines")
     return lines
-
-
-@dataclass(frozen=True)
-class Target:
-    """The container a `logs` request names: its host, its name and Docker's, what the plan makes of it."""
-
-    host: HostDeployment
-    name: str
-    """The replica's, router's or service's name (its Deployment's on Kubernetes)."""
-    container: str
-    """Docker's name, which a renamed service keeps."""
-    what: str
-
-
-def target(deployment: Deployment, name: str, replica: int | None) -> Target:
-    """The container of service `name` (replica `replica` of a replicated one), or of a replica or
-    router named so; ConfigError naming the stack's services when none is."""
-    hosts = {hd.name: hd for hd in deployment.hosts}
-    instances = {sd.name: sd for sd in deployment.services()}
-    routers = {rd.name: rd for rd in deployment.routers}
-    replicated = {rd.plan.service.name: rd for rd in routers.values()}
-    if replica is not None:
-        if name not in replicated:
-            if name not in instances and name not in routers:
-                raise ConfigError(_unknown(deployment, name))
-            how = "a service of its own" if instances.get(name) and instances[name].plan.instance.index == 0 else "a replica or router, named as it is"
-            raise ConfigError(f"logs {name} --replica {replica}: {name} is not a replicated service ({how}): leave out --replica")
-        replicas = replicated[name].replicas
-        if not 1 <= replica <= len(replicas):
-            raise ConfigError(f"logs {name} --replica {replica}: {name} has replicas 1 to {len(replicas)}")
-        name = replicas[replica - 1].name
-    elif name in replicated:
-        rd = replicated[name]
-        raise ConfigError(
-            f"logs {name}: {name} runs {len(rd.replicas)} replicas behind its router: give --replica 1 to "
-            f"{len(rd.replicas)}, or name the router, {rd.name}"
-        )
-    if name in instances:
-        sd = instances[name]
-        cards = ",".join(map(str, sd.plan.assignment.cards))
-        return Target(hosts[sd.plan.assignment.host_name], sd.name, sd.spec.name, f"{sd.plan.instance.kind} {sd.name} on cards {cards}")
-    if name in routers:
-        rd = routers[name]
-        return Target(hosts[rd.plan.host_name], rd.name, rd.spec.name, f"router {rd.name} of {rd.plan.service.name}")
-    raise ConfigError(_unknown(deployment, name))
-
-
-def _unknown(deployment: Deployment, name: str) -> str:
-    replicated = {rd.plan.service.name: rd for rd in deployment.routers}
-    services = sorted({sd.plan.replica_of for sd in deployment.services()})
-    known = [*services, *(sd.name for sd in deployment.services()), *(rd.name for rd in deployment.routers)]
-    listed = ", ".join(
-        f"{s} (replicas 1 to {len(replicated[s].replicas)}, router {replicated[s].name})" if s in replicated else s
-        for s in services
-    )
-    return (
-        f"logs {shown(name)}: stack {deployment.stack} has no service, replica or router of that name"
-        f"{suggest(name, known)}; its services: {listed or 'none'}"
-    )
 
 
 def logs_script(container: str, lines: int, since: str | None) -> str:

@@ -12,6 +12,7 @@ import pytest
 from allocation.errors import ConfigError
 from cli.stackfile import load_fleet
 from ops import logs
+from ops.requested import Target, target
 from tests.support.docker_fakes import container_id, resolving_docker
 from tests.support.pipeline import deployment_of
 from tests.support.stacks import SEED_UNPINNED, fleet, host, service
@@ -67,11 +68,11 @@ def test_tail_is_bounded():
 
 
 def test_a_service_a_replica_and_a_router_name_their_containers_on_their_hosts(staging):
-    assert (logs.target(staging, "qwen-vl", None).host.name, logs.target(staging, "qwen-vl", None).container) == ("npu-s2", "qwen-vl")
-    second = logs.target(staging, "bge-m3", 2)
+    assert (target(staging, "qwen-vl", None).host.name, target(staging, "qwen-vl", None).container) == ("npu-s2", "qwen-vl")
+    second = target(staging, "bge-m3", 2)
     assert (second.host.name, second.container, second.what) == ("npu-s2", "bge-m3-2", "replica bge-m3-2 on cards 4")
-    assert logs.target(staging, "bge-m3-3", None).host.name == "npu-s3"
-    assert (logs.target(staging, "bge-m3-router", None).host.name, logs.target(staging, "bge-m3-router", None).container) == ("npu-s1", "bge-m3-router")
+    assert target(staging, "bge-m3-3", None).host.name == "npu-s3"
+    assert (target(staging, "bge-m3-router", None).host.name, target(staging, "bge-m3-router", None).container) == ("npu-s1", "bge-m3-router")
 
 
 @pytest.mark.parametrize(
@@ -88,7 +89,7 @@ def test_a_service_a_replica_and_a_router_name_their_containers_on_their_hosts(s
 )  # fmt: skip
 def test_an_unknown_or_ambiguous_name_is_refused_in_one_paragraph_naming_the_services(staging, name, replica, message):
     with pytest.raises(ConfigError) as err:
-        logs.target(staging, name, replica)
+        target(staging, name, replica)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
@@ -96,7 +97,7 @@ def test_the_last_lines_of_a_named_replica_come_from_the_container_of_exactly_th
     deployment, root = local
     containers(root, "bge-1", "bge-2", "bge-router")
     (root / "logs/bge-2").write_text("".join(f"line {i}\n" for i in range(300)))
-    shown, cut = logs.read(logs.target(deployment, "bge", 2), 5, "10m")
+    shown, cut = logs.read(target(deployment, "bge", 2), 5, "10m")
     assert (shown, cut) == ([f"line {i}" for i in range(295, 300)], False)
     calls = (root / "calls").read_text().splitlines()
     assert calls[-1] == f"docker logs --tail 5 --since 10m {container_id('bge-2')}"
@@ -108,7 +109,7 @@ def test_a_name_no_container_has_is_said_so_and_no_container_whose_id_begins_wit
     # whose ID does begin with the name asked for: `bge` is planned as replicas, `bge-1` is asked here.
     decoy = next(n for n in (f"decoy{i}" for i in range(10_000)) if container_id(n).startswith("bad"))
     containers(root, decoy)
-    where = logs.Target(deployment.hosts[0], "bad", "bad", "service bad on cards 0")
+    where = Target(deployment.hosts[0], "bad", "bad", "service bad on cards 0")
     with pytest.raises(logs.HostError, match=r"logs bad: host dev has no container of that name \(planned: service bad"):
         logs.read(where, 10, None)
     assert not any(line.startswith("docker logs") for line in (root / "calls").read_text().splitlines())
@@ -119,7 +120,7 @@ def test_text_from_the_host_is_escaped_cut_per_line_and_bounded_and_cannot_forge
     containers(root, "qwen")
     forged = f"{logs.MARK} rc MA== NAo=\n{logs.MARK} end - -"
     (root / "logs/qwen").write_text(f"\x1b]0;pwned\x07 title\n{'x' * 5000}\n\tindented\n{forged}\n")
-    shown, cut = logs.read(logs.target(deployment, "qwen", None), 100, None)
+    shown, cut = logs.read(target(deployment, "qwen", None), 100, None)
     assert shown[0] == "\\x1b]0;pwned\\x07 title"
     assert shown[1] == "x" * logs.LINE_CHARS + " ... (5000 characters)"
     assert shown[2] == "\tindented" and shown[3:] == forged.splitlines() and not cut
@@ -129,7 +130,7 @@ def test_a_log_longer_than_the_bound_keeps_its_end_and_says_its_start_was_cut(lo
     deployment, root = local
     containers(root, "qwen")
     (root / "logs/qwen").write_text("".join(f"{i:05d} {'y' * 994}\n" for i in range(2000)))  # 2,002,000 bytes
-    shown, cut = logs.read(logs.target(deployment, "qwen", None), 2000, None)
+    shown, cut = logs.read(target(deployment, "qwen", None), 2000, None)
     # The last LOG_BYTES of 1,001-byte lines: whole lines only, the partial first one left out.
     assert cut and shown[-1].startswith("01999 ") and len(shown) == logs.LOG_BYTES // 1001
     assert all(len(line) == 1000 for line in shown)
@@ -139,13 +140,13 @@ def test_a_docker_that_cannot_list_containers_is_said_so(local):
     deployment, root = local
     (root / "bin/docker").write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon at unix:///run/x.sock' >&2\nexit 1\n")
     with pytest.raises(logs.HostError, match="logs qwen: host dev: docker could not list its containers: 'Cannot connect to the Docker"):
-        logs.read(logs.target(deployment, "qwen", None), 10, None)
+        logs.read(target(deployment, "qwen", None), 10, None)
 
 
 def test_an_unreachable_host_is_said_so_naming_it():
     deployment = deployment_of(fleet([host("npu-a", address="127.0.0.1", sshPort=1)], [service("qwen")]))
     with pytest.raises(logs.HostError, match=r"logs qwen: host npu-a \(ssh://root@127.0.0.1:1\) is unreachable"):
-        logs.read(logs.target(deployment, "qwen", None), 10, None)
+        logs.read(target(deployment, "qwen", None), 10, None)
 
 
 def test_logs_of_an_unknown_service_exits_one_with_one_paragraph(cli, tmp_path):

@@ -223,3 +223,32 @@ def test_status_on_the_kubernetes_target_is_refused_in_one_paragraph_naming_kube
     assert result.returncode == 1 and result.stdout == ""
     [line] = result.stderr.splitlines()
     assert line.startswith("error: status: stack k targets kubernetes") and "kubectl get pods -o wide" in line
+
+
+def test_status_of_named_services_reads_only_their_hosts_and_shows_only_their_containers(monkeypatch):
+    deployment = deployment_of(load_fleet("staging")[0])
+    read = []
+
+    def fake_run_script(hd, script, *, timeout=None):
+        from ops.ssh import RemoteResult
+        read.append(hd.name)
+        running = [inspect_of(spec, cid=f"{name}-id", pid=10) for name, spec, _ in hd.containers]
+        return RemoteResult(True, 0, gathered(("docker-inspect", "", json.dumps(running)), ("npu-smi-rc", "", "0")), "", 0.1)
+
+    monkeypatch.setattr(doctor, "run_script", fake_run_script)
+    text, code = doctor.run_status(deployment, "json", services=frozenset({"qwen-vl"}))
+    assert read == ["npu-s2"]
+    [h] = json.loads(text)["hosts"]
+    assert [c["name"] for c in h["containers"]] == ["qwen-vl"] and h["routers"] == [] and code == 0
+    text, _ = doctor.run_status(deployment, "json", services=frozenset({"bge-m3"}))
+    shown = {h["name"]: [c["name"] for c in h["containers"]] for h in json.loads(text)["hosts"]}
+    assert shown == {"npu-s1": ["bge-m3-1", "bge-m3-router"], "npu-s2": ["bge-m3-2"], "npu-s3": ["bge-m3-3"]}
+
+
+def test_status_of_an_unknown_service_is_refused_in_one_paragraph_naming_the_services(cli):
+    result = cli("status", "--stack", "staging", "bge-m3", "qwen-vll")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        "error: status qwen-vll: stack staging has no service of that name (did you mean 'qwen-vl'?); "
+        "its services: bge-m3 (replicas 1 to 3, router bge-m3-router), qwen-72b, qwen-long, qwen-vl\n"
+    )

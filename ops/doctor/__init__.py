@@ -94,9 +94,15 @@ def run(deployment: Deployment, fmt: str = "table") -> tuple[str, int]:
     return render_reports(deployment.stack, reports, fmt), 0 if not any(r.findings for r in reports) else 1
 
 
-def run_status(deployment: Deployment, fmt: str = "table", *, timeout: float | None = None) -> tuple[str, int]:
-    """The `status` command: (what runs where, exit code 0 all serving / 1 not / 2 a host not read)."""
+def run_status(
+    deployment: Deployment, fmt: str = "table", *, services: frozenset[str] | None = None, timeout: float | None = None
+) -> tuple[str, int]:
+    """The `status` command: (what runs where, exit code 0 all serving / 1 not / 2 a host not read);
+    with `services`, only their containers, read on their hosts."""
+    if services is not None:
+        deployment = status.hosts_of(deployment, services)
     hosts = [status.host_status(hd, read) for hd, read in zip(deployment.hosts, read_hosts(deployment, timeout=timeout))]
+    hosts = hosts if services is None else [status.only(h, services) for h in hosts]
     return status.render(deployment, hosts, fmt), status.exit_code(hosts)
 
 

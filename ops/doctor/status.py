@@ -14,7 +14,7 @@ its answer unreadable), whatever the other hosts say.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -200,6 +200,19 @@ def host_status(hd: HostDeployment, read: HostFacts | Finding) -> HostStatus:
             rows.append(_live(c, read.clock, kind=None, service=None, cards=held, endpoint=None, privileged=c.privileged))
     routers = tuple(RouterStatus(rd.name, rd.plan.service.name, router_workers(view, rd)) for rd in hd.routers)
     return HostStatus(hd.name, hd.host.address, True, None, tuple(rows), routers)
+
+
+def hosts_of(deployment: Deployment, services: frozenset[str]) -> Deployment:
+    """The deployment with only the hosts where one of `services` has a container (a replica, a router)."""
+    on = {sd.plan.assignment.host_name for sd in deployment.services() if sd.plan.replica_of in services}
+    on |= {rd.plan.host_name for rd in deployment.routers if rd.plan.service.name in services}
+    return replace(deployment, hosts=tuple(hd for hd in deployment.hosts if hd.name in on))
+
+
+def only(h: HostStatus, services: frozenset[str]) -> HostStatus:
+    """A host's status with only the containers and routers of `services`."""
+    return replace(h, containers=tuple(c for c in h.containers if c.service in services),
+                   routers=tuple(r for r in h.routers if r.service in services))  # fmt: skip
 
 
 def exit_code(hosts: list[HostStatus]) -> int:
