@@ -7,6 +7,7 @@ import dataclasses
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -252,3 +253,20 @@ def test_status_of_an_unknown_service_is_refused_in_one_paragraph_naming_the_ser
         "error: status qwen-vll: stack staging has no service of that name (did you mean 'qwen-vl'?); "
         "its services: bge-m3 (replicas 1 to 3, router bge-m3-router), qwen-72b, qwen-long, qwen-vl\n"
     )
+
+
+def test_the_example_in_the_commands_page_is_what_status_prints():
+    """docs/commands.md shows staging with one container stopped and one host unreachable: this output."""
+    deployment = deployment_of(load_fleet("staging")[0])
+    hosts = []
+    for hd in deployment.hosts:
+        running = [dataclasses.replace(live_container(spec), started_at="2025-12-29T21:12:00Z") for _, spec, _ in hd.containers]
+        running = [dataclasses.replace(c, status="exited", exit_code=137, finished_at="2025-12-31T23:48:00Z") if c.name == "qwen-long" else c
+                   for c in running]  # fmt: skip
+        workers = {rd.name: workers_body({url: True for url in rd.workers}) for rd in hd.routers}
+        gone = Finding("unreachable", f"host {hd.name} (ssh://root@{hd.host.address}:22) is unreachable: ssh: connect to host "
+                       f"{hd.host.address} port 22: Connection timed out")  # fmt: skip
+        read = gone if hd.name == "npu-s3" else HostFacts(containers=tuple(running), router_workers=workers, clock=CLOCK)
+        hosts.append(host_status(hd, read))
+    page = (Path(__file__).resolve().parents[1] / "docs" / "commands.md").read_text()
+    assert f"```\n{render(deployment, hosts, 'table')}\n```" in page

@@ -1,8 +1,9 @@
-"""`doctor`: compare what runs on the hosts with the deployment, and say what is wrong.
+"""`doctor`: compare what runs on the hosts with the deployment, and say what is wrong; and `status`,
+what runs where, from the same read of each host.
 
 Three parts: `gather` (the one remote script per host), `facts` (its output
 parsed, pure) and `findings` (one judge per kind of finding over a view of the
-host built once, pure). A stack whose target is `kubernetes` is read through the cluster's API
+host built once, pure); `status` shows the facts instead of judging them (pure). A stack whose target is `kubernetes` is read through the cluster's API
 instead (`kube`, `kube_facts`, `kube_findings`: docs/doctor.md). This module runs them: hosts in parallel, one round
 trip each (ssh, or a local shell for a `unix://` Docker daemon); an
 unreachable host is a finding, not a failure of the run. What a host must have
