@@ -4,6 +4,7 @@ does (tests/support/docker_fakes.py), through the local-host path of `ops.ssh.ru
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -105,8 +106,7 @@ def test_the_last_lines_of_a_named_replica_come_from_the_container_of_exactly_th
 
 def test_a_name_no_container_has_is_said_so_and_no_container_whose_id_begins_with_it_is_read(local):
     deployment, root = local
-    # qwen's container is gone; another one's ID begins with "qwen"'s letters? IDs are hex, so name one
-    # whose ID does begin with the name asked for: `bge` is planned as replicas, `bge-1` is asked here.
+    # No container is named `bad`, and one's ID begins with `bad` (IDs are hex): `docker logs bad` would read it.
     decoy = next(n for n in (f"decoy{i}" for i in range(10_000)) if container_id(n).startswith("bad"))
     containers(root, decoy)
     where = Target(deployment.hosts[0], "bad", "bad", "service bad on cards 0")
@@ -143,6 +143,16 @@ def test_a_docker_that_cannot_list_containers_is_said_so(local):
         logs.read(target(deployment, "qwen", None), 10, None)
 
 
+def test_a_docker_logs_that_fails_is_said_so_with_what_it_printed(local):
+    deployment, root = local
+    (root / "bin/docker").write_text(
+        "#!/bin/sh\ncase \"$1\" in ps) echo 0123abcd ;; logs) echo 'Error response from daemon: configured logging driver "
+        "does not support reading' >&2; exit 1 ;; esac\n"
+    )
+    with pytest.raises(logs.HostError, match="logs qwen: host dev: docker logs exited 1: 'Error response from daemon: configured logging"):
+        logs.read(target(deployment, "qwen", None), 10, None)
+
+
 def test_an_unreachable_host_is_said_so_naming_it():
     deployment = deployment_of(fleet([host("npu-a", address="127.0.0.1", sshPort=1)], [service("qwen")]))
     with pytest.raises(logs.HostError, match=r"logs qwen: host npu-a \(ssh://root@127.0.0.1:1\) is unreachable"):
@@ -164,3 +174,20 @@ def test_logs_on_the_kubernetes_target_is_refused_naming_kubectl_logs(cli, tmp_p
     path.write_text(SEED_UNPINNED + "  ascend-fleet:target: kubernetes\n")
     result = cli("logs", "--config", str(path), "qwen")
     assert result.returncode == 1 and "kubectl logs -n default deployment/qwen" in result.stderr
+
+
+def test_python_m_allocation_logs_prints_the_lines_and_says_on_stderr_when_their_start_was_cut(cli, local, tmp_path):
+    _, root = local
+    containers(root, "bge-2")
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(json.dumps({"config": {
+        "ascend-fleet:hosts": [{"name": "dev", "address": "dev.example", "dockerHost": LOCAL}],
+        "ascend-fleet:services": [{"name": "bge", "model": "/m/bge", "memoryFraction": 0.1, "replicas": 2}],
+    }}))  # fmt: skip
+    (root / "logs/bge-2").write_text("first\nsecond\nthird\n")
+    result = cli("logs", "--config", str(path), "bge", "--replica", "2", "--tail", "2")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "second\nthird\n", "")
+    (root / "logs/bge-2").write_text("z" * (logs.LOG_BYTES + 10) + "\nlast\n")
+    result = cli("logs", "--config", str(path), "bge-2")
+    assert (result.returncode, result.stdout) == (0, "last\n")
+    assert result.stderr == f"note: the last 100 lines of bge-2 are more than {logs.LOG_BYTES} bytes: their start is left out\n"

@@ -270,3 +270,14 @@ def test_the_example_in_the_commands_page_is_what_status_prints():
         hosts.append(host_status(hd, read))
     page = (Path(__file__).resolve().parents[1] / "docs" / "commands.md").read_text()
     assert f"```\n{render(deployment, hosts, 'table')}\n```" in page
+
+
+def test_the_hosts_npu_exporter_is_a_planned_container_with_no_endpoint():
+    deployment = deployment_of(fleet([host("npu-a")], [service("a")], metrics={"npuExporter": {"image": "registry.example/npu-exporter:v6.0.0"}}))
+    [hd] = deployment.hosts
+    running = tuple(live_container(spec) for _, spec, _ in hd.containers)
+    [h] = json.loads(render(deployment, [host_status(hd, HostFacts(containers=running, clock=CLOCK))], "json"))["hosts"]
+    exporter = h["containers"][-1]
+    assert (exporter["name"], exporter["kind"], exporter["service"], exporter["endpoint"], exporter["serving"]) == (
+        hd.exporter.name, "exporter", None, None, True,
+    )  # fmt: skip
