@@ -3,14 +3,21 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 STACK ?= prod
 
 .PHONY: plan test test-sim test-engine k8s-tools test-kube bench
 
+# The runtime (requirements.txt) is all `make plan` and the Pulumi program need; the test and lint
+# tools (requirements-dev.txt) come on top for the test targets. .ci/run runs `make test`: both.
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
 plan: $(STAMP)
@@ -26,16 +33,16 @@ TEST_WORKERS ?= 3
 # to sim/), and .ci/run runs every test (`TEST_MARKS=`).
 TEST_MARKS ?= not simulator
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadscope -m "$(TEST_MARKS)"
 
-test-sim: $(STAMP)
+test-sim: $(DEV_STAMP)
 	$(VENV)/bin/python -m pytest tests/simhost -m simulator
 
 # The real Pulumi engine against the simulated host (docs/testing.md, "Verifying with the real engine"):
 # needs pulumi, its Python language host and the docker and command plugins; skips without
 # them unless ASCEND_FLEET_REQUIRE_ENGINE=1.
-test-engine: $(STAMP)
+test-engine: $(DEV_STAMP)
 	$(VENV)/bin/python -m pytest tests/engine -v --durations=0
 
 # The real-API-server lane (docs/testing.md, "Kubernetes lane"): etcd, kube-apiserver and the
@@ -46,10 +53,10 @@ K8S_TOOLS ?= /opt/k8s/bin
 k8s-tools:
 	ASCEND_FLEET_K8S_TOOLS=$(K8S_TOOLS) scripts/build-k8s-tools.sh
 
-test-kube: $(STAMP)
+test-kube: $(DEV_STAMP)
 	ASCEND_FLEET_K8S_TOOLS=$(K8S_TOOLS) $(VENV)/bin/python -m pytest tests/kube -v --durations=0
 
-$(BENCH_STAMP): $(STAMP) requirements-bench.txt
+$(BENCH_STAMP): $(DEV_STAMP) requirements-bench.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch $@
 

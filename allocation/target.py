@@ -18,6 +18,8 @@ from pydantic.json_schema import WithJsonSchema
 
 from allocation.config_errors import shown
 
+from allocation.scalars import Flag
+
 Target = Literal["docker", "kubernetes"]
 DEFAULT_TARGET: Target = "docker"
 
@@ -108,7 +110,7 @@ class Kubernetes(BaseModel):
     `hostNetwork`: pods share the node's network, as containers on a docker host do. The plan's port
     windows are host-wide and disjoint, so both are safe (HCCL's NPU-side ports clash between pods
     on one machine even on pod networking: vllm-ascend issues 4725 and 11968)."""
-    dra: bool = True
+    dra: Flag = True
     """`true`: each planned card becomes a ResourceClaim of MindCluster's DRA driver (`npu.huawei.com`)
     selecting its `physicId`, so the scheduler accounts for it. `false`, for clusters without the
     driver: pods are pinned to their node and get their cards through `ASCEND_VISIBLE_DEVICES` (the

@@ -19,12 +19,19 @@ from records.pipeline import deployment_of, plan_of
 from allocation.config import ModelProfile
 from allocation.config_errors import field_aliases
 from allocation.errors import ConfigError, FleetError, printable
+from allocation.version import VERSION
 from views.report import FORMATS, plan_json, render_plan
 from cli.stackfile import PROJECT_ROOT, StackFile, locate, stack_document, stack_values
 
 DASHBOARD = "grafana-dashboard.json"
 
 MAX_ERROR = 4000
+
+STACKS_HELP = (
+    "print the stacks this repository declares (each Pulumi.<stack>.yaml but the shard files) as JSON, one row per "
+    "stack a deploy runs: [{fleet, stack, parallel, local}]; the workflows plan, preview, deploy and check for drift "
+    "what it lists"
+)
 
 
 def _stack_args(parser: argparse.ArgumentParser) -> None:
@@ -127,6 +134,7 @@ def _live_parsers(sub: argparse._SubParsersAction) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m allocation", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
+    parser.add_argument("--version", action="version", version=f"ascend-fleet {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     plan = sub.add_parser("plan", help="show the allocation of a stack")
@@ -150,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
 
     _live_parsers(sub)
     _shard_parsers(sub)
+    sub.add_parser("stacks", help=STACKS_HELP, description=STACKS_HELP)
 
     profile = sub.add_parser(
         "profile",
@@ -221,7 +230,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _pin(args: argparse.Namespace) -> int:
-    from cli.pin import pin_stack_file
+    from cli.pin import pin_stack_file, pinned_line
     from cli.stack_editor import read_bytes
 
     stack_file = _locate(args)
@@ -230,9 +239,7 @@ def _pin(args: argparse.Namespace) -> int:
     for hd in deployment.hosts:  # once pinned, the newcomer looks as if it ran: say it now
         for held in hd.held_cards:
             print(f"host {hd.name}: must stop: {held.text()}")
-    changed = pin_stack_file(stack_file.path, deployment.plan, read)
-    what = ", ".join(changed) if changed else "nothing new: every service was already pinned"
-    print(f"pinned {stack_file.path}: {what}")
+    print(pinned_line(stack_file.path, pin_stack_file(stack_file.path, deployment.plan, read)))
     return 0
 
 
@@ -437,6 +444,13 @@ def _shards(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stacks(args: argparse.Namespace) -> int:
+    from cli.stacks import rows
+
+    print(json.dumps(rows(PROJECT_ROOT)))
+    return 0
+
+
 def _changed_shards(args: argparse.Namespace) -> int:
     """`shards --changed-since REF [--comment DIR]`: the preview matrix of the shards a change reaches,
     or the one comment that reports them (docs/shards.md, "Pull requests")."""
@@ -502,7 +516,7 @@ def _move_host(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render, "profile": _profile, "schema": _schema,
-    "shards": _shards, "move-host": _move_host, "status": _status, "logs": _logs, "endpoints": _endpoints,
+    "shards": _shards, "stacks": _stacks, "move-host": _move_host, "status": _status, "logs": _logs, "endpoints": _endpoints,
 }  # fmt: skip
 
 

@@ -68,3 +68,25 @@ def shard_pins(plan: Plan) -> dict[str, dict[str, Any]]:
     """In a fleet deployed as shards, every host's shard: once written, adding hosts or services
     never moves a host to another shard's stack (allocation.shards)."""
     return {hp.host.name: {"shard": hp.shard} for hp in plan.hosts if hp.shard is not None}
+
+
+NAMED = 10
+"""How many names `pin` prints: a large fleet's pins (hundreds of services, every host's shard)
+would make one line of hundreds of names; past this, it counts them and names the first."""
+
+
+def pinned_line(path: Path, changed: list[str]) -> str:
+    """What `pin` says it wrote: the names `pin_stack_file` returned, or their count and the first
+    `NAMED` of them when there are more."""
+    if not changed:
+        return f"pinned {path}: nothing new: every service was already pinned"
+    if len(changed) <= NAMED:
+        return f"pinned {path}: {', '.join(changed)}"
+    hosts = sum(1 for name in changed if name.startswith("host "))
+    services = len(changed) - hosts
+    counts = [f"{n:,} {what}{'s' if n != 1 else ''}" for n, what in ((services, "service"), (hosts, "host")) if n]
+    return (
+        f"pinned {path}: {' and '.join(counts)}, among them {', '.join(changed[:NAMED])} "
+        f"(git diff {path} shows every pin)"
+    )
+

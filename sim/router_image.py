@@ -15,7 +15,7 @@ time. The image is what the real build would give, made differently:
   `libpython` by RUNPATH, and `python3` on PATH (the rollout's scripts run `docker exec <router>
   python3 -c ...`);
 - vllm-router 0.1.17 and the distributions it requires, transitively, copied from the venv's
-  site-packages (the same files pip installed there from requirements.txt), and a `vllm-router`
+  site-packages (the same files pip installed there from requirements-dev.txt), and a `vllm-router`
   launcher for its console-script entry point, as pip writes one;
 - the shared libraries all those binaries load (ldd), at the paths ldd names.
 

@@ -37,11 +37,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return SuiteScheduling(config, log)
 
 
-def require_binary(name: str, package: str) -> str:
-    """The path of a program the test needs: skipped without it, but failed when CI requires every test."""
-    path = shutil.which(name)
+CI_TOOLS = os.environ.get("ASCEND_FLEET_CI_TOOLS") or "/opt/ci-tools/bin"
+"""Where scripts/build-ci-tools.sh builds the tools no Debian package has (actionlint)."""
+
+
+def require_binary(name: str, package: str, build: str | None = None, where: str | None = None) -> str:
+    """The path of a program the test needs (on PATH, or in the folder `where`): skipped without it, but
+    failed when CI requires every test. `build`: the script that builds it, when no package has it."""
+    path = shutil.which(name) or (shutil.which(name, path=where) if where else None)
     if path is None:
-        message = f"{name} is not installed (apt-get install {package}; .ci/run does)"
+        how = f"{build} builds it into {where}" if build else f"apt-get install {package}"
+        message = f"{name} is not installed ({how}; .ci/run does)"
         if REQUIRED:
             pytest.fail(f"{message} and ASCEND_FLEET_REQUIRE_SIMHOST=1", pytrace=False)
         pytest.skip(message)

@@ -56,7 +56,7 @@ def test_the_plan_json_names_the_shared_cards_of_each_host():
 
 def test_the_table_shows_the_shared_cards_and_the_mode():
     text = render_plan(deployment_of(sharing_fleet()), "table")
-    assert "npu-a (npu-a.example): 8 NPUs x 64 GiB, 3 services, shared cards 0 (deviceShare)" in text
+    assert "npu-a (npu-a.example): 8 NPUs x 64 GiB (60.96 GiB usable), 3 services, shared cards 0 (deviceShare)" in text
     alone = fleet([host("npu-a")], [service("alpha", 1, 0.4, devices=[0])])
     assert "shared cards" not in render_plan(deployment_of(alone), "table")
 

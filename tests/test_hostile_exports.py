@@ -28,7 +28,7 @@ from cli.main import main
 from views.exports.render import render
 from tests.support.stacks import fleet, host, service
 from tests.support.pipeline import deployment_of, plan_json_of
-from tests.support.docker_fakes import run_script_with_fake_docker
+from tests.support.docker_fakes import FAKE_ID, run_script_with_fake_docker
 
 CANARY = "CANARY"
 SMUGGLERS = [
@@ -58,8 +58,11 @@ def test_the_docker_run_script_passes_every_value_to_docker_as_one_word(tmp_path
     script = render(deployment, "docker-run")
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
     calls = [c.split("\0")[:-1] for c in run_exported_script(script, tmp_path)]
-    assert [c[:2] for c in calls] == [["stop", "--time"], ["rm", "-f"], ["run", "-d"]]
-    run = calls[2]
+    name = deployment.hosts[0].services[0].spec.name
+    assert calls[0] == ["ps", "-aq", "--no-trunc", "--filter", f"name=^/\\Q{name}\\E$"]
+    assert [c[:2] for c in calls[1:]] == [["stop", "--time"], ["rm", "-f"], ["run", "-d"]]
+    assert calls[1][-1] == calls[2][-1] == FAKE_ID
+    run = calls[3]
     assert f"--env=X={value}" in run and f"--env=Y=pre {value} post" in run
     assert run[run.index("--") + 1] == deployment.hosts[0].services[0].spec.image
     assert run[-3:] == ["--chat-template", value, f"--override-generation-config={value}"]
@@ -202,7 +205,7 @@ def test_a_hostile_value_in_any_key_gives_a_plan_or_one_paragraph(tmp_path_facto
     code, script, err = run_main(["render", "--config", str(path), "--format", "docker-run"])
     assert code == 0, err
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
-    assert all(c.split("\0")[0] in ("stop", "rm", "run") for c in run_exported_script(script, tmp))
+    assert all(c.split("\0")[0] in ("ps", "stop", "rm", "run") for c in run_exported_script(script, tmp))
 
 
 def run_main(argv: list[str]) -> tuple[int, str, str]:

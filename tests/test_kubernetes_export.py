@@ -5,14 +5,19 @@ on the card, the container's env, mounts, probes and grace, and the router's wor
 
 from __future__ import annotations
 
+import io
+import json
+import re
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
+from ruamel.yaml import YAML
 
 from tests.support.kubernetes import kubernetes_deployment
 from views.exports.kubernetes import RUNTIME_VISIBLE_ENV, UNACCOUNTED, claim_name, manifests
+from views.exports.kubernetes_yaml import document, stream
 
 KUBERNETES_VERSION = "1.34.0"
 """The schema the objects are validated against: resource.k8s.io/v1 (DRA) is GA from 1.34."""
@@ -158,3 +163,61 @@ def test_a_stack_name_kubernetes_cannot_label_with_is_one_message(cli, tmp_path)
     result = cli("render", "--config", str(stack), "--stack-name", "x" * 64, "--format", "kubernetes")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith(f"error: stack {'x' * 64} cannot be a Kubernetes label value") and result.stderr.count("\n") == 1
+
+
+# --- the YAML a person reads: bare keys, scripts as literal blocks, quotes only where a reader needs them ---
+
+HOSTILE = ["on", "yes", "y", "N", "off", "~", "null", "", "0o17", "0x1f", "1_000", "1:30", "1e3", "08", "017",
+           "2001-12-14", ".inf", "=", "<<", "true", "0", "+1", "3.5"]  # fmt: skip
+"""Strings YAML 1.1 (kubectl's sigs.k8s.io/yaml) or YAML 1.2 would read, written plain, as another type."""
+
+
+def all_quoted(obj: dict) -> str:
+    """The YAML `render` wrote before: every string double-quoted, keys included."""
+    from ruamel.yaml import YAML as RuamelYAML
+    from ruamel.yaml.representer import SafeRepresenter
+
+    class Quoted(SafeRepresenter):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.sort_base_mapping_type_on_output = False
+
+    Quoted.add_representer(str, lambda r, data: r.represent_scalar("tag:yaml.org,2002:str", data, style='"'))
+    dumper = RuamelYAML(typ="safe", pure=True)
+    dumper.Representer, dumper.default_flow_style, dumper.width = Quoted, False, 4096
+    out = io.StringIO()
+    dumper.dump(obj, out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("setting", sorted(SETTINGS))
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_yaml_reads_back_as_the_objects_and_the_old_all_quoted_yaml_under_yaml_1_1_and_1_2(cli, tmp_path, stack, setting):
+    objects, _ = rendered(cli, tmp_path, stack, SETTINGS[setting])
+    text = cli("render", "--config", str(tmp_path / f"Pulumi.{stack}.yaml"), "--format", "kubernetes").stdout
+    as_1_2 = [d for d in YAML(typ="safe").load_all(text) if d is not None]
+    old = [yaml.safe_load(all_quoted(o)) for o in objects]
+    assert objects == as_1_2 == old
+    assert json.dumps(objects, sort_keys=True) == json.dumps(old, sort_keys=True), "the same objects, byte for byte as data"
+
+
+def test_keys_are_bare_and_scripts_are_literal_blocks():
+    text = stream(kubernetes_deployment("staging"))
+    assert not re.search(r"^\s*(- )?[\"'][^\"']*[\"']:", text, flags=re.M), "no key is quoted"
+    assert "  script: |\n    # ascend-fleet device-share for npu-s1" in text
+    assert re.search(r"^        - -c\n        - \|-\n          trap 'exit 143' TERM INT;", text, flags=re.M), "the start gate"
+    assert not re.search(r'^\s*(- |[\w./-]+: )"[^\n]*\\n', text, flags=re.M), "no script is one escaped, quoted line"
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_a_string_either_yaml_version_reads_as_another_type_is_quoted_and_reads_back_as_text(value):
+    text = document({"metadata": {"annotations": {value or "empty": value}}, value or "k": "plain"})
+    assert f': "{value}"\n' in text, text
+    for doc in (yaml.safe_load(text), YAML(typ="safe").load(text)):
+        assert doc["metadata"]["annotations"][value or "empty"] == value and doc[value or "k"] == "plain"
+
+
+def test_a_string_both_versions_read_as_text_is_plain():
+    assert document({"value": "0,1", "name": "npu-a", "range": "16666-16681", "url": "http://a:1/v1"}) == (
+        "value: 0,1\nname: npu-a\nrange: 16666-16681\nurl: http://a:1/v1\n"
+    )

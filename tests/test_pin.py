@@ -4,6 +4,7 @@ mode and owner, and refuses (a ConfigError, the file untouched, no temporary fil
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from pathlib import Path
@@ -15,10 +16,11 @@ import cli.stack_editor
 import cli.safe_write
 from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
-from cli.pin import pin_stack_file
+from cli.pin import pin_stack_file, pinned_line
 from cli.stackfile import load_fleet
 from tests.support.pin_files import BGE_PINS, PINNED, QWEN_PINS, SEED, pin, plan_of, write
 from tests.support.pipeline import plan_json_of
+from tests.support.stacks import host, service
 
 def services(path: Path) -> list[dict]:
     return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))["config"]["ascend-fleet:services"]
@@ -276,3 +278,21 @@ def test_a_long_value_set_inside_a_flow_mapping_stays_in_flow_style(tmp_path):
     assert "replicaPins: [{host: npu-c, devices: [0, 1, 2, 3], apiPort: 8000" in written
     placed = [(ps.name, ps.assignment) for plan in (plan_fleet(fleet),) for _, ps in plan.services()]
     assert [(ps.name, ps.assignment) for _, ps in plan_fleet(load_fleet(config=str(path))[0]).services()] == placed
+
+
+def test_pin_on_a_large_fleet_counts_the_pins_and_names_the_first_in_one_short_line(cli, tmp_path):
+    hosts = [host(f"npu-{h:02d}", address=f"192.0.2.{h + 1}") for h in range(30)]
+    services = [service(f"svc-{h:02d}-{c}", 1, 0.5, host=f"npu-{h:02d}") for h in range(30) for c in range(8)]
+    path = tmp_path / "Pulumi.big.yaml"
+    path.write_text(json.dumps({"config": {"ascend-fleet:shards": {"size": 10}, "ascend-fleet:hosts": hosts,
+                                           "ascend-fleet:services": services}}))  # fmt: skip
+    result = cli("pin", "--config", str(path))
+    assert result.returncode == 0, result.stderr
+    [line] = result.stdout.splitlines()
+    assert line.startswith(f"pinned {path}: 240 services and 30 hosts, among them svc-00-0, svc-00-1,")
+    assert line.endswith(f"(git diff {path} shows every pin)") and len(line) < 200 + len(str(path)) * 2
+
+
+def test_pin_names_each_pin_of_a_small_fleet():
+    assert pinned_line(Path("P.yaml"), ["qwen", "bge", "host npu-a"]) == "pinned P.yaml: qwen, bge, host npu-a"
+    assert pinned_line(Path("P.yaml"), []) == "pinned P.yaml: nothing new: every service was already pinned"

@@ -1,7 +1,7 @@
 """End to end on loopback: replicas, the real vLLM router and a real Prometheus, as the plan renders them.
 
 Three stand-in vLLM servers (tests/fake_vllm.py) listen where the plan puts the three replicas
-(hosts 127.0.0.1-3, one per replica), the real `vllm-router` (PyPI, pinned in requirements.txt)
+(hosts 127.0.0.1-3, one per replica), the real `vllm-router` (PyPI, pinned in requirements-dev.txt)
 runs with exactly the argv of the plan's router container, and Debian's `prometheus` scrapes the
 targets `render --format prometheus` writes. Nothing here is a model: what is real is the router's
 balancing, retries and health checks, and Prometheus' reading of our files, labels and rules.

@@ -109,6 +109,11 @@ def test_keys_of_other_namespaces_and_a_secret_pass_and_a_key_without_namespace_
         ("ports", {"apiBase": 80}),
         ("metrics", {"scrapeIntervalSeconds": 90}),
         ("dockerEngine", 20.1),
+        ("hosts", [{"name": "npu-a", "address": "192.0.2.1", "sshPort": True}]),
+        ("hosts", [{"name": "npu-a", "address": "192.0.2.1", "dockerEngine": "twenty"}]),
+        ("services", [{"name": "a", "model": "/m", "maxNumSeqs": True}]),
+        ("services", [{"name": "a", "model": "/m", "maxModelLen": "8192"}]),
+        ("services", [{"name": "a", "model": "/m", "hcclPortRanges": 1}]),
     ],
 )
 def test_the_schema_refuses_what_the_model_refuses(key, value):

@@ -17,24 +17,10 @@ from cli.shard_changes import PROGRAM, ShardChanges, since
 from cli.shard_comment import ARTIFACT, MAX_COMMENT
 from cli.stackfile import StackFile, stack_document, stack_values
 from records.pipeline import deployment_of
-from tests.support.git_repos import PROJECT, copy_program, git
+from tests.support.git_repos import PROJECT, SHARDED_FLEET as FLEET, copy_program, git
+from tests.support.workflows import link_venv, run_script, step_script
 from views.report import plan_json
 
-# Shard 0: a, b; shard 1: c, d. Every service is pinned to its host.
-FLEET = """\
-config:
-  ascend-fleet:shards: {size: 2}
-  ascend-fleet:hosts:
-    - {name: a, address: 192.0.2.1}
-    - {name: b, address: 192.0.2.2}
-    - {name: c, address: 192.0.2.3}
-    - {name: d, address: 192.0.2.4}
-  ascend-fleet:services:
-    - {name: on-a, model: /models/x, memoryFraction: 0.5, host: a}
-    - {name: on-b, model: /models/x, memoryFraction: 0.5, host: b}
-    - {name: on-c, model: /models/x, memoryFraction: 0.5, host: c}
-    - {name: on-d, model: /models/x, memoryFraction: 0.5, host: d}
-"""
 
 
 @pytest.fixture
@@ -231,23 +217,8 @@ def test_a_shards_own_file_and_a_config_path_are_refused_in_one_paragraph(repo: 
 # --- the workflow's scripts, run as the pull-request workflow runs them -------
 
 
-def workflow_step(job: str, name: str) -> str:
-    from ruamel.yaml import YAML
-
-    wf = YAML(typ="safe").load((Path(__file__).resolve().parents[1] / ".github" / "workflows" / "pull-request.yml").read_text())
-    [step] = [s for s in wf["jobs"][job]["steps"] if s.get("name") == name]
-    return step["run"]
-
-
-def run_step(repo: Path, script: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", "-e", "-c", script], cwd=repo, capture_output=True, text=True, timeout=600,
-        env={"PATH": os.environ["PATH"], "HOME": str(repo), **env},
-    )  # fmt: skip
-
-
 def test_the_workflow_lists_the_changed_shards_of_every_fleet_and_writes_one_comment_each(repo: Path, tmp_path: Path):
-    (repo / ".venv").symlink_to(Path(sys.executable).parents[1])  # the workflow runs .venv/bin/python
+    link_venv(repo)
     (repo / "Pulumi.prod.yaml").write_text(FLEET)
     git(repo, "add", "Pulumi.test.yaml", "Pulumi.prod.yaml")
     git(repo, "commit", "--quiet", "-m", "prod")
@@ -257,13 +228,13 @@ def test_the_workflow_lists_the_changed_shards_of_every_fleet_and_writes_one_com
         assert run(repo, "--stack", fleet).returncode == 0  # the shard files, cut as the pull request commits them
     output, summary = tmp_path / "output", tmp_path / "summary"
     fleets = json.dumps(["test", "prod"])
-    listing = run_step(repo, workflow_step("shard-changes", "Changed shards and their --parallel"),
-                       BASE_REF="main", FLEETS=fleets, GITHUB_OUTPUT=str(output))  # fmt: skip
+    listing = run_script(repo, step_script("pull-request.yml", "shard-changes", "Changed shards and their --parallel"),
+                         BASE_REF="main", FLEETS=fleets, GITHUB_OUTPUT=str(output))  # fmt: skip
     assert listing.returncode == 0, listing.stderr
     [line] = output.read_text().splitlines()
     assert [row["stack"] for row in json.loads(line.removeprefix("matrix="))] == ["test-shard-1"]
-    posting = run_step(repo, workflow_step("shard-comment", "One comment per fleet"),
-                       BASE_REF="main", FLEETS=fleets, SAME_REPO="false", GITHUB_STEP_SUMMARY=str(summary))  # fmt: skip
+    posting = run_script(repo, step_script("pull-request.yml", "shard-comment", "One comment per fleet"),
+                         BASE_REF="main", FLEETS=fleets, SAME_REPO="false", GITHUB_STEP_SUMMARY=str(summary))  # fmt: skip
     assert posting.returncode == 0, posting.stderr
     assert "#### test-shard-1: no preview" in (repo / "comment-test.md").read_text()
     assert "**Changed**: none" in (repo / "comment-prod.md").read_text()

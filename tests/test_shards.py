@@ -71,8 +71,8 @@ def test_a_pin_that_splits_a_replicated_service_over_shards_is_refused_naming_it
 def test_the_table_names_each_hosts_shard():
     plan = plan_fleet(fleet([host("a"), host("b")], [service("s")], shards={"size": 1}))
     text = render_plan(deploy(plan), "table")
-    assert "a (a.example): 8 NPUs x 64 GiB, 1 service, shard 0" in text
-    assert "b (b.example): 8 NPUs x 64 GiB, 0 services, shard 1" in text
+    assert "a (a.example): 8 NPUs x 64 GiB (60.96 GiB usable), 1 service, shard 0" in text
+    assert "b (b.example): 8 NPUs x 64 GiB (60.96 GiB usable), 0 services, shard 1" in text
 
 
 FLEET = """\

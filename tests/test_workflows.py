@@ -26,7 +26,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from cli.shard_comment import ARTIFACT
-from tests.support.git_repos import git
+from tests.conftest import CI_TOOLS, require_binary
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_DIR = REPO / ".github" / "workflows"
@@ -35,6 +35,11 @@ BIN = Path(sys.executable).parent
 SEVERITIES = ["unknown", "informational", "low", "medium", "high"]
 SHA = re.compile(r"^[0-9a-f]{40}$")
 SECRET_REF = re.compile(r"^\$\{\{\s*secrets\.[A-Za-z0-9_]+\s*\}\}$")
+PULUMI_VERSION_FILE = ".pulumi.version"
+"""The Pulumi CLI's version, read by every pulumi/actions step (`pulumi-version-file`, pulumi/actions
+v7.0.0 src/config.ts: the file's text, trimmed) and named by docs/getting-started.md."""
+SAME_REPO = "github.event.pull_request.head.repo.full_name == github.repository"
+"""The one test of a pull request from the repository itself: a fork's gets no secrets."""
 # Permissions a job may be granted for writing, and why.
 ALLOWED_WRITES = {"pull-requests"}  # PR comments: the allocation diff and the preview
 
@@ -47,7 +52,7 @@ def load(path: Path) -> dict[str, Any]:
 def tool(name: str) -> str:
     exe = BIN / name
     if not exe.exists():
-        pytest.fail(f"{name} is not installed next to {sys.executable}; run `make .venv/.installed`")
+        pytest.fail(f"{name} is not installed next to {sys.executable}; run `make .venv/.installed-dev`")
     return str(exe)
 
 
@@ -276,6 +281,85 @@ def test_no_workflow_runs_untrusted_pull_request_code_with_secrets():
         assert "workflow_run" not in names, path.name
 
 
+def actionlint_problems(path: Path) -> list[str]:
+    """actionlint's findings (expressions, contexts, `needs`, matrix and output names, and shellcheck on
+    every `run:` script), one per line."""
+    shellcheck = require_binary("shellcheck", "shellcheck")
+    actionlint = require_binary("actionlint", "actionlint", build="scripts/build-ci-tools.sh", where=CI_TOOLS)
+    result = subprocess.run(
+        [actionlint, "-no-color", "-oneline", "-shellcheck", shellcheck, str(path)],
+        capture_output=True, text=True, timeout=120, cwd=path.parent,
+    )  # fmt: skip
+    return result.stdout.splitlines() or ([] if result.returncode == 0 else [result.stderr.strip()])
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
+def test_actionlint_with_shellcheck_finds_nothing(path: Path):
+    assert actionlint_problems(path) == []
+
+
+def test_actionlint_catches_a_script_that_reuses_an_array_as_a_string_and_an_unknown_output(tmp_path: Path):
+    path = tmp_path / "lint.yml"
+    path.write_text(
+        "name: lint\non: push\npermissions: {}\njobs:\n  a:\n    runs-on: ubuntu-24.04\n    steps:\n"
+        "      - run: |\n          xs=(a b)\n          xs=\"$(echo c)\"\n          echo \"$xs\"\n"
+        "  b:\n    needs: a\n    runs-on: ubuntu-24.04\n    if: needs.a.outputs.missing != ''\n    steps:\n      - run: 'true'\n"
+    )
+    problems = "\n".join(actionlint_problems(path))
+    assert "SC2178" in problems and 'property "missing" is not defined' in problems
+
+
+def test_every_pulumi_step_installs_the_cli_version_of_the_one_file_the_sdk_pin_and_the_docs_agree_on():
+    version = (REPO / PULUMI_VERSION_FILE).read_text().strip()
+    steps_seen = [s for path in WORKFLOWS for _, s in steps(load(path)) if str(s.get("uses", "")).startswith("pulumi/actions@")]
+    assert steps_seen and all(s["with"]["pulumi-version-file"] == PULUMI_VERSION_FILE for s in steps_seen)
+    assert all("pulumi-version" not in s["with"] for s in steps_seen)
+    assert version == pinned_versions()["pulumi"], "the CLI and the Python SDK of requirements.txt are one version"
+    guide = (REPO / "docs" / "getting-started.md").read_text()
+    assert f"--version {version}" in guide and f"pulumi-v{version}-linux-x64.tar.gz" in guide
+
+
+def fork_runs(job: dict[str, Any], step: dict[str, Any]) -> bool:
+    """Whether a fork's pull request runs the step: unless its job or itself is conditioned on the
+    pull request coming from this repository (directly, or through the job's `SAME_REPO` env)."""
+    same_repo_env = (job.get("env") or {}).get("SAME_REPO") == f"${{{{ {SAME_REPO} }}}}"
+    for condition in (str(job.get("if", "")), str(step.get("if", ""))):
+        if SAME_REPO in condition or (same_repo_env and "env.SAME_REPO == 'true'" in condition):
+            return False
+    return True
+
+
+def secret_steps(wf: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Every step that reads a secret (secrets reach steps only through env:), with its job."""
+    for name, job in jobs(wf).items():
+        for step in job.get("steps") or ():
+            if "secrets." in json.dumps(step.get("env") or {}):
+                yield name, job, step
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
+def test_a_forks_pull_request_runs_no_step_that_needs_a_secret(path: Path):
+    wf = load(path)
+    if "pull_request" not in wf["on"]:
+        return
+    assert [f"{n}: {s.get('name') or s.get('uses')}" for n, job, s in secret_steps(wf) if fork_runs(job, s)] == []
+
+
+def test_a_forks_pull_request_is_told_once_what_is_skipped_and_why():
+    wf = load(WORKFLOW_DIR / "pull-request.yml")
+    [notice] = [s for _, s in steps(wf) if "::notice title=Pull request from a fork::" in str(s.get("run", ""))]
+    assert notice["if"] == SAME_REPO.replace("==", "!=")
+    assert "SSH agent" in notice["run"] and "pulumi preview" in notice["run"] and "job summaries" in notice["run"]
+
+
+def test_the_fork_check_sees_a_secret_step_without_the_guard():
+    job = {"env": {"SAME_REPO": f"${{{{ {SAME_REPO} }}}}"}}
+    assert fork_runs(job, {"env": {"K": "${{ secrets.K }}"}})
+    assert not fork_runs(job, {"if": "env.SAME_REPO == 'true' && !matrix.local"})
+    assert not fork_runs({"if": f"x && {SAME_REPO}"}, {})
+    assert fork_runs({}, {"if": "env.SAME_REPO == 'true'"}), "SAME_REPO must be the job's own test"
+
+
 # --- pull-request.yml -------------------------------------------------------
 
 
@@ -294,51 +378,29 @@ def test_pull_requests_post_the_allocation_diff_and_preview_only_the_touched_sta
     wf = load(WORKFLOW_DIR / "pull-request.yml")
     plan = jobs(wf)["plan"]
     assert plan["needs"] == "changes"
-    assert "fromJSON(needs.changes.outputs.stacks)" in plan["strategy"]["matrix"]["stack"]
+    assert plan["strategy"]["matrix"] == {"include": "${{ fromJSON(needs.changes.outputs.stacks) }}"}
     scripts = "\n".join(str(s.get("run", "")) for s in plan["steps"])
     assert '--against "origin/${BASE_REF}"' in scripts and "--format markdown" in scripts
     checkout = next(s for s in plan["steps"] if str(s.get("uses", "")).startswith("actions/checkout@"))
     assert checkout["with"]["fetch-depth"] == 0, "plan --against needs the base branch's history"
-    (preview,) = pulumi_steps(plan)
-    assert preview["with"]["command"] == "preview"
+    [install, preview] = pulumi_steps(plan)
+    assert "command" not in install["with"] and preview["with"]["command"] == "preview"
     assert preview["with"]["comment-on-pr"] is True
     assert preview["with"]["stack-name"] == "${{ matrix.stack }}"
+    assert "!matrix.local" in preview["if"], "a local stack (the dev laptop) gets the diff, no preview"
+    assert "steps.known.outputs.known == 'true'" in preview["if"], "a stack the backend has never seen: a notice, no preview"
     assert plan["permissions"] == {"contents": "read", "pull-requests": "write"}
     changes = "\n".join(str(s.get("run", "")) for s in jobs(wf)["changes"]["steps"])
-    for path in ("Pulumi.yaml", "allocation", "records", "views", "components", "ops", "cli", "__main__.py", "requirements.txt", "Pulumi.${stack}.yaml"):
+    for path in ("Pulumi.yaml", "allocation", "records", "views", "components", "ops", "cli", "__main__.py", "requirements.txt", "Pulumi.${fleet}.yaml"):
         assert path in changes, f"a change to {path} must trigger the plan"
+    assert "-m allocation stacks" in changes, "the stacks are the repository's stack files"
 
 
 def test_a_fleet_deployed_as_shards_is_not_previewed_as_one_stack_but_listed_apart():
-    wf = load(WORKFLOW_DIR / "pull-request.yml")
-    changes = jobs(wf)["changes"]
+    changes = jobs(load(WORKFLOW_DIR / "pull-request.yml"))["changes"]
     assert changes["outputs"]["fleets"] == "${{ steps.stacks.outputs.fleets }}"
     script = "\n".join(str(s.get("run", "")) for s in changes["steps"])
-    assert "grep -q '^  ascend-fleet:shards:'" in script and 'fleets+=(' in script and 'echo "fleets=${json}"' in script
-    assert jobs(wf)["plan"]["strategy"]["matrix"]["stack"] == "${{ fromJSON(needs.changes.outputs.stacks) }}"
-
-
-def test_the_changes_script_sends_a_touched_fleet_deployed_as_shards_to_fleets_and_the_others_to_stacks(tmp_path: Path):
-    """The `changes` job's script, run in a git repository whose base branch is origin/main."""
-    [step] = [s for s in jobs(load(WORKFLOW_DIR / "pull-request.yml"))["changes"]["steps"] if s.get("id") == "stacks"]
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    for name in ("prod", "staging", "dev"):
-        (repo / f"Pulumi.{name}.yaml").write_text("config:\n  ascend-fleet:hosts: []\n")
-    git(tmp_path, "init", "--quiet", "--initial-branch=main", str(repo))
-    git(repo, "add", ".")
-    git(repo, "commit", "--quiet", "-m", "base")
-    git(repo, "update-ref", "refs/remotes/origin/main", "HEAD")
-    (repo / "Pulumi.prod.yaml").write_text("config:\n  ascend-fleet:shards: {size: 50}\n  ascend-fleet:hosts: []\n")
-    (repo / "Pulumi.staging.yaml").write_text("config:\n  ascend-fleet:hosts: [] # edited\n")
-    git(repo, "commit", "--quiet", "-am", "prod deployed as shards; staging edited")
-    output = tmp_path / "output"
-    proc = subprocess.run(
-        ["bash", "-e", "-c", step["run"]], cwd=repo, capture_output=True, text=True, timeout=60,
-        env={"PATH": os.environ["PATH"], "BASE_REF": "main", "GITHUB_OUTPUT": str(output)},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert output.read_text().splitlines() == ['stacks=["staging"]', 'fleets=["prod"]']
+    assert "select(.stack == .fleet" in script and "select(.stack != .fleet" in script and 'echo "fleets=${fleets}"' in script
 
 
 def test_only_the_changed_shards_are_previewed_each_into_an_artifact_with_read_only_permissions():
@@ -395,85 +457,63 @@ def test_the_whole_comment_of_each_fleet_is_uploaded_as_the_artifact_its_cuts_na
 MATRIX_STACK = "${{ matrix.stack }}"
 
 
-def deployed_stacks(wf: dict[str, Any], job_name: str) -> list[str]:
-    """The stacks a deploy job runs: its own stack name, or the fleet its matrix is listed from
-    (`shards --stack S --matrix` in the job it needs: S's shards, or S itself)."""
-    job = jobs(wf)[job_name]
-    names = [s["with"]["stack-name"] for s in pulumi_steps(job)]
-    if names != [MATRIX_STACK]:
-        return names
-    lister = jobs(wf)[job["needs"]]
-    runs = " ".join(str(s.get("run", "")) for s in lister["steps"])
-    assert job["strategy"]["matrix"]["include"] == "${{ fromJSON(needs." + job["needs"] + ".outputs.matrix) }}"
-    return re.findall(r"-m allocation shards --stack (\w+) --matrix", runs)
-
-
-def test_deploys_go_to_staging_then_to_prod_behind_the_production_environment():
+def test_deploys_go_to_staging_then_to_every_other_stack_behind_the_production_environment():
     wf = load(WORKFLOW_DIR / "deploy.yml")
     assert wf["on"]["push"]["branches"] == ["main"]
-    staging, prod = jobs(wf)["staging"], jobs(wf)["prod"]
-    assert jobs(wf)[prod["needs"]]["needs"] in ("staging", ["staging"])
-    assert environment_name(prod) == "production"
-    assert deployed_stacks(wf, "staging") == ["staging"]
-    assert deployed_stacks(wf, "prod") == ["prod"]
-    assert all(s["with"]["command"] == "up" for s in pulumi_steps(staging) + pulumi_steps(prod))
+    staging, production = jobs(wf)["staging"], jobs(wf)["production"]
+    assert staging["needs"] == "stacks" and production["needs"] == ["stacks", "staging"]
+    assert "needs.staging.result == 'success'" in production["if"] and "!cancelled()" in production["if"]
+    assert environment_name(staging) == "staging" and environment_name(production) == "production"
+    for job in (staging, production):
+        [up] = pulumi_steps(job)
+        assert up["with"]["command"] == "up" and up["with"]["stack-name"] == MATRIX_STACK
+    lister = "\n".join(str(s.get("run", "")) for s in jobs(wf)["stacks"]["steps"])
+    assert "-m allocation stacks" in lister and '--check' in lister
 
 
 def test_each_deploy_runs_its_stacks_shards_side_by_side_each_with_a_parallel_for_every_container():
     wf = load(WORKFLOW_DIR / "deploy.yml")
-    for name in ("staging", "prod"):
+    for name in ("staging", "production"):
         job = jobs(wf)[name]
         assert 1 <= job["strategy"]["max-parallel"] <= 8 and job["strategy"]["fail-fast"] is False
         [up] = pulumi_steps(job)
         assert up["with"]["parallel"] == "${{ matrix.parallel }}"
 
 
-def test_the_dev_laptop_stack_is_never_deployed_from_ci():
-    wf = load(WORKFLOW_DIR / "deploy.yml")
-    stacks = {s for name, job in jobs(wf).items() if pulumi_steps(job) for s in deployed_stacks(wf, name)}
-    assert stacks == {"staging", "prod"}
-
-
 def test_two_deploys_of_one_stack_never_overlap_and_never_cancel_each_other():
-    groups = {}
+    """Every job that runs `pulumi up` holds the stack's one group; the deploy matrices never share a
+    stack (tests/test_workflow_stacks.py runs their listing)."""
     for path in WORKFLOWS:
-        wf = load(path)
-        for name, job in jobs(wf).items():
-            ups = [s for s in pulumi_steps(job) if s["with"].get("command") == "up"]
-            if not ups:
+        for name, job in jobs(load(path)).items():
+            if not [s for s in pulumi_steps(job) if s["with"].get("command") == "up"]:
                 continue
             conc = job.get("concurrency")
             assert isinstance(conc, dict), f"{path.name} job {name} runs pulumi up without a concurrency group"
             assert conc.get("cancel-in-progress") is False, "cancelling a pulumi up leaves a stack half-updated"
-            stack = ups[0]["with"]["stack-name"]
-            # The group names the stack the job runs, whichever run and shard: the same for every run of it.
-            assert "${{" not in conc["group"].replace(MATRIX_STACK, ""), "the group must be the same for every run"
-            assert (MATRIX_STACK in conc["group"]) == (stack == MATRIX_STACK), conc["group"]
-            for fleet in deployed_stacks(wf, name):
-                groups.setdefault(fleet, set()).add(conc["group"].replace(MATRIX_STACK, fleet))
-    assert groups and all(len(g) == 1 for g in groups.values()), groups
-    assert len({g for gs in groups.values() for g in gs}) == len(groups), "each stack has its own group"
+            assert conc["group"] == f"deploy-{MATRIX_STACK}", "one group per stack, whichever job and run deploys it"
 
 
 # --- drift.yml --------------------------------------------------------------
 
 
-def test_drift_runs_daily_and_on_demand_for_staging_and_prod():
+def test_drift_runs_daily_and_on_demand_for_the_listed_stacks():
     wf = load(WORKFLOW_DIR / "drift.yml")
     assert wf["on"]["schedule"][0]["cron"].split()[2:] == ["*", "*", "*"]
     assert "workflow_dispatch" in wf["on"]
-    (job,) = jobs(wf).values()
-    assert job["strategy"]["matrix"]["stack"] == ["staging", "prod"]
+    job = jobs(wf)["drift"]
+    assert job["needs"] == "stacks" and job["strategy"]["matrix"] == {"include": "${{ fromJSON(needs.stacks.outputs.matrix) }}"}
     assert job["strategy"]["fail-fast"] is False
+    assert job["concurrency"]["group"] == f"drift-{MATRIX_STACK}" and job["concurrency"]["cancel-in-progress"] is False
 
 
 def test_drift_compares_with_the_hosts_without_writing_state_and_runs_doctor():
-    (job,) = jobs(load(WORKFLOW_DIR / "drift.yml")).values()
+    job = jobs(load(WORKFLOW_DIR / "drift.yml"))["drift"]
     (pulumi,) = pulumi_steps(job)
     # `command: refresh` would write the refreshed state back before failing.
     assert pulumi["with"]["command"] == "preview"
     assert pulumi["with"]["refresh"] is True
     assert pulumi["with"]["expect-no-changes"] is True
+    assert pulumi["with"]["stack-name"] == MATRIX_STACK and pulumi["with"]["parallel"] == "${{ matrix.parallel }}"
     doctor = next(s for s in job["steps"] if "allocation doctor" in str(s.get("run", "")))
     assert "--stack" in doctor["run"]
     assert "!cancelled()" in doctor["if"], "doctor must run even when pulumi found drift"
@@ -518,7 +558,8 @@ def test_the_engine_suite_installs_the_cli_and_plugin_versions_requirements_txt_
     (install,) = pulumi_steps(job)
     assert "command" not in install["with"], "without `command` the action only installs the CLI"
     pins = pinned_versions()
-    assert install["with"]["pulumi-version"] == pins["pulumi"]
+    assert install["with"] == {"pulumi-version-file": PULUMI_VERSION_FILE}
+    assert (REPO / PULUMI_VERSION_FILE).read_text().strip() == pins["pulumi"]
     scripts = "\n".join(str(s.get("run", "")) for s in job["steps"])
     assert f"pulumi plugin install resource docker {pins['pulumi-docker']}" in scripts
     assert f"pulumi plugin install resource command {pins['pulumi-command']}" in scripts

@@ -145,8 +145,11 @@ def _host_title(hp: HostPlan) -> str:
     if hp.host.card_sharing == "deviceShare" and unit != shared:
         sharing += f", device-share mode on cards {','.join(map(str, unit))} (both chips of each NPU)"
     board = " (Atlas A3: card k is NPU k//2, chip k%2)" if hp.host.board == "a3" else ""
+    # What the HBM/card column's fractions are of: the total the runtime reports, below the label's GiB.
+    total = runtime_total(hp.host)
+    usable = f" ({gib(total)} GiB usable)" if total is not None else ""
     return (
-        f"{hp.host.name} ({hp.host.address}){board}: {hp.host.npus} NPUs x {hp.host.hbm_gi_b} GiB, "
+        f"{hp.host.name} ({hp.host.address}){board}: {hp.host.npus} NPUs x {hp.host.hbm_gi_b} GiB{usable}, "
         f"{count} service{'s' if count != 1 else ''}{sharing}{takeover}"
     )
 

@@ -34,13 +34,21 @@ def stand_in_docker(root: Path, inspect: str, holder: subprocess.Popen | None = 
     (root / "bin/docker").chmod(0o755)
 
 
+FAKE_ID = "0123456789ab" * 5 + "cdef"
+"""The container ID the recording `docker` answers `ps` with."""
+
+
 def run_script_with_fake_docker(script: str, tmp: Path) -> list[str]:
     """Runs `script` under `sh` in `tmp` with a `docker` that records each call's argv: one line per
-    call, the arguments NUL-terminated."""
+    call, the arguments NUL-terminated. `docker ps` answers with one container ID, so a script that
+    resolves a name first (records.runtime `named`) goes on to act on it."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir(exist_ok=True)
     fake = bin_dir / "docker"
-    fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done >> "$DOCKER_LOG"\nprintf "\\n" >> "$DOCKER_LOG"\n')
+    fake.write_text(
+        '#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done >> "$DOCKER_LOG"\nprintf "\\n" >> "$DOCKER_LOG"\n'
+        f'[ "$1" = ps ] && echo {FAKE_ID}\nexit 0\n'
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     log = tmp / "docker.log"
     log.write_text("")

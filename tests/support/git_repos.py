@@ -17,6 +17,22 @@ runtime:
   name: python
 """
 
+# A fleet deployed as two shards: shard 0 holds a and b, shard 1 c and d; every service is pinned to its host.
+SHARDED_FLEET = """\
+config:
+  ascend-fleet:shards: {size: 2}
+  ascend-fleet:hosts:
+    - {name: a, address: 192.0.2.1}
+    - {name: b, address: 192.0.2.2}
+    - {name: c, address: 192.0.2.3}
+    - {name: d, address: 192.0.2.4}
+  ascend-fleet:services:
+    - {name: on-a, model: /models/x, memoryFraction: 0.5, host: a}
+    - {name: on-b, model: /models/x, memoryFraction: 0.5, host: b}
+    - {name: on-c, model: /models/x, memoryFraction: 0.5, host: c}
+    - {name: on-d, model: /models/x, memoryFraction: 0.5, host: d}
+"""
+
 
 def git(repo: Path, *args: str) -> str:
     env = {

@@ -1,10 +1,15 @@
 """`render --format kubernetes`: the stack's Kubernetes objects as YAML, for `kubectl apply` or review.
 
 The objects come from `views.exports.kubernetes.manifests`, the ones the Kubernetes components
-create. Every string is double-quoted, so `kubectl` (sigs.k8s.io/yaml, a YAML 1.1 reader) and YAML
-1.2 readers agree that `on`, `yes` or `0,1` are strings; keys stay in the order they were built
-(`apiVersion`, `kind`, `metadata`, `spec`). A stack without DRA (`kubernetes.dra: false`) says at
-the top of the stream, and on each pod's annotation, that the scheduler does not account for its cards.
+create. The YAML reads as a person writes it: bare keys, scripts and other multi-line text as literal
+blocks (`|`), and quotes only on a string that a YAML reader would otherwise take for something else.
+`kubectl` reads YAML 1.1 (sigs.k8s.io/yaml, over go-yaml v2), where `on`, `yes`, `y` or `1:30` are
+not strings, and YAML 1.2 readers take `0o17` or `1e3` for numbers: a string that either version's
+implicit types would resolve to anything but a string is double-quoted (ruamel.yaml's resolver
+tables of both versions), so every reader gets the same objects. Keys stay in the order they were
+built (`apiVersion`, `kind`, `metadata`, `spec`). A stack without DRA (`kubernetes.dra: false`) says
+at the top of the stream, and on each pod's annotation, that the scheduler does not account for its
+cards.
 """
 
 from __future__ import annotations
@@ -13,26 +18,48 @@ import io
 from typing import Any, Iterable
 
 from ruamel.yaml import YAML
+from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.representer import SafeRepresenter
+from ruamel.yaml.resolver import VersionedResolver
 
 from records.deployment import Deployment
 from views.exports.kubernetes import UNACCOUNTED, Manifest, manifests
 
 
-class _Quoted(SafeRepresenter):
-    """Strings double-quoted, mappings in the order they were built."""
+_STR = "tag:yaml.org,2002:str"
+_READERS = (VersionedResolver(version=(1, 1)), VersionedResolver(version=(1, 2)))
+
+
+def _read_as_text(value: str) -> bool:
+    """Whether both YAML 1.1 and 1.2 read `value`, written plain, as the string it is."""
+    return all(str(r.resolve(ScalarNode, value, (True, False))) == _STR for r in _READERS)
+
+
+class _Readable(SafeRepresenter):
+    """Mappings in the order they were built; strings as `_text` writes them."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sort_base_mapping_type_on_output = False
 
 
-_Quoted.add_representer(str, lambda r, data: r.represent_scalar("tag:yaml.org,2002:str", data, style='"'))
+def _text(representer: SafeRepresenter, data: str) -> Any:
+    """Scripts as literal blocks: text with a line break or a double quote (a shell script, the start
+    gate's `sh -c` argument), which a quoted scalar would have to escape; a string another reading
+    would change, double-quoted; any other left to the emitter: plain, or quoted where plain YAML
+    cannot hold it (a leading `*`, a `: `). The emitter quotes a block it cannot write (trailing
+    spaces, control characters) instead."""
+    style = "|" if "\n" in data or '"' in data else None if _read_as_text(data) else '"'
+    return representer.represent_scalar(_STR, data, style=style)
 
 
-def _yaml(obj: Any) -> str:
+_Readable.add_representer(str, _text)
+
+
+def document(obj: Any) -> str:
+    """One object as a YAML document (without the `---` that starts it in a stream)."""
     yaml = YAML(typ="safe", pure=True)
-    yaml.Representer = _Quoted
+    yaml.Representer = _Readable
     yaml.default_flow_style = False
     yaml.width = 4096
     out = io.StringIO()
@@ -62,7 +89,7 @@ def _header(deployment: Deployment, objects: tuple[Manifest, ...]) -> str:
 def stream(deployment: Deployment) -> str:
     """Every object, one YAML document each, in the order to apply them."""
     objects = manifests(deployment)
-    return _header(deployment, objects) + "".join(f"---\n{_yaml(dict(m.obj))}" for m in objects)
+    return _header(deployment, objects) + "".join(f"---\n{document(dict(m.obj))}" for m in objects)
 
 
 def files(deployment: Deployment) -> dict[str, str]:
@@ -71,6 +98,6 @@ def files(deployment: Deployment) -> dict[str, str]:
     objects = manifests(deployment)
     width = max(3, len(str(len(objects))))
     return {
-        f"{i:0{width}d}-{m.kind.lower()}-{m.name}.yaml": _header(deployment, (m,)) + _yaml(dict(m.obj))
+        f"{i:0{width}d}-{m.kind.lower()}-{m.name}.yaml": _header(deployment, (m,)) + document(dict(m.obj))
         for i, m in enumerate(objects, start=1)
     }
