@@ -1,8 +1,8 @@
 """`python -m allocation`: plan, pin, check and export a stack's fleet, without Pulumi.
 
-`plan`, `pin` and `render` need no credentials and touch no host. Every
+`plan`, `pin`, `render` and `endpoints` need no credentials and touch no host. Every
 FleetError becomes one readable paragraph on stderr and exit code 1; usage
-errors exit 2. What reaches hosts (`doctor`, `profile`) lives in `ops/`, the formats
+errors exit 2. What reaches hosts (`doctor`, `status`, `logs`, `profile`) lives in `ops/`, the formats
 `render` writes in `views/exports/`; both are dispatched to from here.
 """
 
@@ -97,6 +97,40 @@ def _shard_parsers(sub: argparse._SubParsersAction) -> None:
     move.add_argument("--to", type=int, required=True, metavar="K", help="the shard it moves to")
 
 
+def _shard_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--shard", type=int, metavar="K", help="a fleet deployed as shards: shard K's hosts only (a shard's stack: its own)"
+    )
+
+
+def _live_parsers(sub: argparse._SubParsersAction) -> None:
+    """`status`, `logs` and `endpoints`: what runs where, a container's log, the URLs clients use."""
+    status = sub.add_parser(
+        "status",
+        help="what runs where: each host's planned containers with their cards, state and health, uptime, image and "
+        "endpoint, and each router's workers (exit 0 all running and healthy, 1 not, 2 a host not read)",
+    )  # fmt: skip
+    _stack_args(status)
+    status.add_argument("services", nargs="*", metavar="SERVICE", help="only these services' containers (a replicated one's replicas and router)")
+    status.add_argument("--format", choices=("table", "json"), default="table")
+    _shard_arg(status)
+
+    logs = sub.add_parser("logs", help="the last lines of a planned container's log, read on its host over SSH")
+    _stack_args(logs)
+    logs.add_argument("service", metavar="SERVICE", help="a service, or a replica or router by its name (bge-m3-2, bge-m3-router)")
+    logs.add_argument("--replica", type=int, metavar="N", help="replica N (from 1) of a replicated SERVICE")
+    logs.add_argument("--tail", type=int, default=100, metavar="N", help="the last N lines, 1 to 10000 (default 100)")
+    logs.add_argument(
+        "--since", metavar="WHEN",
+        help="only lines since WHEN: a duration back from the host's clock (10m, 1h30m), a Unix time or a date (2026-01-01T13:23:37Z)",
+    )  # fmt: skip
+
+    endpoints = sub.add_parser("endpoints", help="the URLs clients use: each service's, a replicated service's router's")
+    _stack_args(endpoints)
+    endpoints.add_argument("--format", choices=("table", "json"), default="table")
+    _shard_arg(endpoints)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m allocation", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
@@ -117,13 +151,12 @@ def _parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check the live hosts of a stack against the plan (exit 1 on findings)")
     _stack_args(doctor)
     doctor.add_argument("--format", choices=("table", "json"), default="table")
-    doctor.add_argument(
-        "--shard", type=int, metavar="K", help="a fleet deployed as shards: check shard K's hosts only (a shard's stack: its own)"
-    )
+    _shard_arg(doctor)
     doctor.add_argument(
         "--kubeconfig", metavar="PATH", help="target kubernetes: the cluster's kubeconfig (default $KUBECONFIG, then ~/.kube/config)"
     )
 
+    _live_parsers(sub)
     _shard_parsers(sub)
     sub.add_parser("stacks", help=STACKS_HELP, description=STACKS_HELP)
 
@@ -261,16 +294,23 @@ def _render_kubernetes(args: argparse.Namespace, deployment: Deployment) -> int:
     return 0
 
 
-def _doctor(args: argparse.Namespace) -> int:
-    from ops import doctor
-
+def _scoped(args: argparse.Namespace) -> Deployment:
+    """The stack's deployment, or the shard's that `--shard K` names or the stack file is."""
     deployment = _deployment(args)[0]
     fleet = deployment.plan.fleet
     index = args.shard if args.shard is not None or fleet.shard_of is None else fleet.shard_of.index
-    if index is not None:
-        if fleet.shards is None:
-            raise ConfigError(f"doctor --shard {index}: stack {deployment.stack} is not deployed as shards (no ascend-fleet:shards)")
-        deployment = deployment.shard(index)
+    if index is None:
+        return deployment
+    if fleet.shards is None:
+        raise ConfigError(f"{args.command} --shard {index}: stack {deployment.stack} is not deployed as shards (no ascend-fleet:shards)")
+    return deployment.shard(index)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from ops import doctor
+
+    deployment = _scoped(args)
+    fleet = deployment.plan.fleet
     if args.kubeconfig is not None and fleet.target != "kubernetes":
         raise ConfigError(f"doctor --kubeconfig: stack {deployment.stack} targets {fleet.target}, not kubernetes; its hosts are read over SSH")
     if fleet.target == "kubernetes":
@@ -279,6 +319,55 @@ def _doctor(args: argparse.Namespace) -> int:
         text, code = doctor.run(deployment, args.format)
     print(text)
     return code
+
+
+def _over_ssh(deployment: Deployment, command: str, instead: str) -> None:
+    """`status` and `logs` read hosts over SSH: on the kubernetes target, one paragraph saying what to run."""
+    fleet = deployment.plan.fleet
+    if fleet.target == "kubernetes":
+        raise ConfigError(
+            f"{command}: stack {deployment.stack} targets kubernetes, whose containers run in pods that the cluster "
+            f"reports, not on hosts read over SSH: run {instead} (namespace {fleet.kubernetes.namespace}); doctor "
+            f"--stack {deployment.stack} checks them against the plan through the cluster's API"
+        )
+
+
+def _status(args: argparse.Namespace) -> int:
+    from ops import doctor
+    from ops.requested import services_named
+
+    deployment = _scoped(args)
+    services = services_named(deployment, args.services) if args.services else None
+    _over_ssh(deployment, "status", f"kubectl get pods -o wide -n {deployment.plan.fleet.kubernetes.namespace} -l ascend-fleet/instance")
+    text, code = doctor.run_status(deployment, args.format, services=services)
+    print(text)
+    return code
+
+
+def _logs(args: argparse.Namespace) -> int:
+    from ops import logs
+    from ops.requested import target
+
+    deployment = _deployment(args)[0]
+    since = None if args.since is None else logs.checked_since(args.since)
+    lines = logs.checked_tail(args.tail)
+    where = target(deployment, args.service, args.replica)
+    _over_ssh(deployment, "logs", f"kubectl logs -n {deployment.plan.fleet.kubernetes.namespace} deployment/{where.name}")
+    shown, cut = logs.read(where, lines, since)
+    if cut:
+        print(f"note: the last {lines} lines of {where.container} are more than {logs.LOG_BYTES} bytes: their start is left out", file=sys.stderr)
+    if not shown:
+        print(f"note: the log of {where.container} on host {where.host.name} has no lines" + (f" since {since}" if since else ""), file=sys.stderr)
+    if shown:
+        print("\n".join(shown))
+    return 0
+
+
+def _endpoints(args: argparse.Namespace) -> int:
+    from views.endpoints import render
+
+    print(render(_scoped(args), args.format))
+    return 0
 
 
 def _doctor_kubernetes(deployment: Deployment, args: argparse.Namespace) -> tuple[str, int]:
@@ -424,7 +513,7 @@ def _move_host(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render, "profile": _profile, "schema": _schema,
-    "shards": _shards, "stacks": _stacks, "move-host": _move_host,
+    "shards": _shards, "stacks": _stacks, "move-host": _move_host, "status": _status, "logs": _logs, "endpoints": _endpoints,
 }  # fmt: skip
 
 

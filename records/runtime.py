@@ -144,15 +144,22 @@ def logs(name: str = "") -> str:
     return f"{CLI} logs {name}" if name else f"{CLI} logs"
 
 
-def log_tail(name: str, lines: int) -> str:
+NOT_LISTED, NO_CONTAINER = 3, 4
+"""`log_tail`'s exit status when the containers could not be listed, and when none has the name: not
+the Docker CLI's, which exits 1 for an error it reports (docker/cli cmd/docker/docker.go `main`)."""
+
+
+def log_tail(name: str, lines: int, since: str | None = None) -> str:
     """A script printing the last `lines` lines of the log of the container named exactly `name`
-    (by its ID, `named`); else that no container has that name, or why the containers could not be
-    listed."""
+    (by its ID, `named`), from `since` when given (a value `docker logs --since` reads, already
+    checked: ops/logs.py); else why the containers could not be listed (exit NOT_LISTED) or that no
+    container has that name (exit NO_CONTAINER)."""
     word = shlex.quote(name)
+    since_words = "" if since is None else f" --since {shlex.quote(since)}"
     return (
-        f"if ! id=$({named(word)} 2>/dev/null </dev/null); then {named(word)} 2>&1 >/dev/null </dev/null\n"
-        f"elif [ -z \"$id\" ]; then echo no container is named {word}\n"
-        f'else {CLI} logs --tail {int(lines)} "$id" 2>&1 </dev/null; fi\n'
+        f"if ! id=$({named(word)} 2>/dev/null </dev/null); then {named(word)} 2>&1 >/dev/null </dev/null; exit {NOT_LISTED}\n"
+        f"elif [ -z \"$id\" ]; then echo no container is named {word}; exit {NO_CONTAINER}\n"
+        f'else {CLI} logs --tail {int(lines)}{since_words} "$id" 2>&1 </dev/null; fi\n'
     )
 
 

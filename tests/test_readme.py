@@ -75,3 +75,7 @@ def test_the_shards_pages_parallel_rule_is_the_one_deploy_matrix_counts():
     assert row["parallel"] == 50 * (4 + HOST_SLOTS) == 600
     assert f"{HOST_SLOTS} for every host that runs one" in page and "50 x (4 + 8) = 600" in page
     assert "pulumi up --stack prod-shard-0 --parallel 600" in page
+
+
+def test_the_everyday_commands_show_what_runs_where():
+    assert {"status", "logs", "endpoints"} <= {shlex.split(c)[3] for c in allocation_commands(README)}

@@ -155,7 +155,7 @@ def _host_tables(hp: HostPlan, wide: bool) -> list[tuple[list[str], list[list[st
     return [_card_rows(hp), _port_rows(hp, capacity=False), *_capacity_rows(hp)]
 
 
-def _fit(text: str, first: str = "", rest: str = "  ") -> str:
+def fit(text: str, first: str = "", rest: str = "  ") -> str:
     """`text` wrapped to WIDTH columns, words never split, each line after the first indented by `rest`."""
     return textwrap.fill(text, WIDTH, initial_indent=first, subsequent_indent=rest, break_long_words=False,
                          break_on_hyphens=False)  # fmt: skip
@@ -181,7 +181,7 @@ def _host_title(hp: HostPlan) -> str:
     )
 
 
-def _text_table(headers: list[str], rows: list[list[str]]) -> str:
+def text_table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [headers, *rows]]
     return "\n".join("  " + line for line in lines)
@@ -246,7 +246,7 @@ def _must_stop(hd: HostDeployment, fmt: str, wide: bool) -> str:
     """The running services the host's plan stops for a card's switch to device-share mode, one line each."""
     if fmt == "markdown":
         return "\n".join(f"- must stop: {markdown.text(h.text())}" for h in hd.held_cards)
-    return "\n".join(f"  must stop: {h.text()}" if wide else _fit(h.text(), "  must stop: ", "    ") for h in hd.held_cards)
+    return "\n".join(f"  must stop: {h.text()}" if wide else fit(h.text(), "  must stop: ", "    ") for h in hd.held_cards)
 
 
 def _takeover(hp: HostPlan) -> str:
@@ -286,27 +286,27 @@ def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
             parts.append(f"### {markdown.text(_host_title(hp))}")
             parts += [_md_table(*table) for table in _host_tables(hp, wide)]
         else:
-            parts.append(_host_title(hp) if wide else _fit(_host_title(hp)))
-            parts += [_text_table(*table) for table in _host_tables(hp, wide)]
+            parts.append(_host_title(hp) if wide else fit(_host_title(hp)))
+            parts += [text_table(*table) for table in _host_tables(hp, wide)]
         if hd.held_cards:
             parts.append(_must_stop(hd, fmt, wide))
         if hp.host.replaces:
             text = _takeover(hp)
             parts.append(f"- takes over: {markdown.text(text)}" if fmt == "markdown" else
-                         f"  takes over: {text}" if wide else _fit(text, "  takes over: ", "    "))  # fmt: skip
+                         f"  takes over: {text}" if wide else fit(text, "  takes over: ", "    "))  # fmt: skip
     if plan.routers:
         ports = [[window_text(r.windows[k.key]) for k in ROUTER_KINDS] for r in plan.routers]
         rows = [[r.service.name, r.host_name, *p, ", ".join(ps.name for ps in r.replicas)] for r, p in zip(plan.routers, ports)]
         table = (["service", "router host", *(k.column for k in ROUTER_KINDS), "replicas"], rows)
-        parts += ["### Routers", _md_table(*table)] if fmt == "markdown" else ["routers", _text_table(*table)]
+        parts += ["### Routers", _md_table(*table)] if fmt == "markdown" else ["routers", text_table(*table)]
     if plan.groups:
         table = _group_rows(plan)
-        parts += ["### Multi-host services", _md_table(*table)] if fmt == "markdown" else ["multi-host services", _text_table(*table)]
+        parts += ["### Multi-host services", _md_table(*table)] if fmt == "markdown" else ["multi-host services", text_table(*table)]
     if plan.warnings:
         if fmt == "markdown":
             parts += ["### Warnings", "\n".join(f"- {markdown.text(w)}" for w in plan.warnings)]
         else:
-            lines = [f"  warning: {w}" if wide else _fit(w, "  warning: ", "    ") for w in plan.warnings]
+            lines = [f"  warning: {w}" if wide else fit(w, "  warning: ", "    ") for w in plan.warnings]
             parts += ["warnings", "\n".join(lines)]
     return "\n\n".join(parts)
 

@@ -22,7 +22,7 @@ import pulumi
 
 from components.kubernetes.objects import create
 from records.deployment import Deployment, RouterDeployment, ServiceDeployment, previous_replicas
-from views.exports.kubernetes import Manifest, manifests, worker_url
+from views.exports.kubernetes import Manifest, manifests, router_url, worker_url
 
 
 class Group(pulumi.ComponentResource):
@@ -69,11 +69,9 @@ def _services(deployment: Deployment, owned: dict[str, list[Manifest]], nodes: d
     return built
 
 
-def _router_summary(deployment: Deployment, rd: RouterDeployment, owned: dict[str, list[Manifest]]) -> dict[str, Any]:
-    service = next(m for m in owned[f"router/{rd.name}"] if m.kind == "Service")
-    port = service.obj["spec"]["ports"][0]["port"]
-    ns = deployment.plan.fleet.kubernetes.namespace
-    return {"endpoint": f"http://{service.name}.{ns}.svc:{port}/v1", "host": rd.plan.host_name, "replicas": [ps.name for ps in rd.plan.replicas]}
+def _router_summary(deployment: Deployment, rd: RouterDeployment) -> dict[str, Any]:
+    url = router_url(deployment.plan.fleet, rd)
+    return {"endpoint": f"{url}/v1", "host": rd.plan.host_name, "replicas": [ps.name for ps in rd.plan.replicas]}
 
 
 def build(deployment: Deployment) -> KubernetesFleet:
@@ -93,5 +91,5 @@ def build(deployment: Deployment) -> KubernetesFleet:
     endpoints: dict[str, Any] = {
         sd.name: {"endpoint": worker_url(fleet, sd) + "/v1", **sd.summary()} for sd in deployment.services()
     }
-    endpoints |= {rd.plan.service.name: _router_summary(deployment, rd, owned) for rd in deployment.routers}
+    endpoints |= {rd.plan.service.name: _router_summary(deployment, rd) for rd in deployment.routers}
     return KubernetesFleet(nodes, {sd.name: g for sd, g in services.items()}, routers, endpoints)

@@ -100,6 +100,10 @@ class LiveContainer:
     stop_timeout_seconds: int | None = None
     """Config.StopTimeout, seconds; None when unset (Docker then waits its default 10 s)."""
     healthcheck: LiveHealth | None = None
+    started_at: str = ""
+    """State.StartedAt, RFC 3339 as Docker prints it (`status` shows the uptime from it)."""
+    finished_at: str = ""
+    """State.FinishedAt: when it last stopped; Docker's zero time `0001-01-01T00:00:00Z` if never."""
 
     @property
     def active(self) -> bool:
@@ -149,6 +153,8 @@ class LiveContainer:
             log_driver=str((host_config.get("LogConfig") or {}).get("Type") or ""),
             stop_timeout_seconds=None if config.get("StopTimeout") is None else _whole(config["StopTimeout"]),
             healthcheck=LiveHealth.from_inspect(config.get("Healthcheck")),
+            started_at=str(state.get("StartedAt") or ""),
+            finished_at=str(state.get("FinishedAt") or ""),
         )
 
     @property
@@ -217,6 +223,9 @@ class HostFacts:
     """Card -> what `npu-smi info -t device-share` said of it, its lines as printed (gathered for shared cards)."""
     router_workers: Mapping[str, str] = field(default_factory=dict)
     """Router container -> the body of its `GET /workers` (or the error fetching it)."""
+    clock: int | None = None
+    """The host's clock when it answered, seconds since the epoch (`date +%s`): `status` counts
+    uptimes on the host's clock, never this machine's."""
 
 
 _SS_USER = re.compile(r'\("(?P<name>[^"]*)",pid=(?P<pid>[0-9]{1,9})\b')
@@ -304,7 +313,14 @@ def parse_facts(text: str) -> HostFacts:
             if name.startswith("device-share ") and number_of(name.split()[1]) is not None
         },
         router_workers={name.split(None, 1)[1]: body for name, body in sec.items() if name.startswith("router-workers ")},
+        clock=_epoch(sec.get("clock", "")),
     )
+
+
+def _epoch(text: str) -> int | None:
+    """Seconds since the epoch as `date +%s` prints them (ASCII digits, at most 12), else None."""
+    text = text.strip()
+    return int(text) if re.fullmatch(r"[0-9]{1,12}", text) else None
 
 
 def _topology(sec: Mapping[str, str]) -> tuple[Topology | None, str | None]:

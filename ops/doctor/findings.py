@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 from records.containers import DRIVER_DIR, NPU_SMI
-from records.deployment import HostDeployment
+from records.deployment import HostDeployment, RouterDeployment
 from records.device_share import STATUS_KEY, UNIT
 from records.host_requirements import Requirement, cards_of, requirements
 from allocation.windows import NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
@@ -422,8 +422,13 @@ def _judge_sharing(view: HostView) -> list[Finding]:
     return out
 
 
-def _workers(body: str) -> dict[str, bool]:
-    """Worker URL -> healthy, from a `/workers` body; only a JSON `true` is healthy (not `"false"`)."""
+UNREADABLE = (ValueError, TypeError, KeyError, AttributeError)
+"""What `workers_of` raises for a body of another shape."""
+
+
+def workers_of(body: str) -> dict[str, bool]:
+    """Worker URL -> healthy, from a router's `/workers` body; only a JSON `true` is healthy (not
+    `"false"`). Raises ValueError, TypeError, KeyError or AttributeError (`UNREADABLE`) on any other shape."""
     out = {}
     for w in loads(body, "the /workers body")["workers"]:
         if not isinstance(w["url"], str) or not isinstance(w["is_healthy"], bool):
@@ -432,29 +437,59 @@ def _workers(body: str) -> dict[str, bool]:
     return out
 
 
+HEALTHY, UNHEALTHY, NOT_LISTED = "healthy", "unhealthy", "not listed"
+"""How a router sees a worker URL: in its list and healthy, in its list and unhealthy, or not in it."""
+
+
+@dataclass(frozen=True)
+class Worker:
+    url: str
+    seen: str
+    """`HEALTHY`, `UNHEALTHY` or `NOT_LISTED`."""
+    replica: str | None
+    """The planned replica at that URL; None for a URL the router lists that no planned replica has."""
+
+
+@dataclass(frozen=True)
+class RouterWorkers:
+    """What a router says of its workers (`GET /workers`, read on its host by the gather script)."""
+
+    running: bool
+    """Its container runs; a router that does not is judged by its state, its workers are not read."""
+    workers: tuple[Worker, ...] = ()
+    """Each planned replica in order, then the URLs it lists that no planned replica has."""
+    error: str | None = None
+    """Why its answer could not be read."""
+
+
+def router_workers(view: HostView, rd: RouterDeployment) -> RouterWorkers:
+    """A router's view of its replicas (vllm-router 0.1.17: `{"workers": [{"url", "is_healthy", ...}], ...}`)."""
+    live = view.live.get(rd.name)
+    if live is None or live.status != "running":
+        return RouterWorkers(running=False)
+    body = view.facts.router_workers.get(rd.name, "")
+    try:
+        seen = workers_of(body)
+    except UNREADABLE as exc:
+        return RouterWorkers(True, error=f"its /workers could not be read ({type(exc).__name__}: {excerpt(' '.join(body.split()), 200)})")
+    planned = [Worker(sd.url, NOT_LISTED if sd.url not in seen else HEALTHY if seen[sd.url] else UNHEALTHY, sd.name) for sd in rd.replicas]
+    urls = {sd.url for sd in rd.replicas}
+    return RouterWorkers(True, (*planned, *(Worker(u, HEALTHY if ok else UNHEALTHY, None) for u, ok in seen.items() if u not in urls)))
+
+
 def _judge_routers(view: HostView) -> list[Finding]:
-    """Each running router's view of its replicas (`GET /workers`, vllm-router 0.1.17:
-    `{"workers": [{"url", "is_healthy", ...}], ...}`): a replica it sees as unhealthy, or does not list."""
+    """Each running router's view of its replicas: a replica it sees as unhealthy, or does not list."""
     out = []
     for rd in view.hd.routers:
-        live = view.live.get(rd.name)
-        if live is None or live.status != "running":
-            continue  # _judge_state says so
-        body = view.facts.router_workers.get(rd.name, "")
-        try:
-            seen = _workers(body)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            text = f"router {rd.name}: its /workers could not be read ({type(exc).__name__}: {excerpt(' '.join(body.split()), 200)})"
-            out.append(Finding("router", text, service=rd.plan.service.name, container=rd.name))
-            continue
-        for replica, url in ((sd.name, sd.url) for sd in rd.replicas):
-            if url not in seen:
-                text = f"router {rd.name} does not list replica {replica} ({url}) among its workers"
-            elif not seen[url]:
-                text = f"router {rd.name} sees replica {replica} ({url}) as unhealthy and sends it no requests"
+        said = router_workers(view, rd)  # a router that is not running: _judge_state says so
+        if said.error is not None:
+            out.append(Finding("router", f"router {rd.name}: {said.error}", service=rd.plan.service.name, container=rd.name))
+        for w in (w for w in said.workers if w.replica is not None and w.seen != HEALTHY):
+            if w.seen == NOT_LISTED:
+                text = f"router {rd.name} does not list replica {w.replica} ({w.url}) among its workers"
             else:
-                continue
-            out.append(Finding("router", text, service=replica, container=rd.name))
+                text = f"router {rd.name} sees replica {w.replica} ({w.url}) as unhealthy and sends it no requests"
+            out.append(Finding("router", text, service=w.replica, container=rd.name))
     return out
 
 

@@ -3,7 +3,7 @@
 It prints the host's facts in sections: `docker inspect` of every container,
 the PIDs of every running container (`docker top`), the listening TCP sockets
 (`ss -ltnpH`), `npu-smi info`, the links between cards (`npu-smi info -t topo`), the device-share mode of the shared cards, what
-each router says of its workers (`/workers`), and which paths of the host requirements
+each router says of its workers (`/workers`), the host's clock, and which paths of the host requirements
 table (`records.host_requirements`, the table the host check reads too) the host lacks.
 """
 
@@ -82,6 +82,7 @@ out=$(npu-smi info -t topo 2>&1); rc=$?
 printf '%s\\n' "$out" | f npu-topo; echo $rc | f npu-topo-rc
 {sharing}{{
 {missing_paths(required)}}} | f missing
+date +%s 2>&1 | f clock
 f end </dev/null
 exit 0
 }}

@@ -18,9 +18,9 @@ import pytest
 
 from cli.stackfile import load_fleet
 from ops import doctor
-from views.exports.render import docker_run_args
 from sim.host import CLAIMS_DIR, DCMI_DIR, IMAGE, SimHost, free_port
 from tests.simhost.probes import probed_often
+from tests.support.sim_stacks import run_args
 from tests.support.pipeline import deployment_of
 
 pytestmark = pytest.mark.simhost
@@ -65,23 +65,6 @@ def write_stack(tmp_path: Path, sim: SimHost, models: dict[str, Path], *, silent
     path = tmp_path / "Pulumi.doctor-e2e.yaml"
     path.write_text(json.dumps({"config": values}, indent=2))  # JSON is YAML
     return path
-
-
-def run_args(sim: SimHost, spec, *, env: dict[str, str] | None = None, volume: tuple[str, str] | None = None) -> list[str]:
-    """`docker run` args of a spec, labelled for the fixture's cleanup, health probed every second
-    (tests/simhost/probes.py; doctor judges against those specs, `probed_deployment`). The extra label
-    is not in the spec (doctor compares only the spec's labels). `volume`: (old, new) `--volume`
-    argument, a mount changed by hand."""
-    args = docker_run_args(probed_often(spec))
-    for key, value in (env or {}).items():
-        args = [f"--env={key}={value}" if a.startswith(f"--env={key}=") else a for a in args]
-    if volume is not None:
-        assert volume[0] in args, args
-        args = [volume[1] if a == volume[0] else a for a in args]
-    end = args.index("--")  # options end there; the image follows
-    assert args[end + 1] == spec.image
-    test_labels = [f"--label={k}={v}" for k, v in sim.labels().items()]
-    return ["run", *args[:end], *test_labels, *args[end:]]
 
 
 def probed_deployment(config: Path):

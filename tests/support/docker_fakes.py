@@ -118,7 +118,15 @@ elif args[0] in ("stop", "start", "rm"):
             c[1] = "exited" if args[0] == "stop" else "running"
     save()
 elif args[0] == "logs":
-    print("the log of " + resolve(words[-1])[0])
+    c = resolve(words[-1])
+    try:
+        text = open(root + "/logs/" + c[0], "rb").read()
+    except FileNotFoundError:
+        print("the log of " + c[0])
+    else:
+        lines = text.split(b"\\n")[:-1] if text.endswith(b"\\n") else text.split(b"\\n")
+        tail = int(words[words.index("--tail") + 1]) if "--tail" in words else len(lines)
+        sys.stdout.buffer.write(b"".join(line + b"\\n" for line in lines[max(0, len(lines) - tail):]))
 """
 
 
@@ -134,8 +142,8 @@ def resolving_docker(root: Path) -> None:
     `<root>/containers` (name|status|restart|privileged|devices|ports|stack label), each with the ID
     `container_id(name)`; it answers `ps` (with `-a`, `-q`, `--no-trunc` and the exact-name filter
     of `records.runtime.named`), `inspect --format` of the scripts' templates, `update --restart=`,
-    `stop`, `start`, `rm` and `logs` (any other command does nothing), and logs every call to
-    `<root>/calls`."""
+    `stop`, `start`, `rm` and `logs` (the last `--tail` lines of `<root>/logs/<name>`, else one line
+    naming the container; any other command does nothing), and logs every call to `<root>/calls`."""
     (root / "bin").mkdir(parents=True, exist_ok=True)
     text = f"#!{sys.executable}\nROOT = {str(root)!r}\nFIELDS = {_FIELDS!r}\n{RESOLVING_DOCKER}"
     (root / "bin/docker").write_text(text)

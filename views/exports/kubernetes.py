@@ -296,6 +296,12 @@ def worker_url(fleet: FleetConfig, replica: ServiceDeployment) -> str:
     return f"http://{replica.name}.{fleet.kubernetes.namespace}.svc:{replica.plan.assignment.api_port}"
 
 
+def router_url(fleet: FleetConfig, rd: RouterDeployment) -> str:
+    """A replicated service's URL in the cluster: the Service in front of its router, by the
+    service's name in the namespace's DNS (`_router_manifests`)."""
+    return f"http://{_label_name(rd.plan.service.name, 'service')}.{fleet.kubernetes.namespace}.svc:{rd.spec.api_port}"
+
+
 def _router_manifests(fleet: FleetConfig, rd: RouterDeployment) -> list[Manifest]:
     """The router's worker list (a ConfigMap, outside its pod template: replicas that come and go
     restart nothing), its Deployment, and the service's Service in front of it."""

@@ -1,0 +1,297 @@
+"""`status`: what runs where, read in the same one round trip per host as `doctor`. Pure.
+
+`doctor` judges a host's facts; `status` shows them in the plan's terms. Per host: each planned
+container (services and replicas, routers, the NPU exporter) with its cards, state and health,
+uptime, image and endpoint; then the containers outside the plan that hold the host's cards; then
+what each router says of its replicas (`GET /workers`). The facts are the gather script's
+(ops.doctor.gather), read by `ops.doctor.read_host`: nothing here reaches a host.
+
+The exit status a script can act on (`exit_code`): 0 when every planned container runs and is
+healthy (or runs with no health check) and every router sees each of its replicas healthy; 1 when
+anything planned is not; 2 when a host could not be read (unreachable, its Docker not answering, or
+its answer unreadable), whatever the other hosts say.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from allocation import names
+from allocation.errors import printable
+from ops.doctor.drift import shown
+from ops.doctor.facts import HostFacts, LiveContainer
+from ops.doctor.findings import HEALTHY, Finding, RouterWorkers, router_workers, view_of
+from records.containers import ContainerSpec
+from records.deployment import Deployment, HostDeployment
+from records.host_requirements import cards_of
+from views.report import WIDTH, fit, json_text, text_table
+
+FORMATS = ("table", "json")
+EXPORTER = "exporter"
+"""The `kind` of the host's NPU exporter; services, replicas and routers have the plan JSON's."""
+MISSING, UNKNOWN = "missing", "unknown"
+"""A planned container's state when its host has none of that name, or could not be read."""
+OK, NOT_SERVING, UNREAD = 0, 1, 2
+"""`status`'s exit codes."""
+MIN_IMAGE = 24
+"""The image column gives way, down to this width, when a table would be wider than WIDTH."""
+
+
+@dataclass(frozen=True)
+class ContainerStatus:
+    name: str
+    """Docker's name (a renamed service keeps its container's)."""
+    kind: str | None
+    """`service`, `replica`, `router` or `exporter`; None for a container outside the plan."""
+    service: str | None
+    """The configured service it serves: a replica's service, a router's."""
+    cards: tuple[int, ...]
+    """Its planned cards; for a container outside the plan, the cards whose device files it has."""
+    endpoint: str | None
+    state: str
+    """Docker's State.Status (running, exited...), or `missing`, or `unknown`."""
+    health: str | None = None
+    """healthy, unhealthy, starting; None without a health check."""
+    exit_code: int | None = None
+    """The last exit code, when it is not running."""
+    image: str | None = None
+    """The image it runs, as Docker keeps it (Config.Image)."""
+    started_at: str | None = None
+    uptime_seconds: int | None = None
+    """While running: the host's clock minus State.StartedAt."""
+    stopped_seconds: int | None = None
+    """While not running: the host's clock minus State.FinishedAt."""
+    privileged: bool = False
+    """Outside the plan and privileged: it sees every card."""
+
+    @property
+    def serving(self) -> bool:
+        return self.state == "running" and self.health in (None, HEALTHY)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "planned": self.kind is not None, "kind": self.kind, "service": self.service,
+            "cards": list(self.cards), "privileged": self.privileged, "state": self.state, "health": self.health,
+            "serving": self.serving, "exitCode": self.exit_code, "image": self.image, "startedAt": self.started_at,
+            "uptimeSeconds": self.uptime_seconds, "endpoint": self.endpoint,
+        }  # fmt: skip
+
+    def status_text(self) -> str:
+        """As `docker ps` words it: `up 3h12m (healthy)`, `exited (137) 5m ago`."""
+        if self.state == "running":
+            up = "up" if self.uptime_seconds is None else f"up {duration(self.uptime_seconds)}"
+            return up + (f" ({self.health})" if self.health else "")
+        if self.state in ("exited", "dead", "restarting"):
+            ago = "" if self.stopped_seconds is None or self.state == "restarting" else f" {duration(self.stopped_seconds)} ago"
+            return f"{self.state} ({self.exit_code}){ago}"
+        return self.state
+
+
+@dataclass(frozen=True)
+class RouterStatus:
+    name: str
+    service: str
+    said: RouterWorkers
+
+    @property
+    def serving(self) -> bool:
+        """Running, and seeing each of its replicas healthy."""
+        planned = [w for w in self.said.workers if w.replica is not None]
+        return self.said.running and self.said.error is None and all(w.seen == HEALTHY for w in planned)
+
+    def to_json(self) -> dict[str, Any]:
+        workers = [{"replica": w.replica, "url": w.url, "seen": w.seen} for w in self.said.workers]
+        return {"name": self.name, "service": self.service, "running": self.said.running, "error": self.said.error,
+                "workers": workers if self.said.running and self.said.error is None else None}  # fmt: skip
+
+    def text(self) -> str:
+        if not self.said.running:
+            return f"router {self.name} is not running: its workers were not read"
+        if self.said.error is not None:
+            return f"router {self.name}: {self.said.error}"
+        seen = [f"{w.replica or shown(w.url, 80) + ' (not a planned replica)'} {w.seen}" for w in self.said.workers]
+        return f"router {self.name} sees: {', '.join(seen) or 'no workers'}"
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    name: str
+    address: str
+    reachable: bool
+    error: str | None
+    """Why the host could not be read; its planned containers' state is then `unknown`."""
+    containers: tuple[ContainerStatus, ...]
+    routers: tuple[RouterStatus, ...] = ()
+
+    @property
+    def planned(self) -> list[ContainerStatus]:
+        return [c for c in self.containers if c.kind is not None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "address": self.address, "reachable": self.reachable, "error": self.error,
+                "containers": [c.to_json() for c in self.containers], "routers": [r.to_json() for r in self.routers]}  # fmt: skip
+
+
+def duration(seconds: int) -> str:
+    """`45s`, `12m`, `3h12m`, `4d3h`: the two largest units."""
+    if seconds < 60:
+        return f"{max(seconds, 0)}s"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if hours == 0:
+        return f"{minutes}m"
+    if days == 0:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
+
+
+def seconds_since(stamp: str, clock: int | None) -> int | None:
+    """The host's clock minus an RFC 3339 time of `docker inspect`; None when either is unknown
+    (Docker's zero time, `0001-01-01T00:00:00Z`, is a container that never stopped)."""
+    if clock is None or len(stamp) > 40:
+        return None
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    if when.tzinfo is None or when.year < 1970:
+        return None
+    return max(0, clock - int(when.timestamp()))
+
+
+def _planned(hd: HostDeployment) -> list[tuple[str, ContainerSpec, str, str | None, tuple[int, ...], str | None]]:
+    """(name, spec, kind, service, cards, endpoint) of every container the plan creates on the host."""
+    out = [(sd.name, sd.spec, sd.plan.instance.kind, sd.plan.replica_of, sd.plan.assignment.cards, sd.endpoint) for sd in hd.services]
+    out += [(rd.name, rd.spec, names.ROUTER, rd.plan.service.name, (), rd.endpoint) for rd in hd.routers]
+    return out + ([(hd.exporter.name, hd.exporter, EXPORTER, None, (), None)] if hd.exporter is not None else [])
+
+
+def _live(c: LiveContainer, clock: int | None, **planned: Any) -> ContainerStatus:
+    running = c.status == "running"
+    return ContainerStatus(
+        name=c.name, state=c.status, health=c.health, exit_code=None if running else c.exit_code, image=c.image,
+        started_at=c.started_at or None, uptime_seconds=seconds_since(c.started_at, clock) if running else None,
+        stopped_seconds=None if running else seconds_since(c.finished_at, clock), **planned,
+    )  # fmt: skip
+
+
+def _unread(hd: HostDeployment, reachable: bool, error: str) -> HostStatus:
+    rows = tuple(ContainerStatus(spec.name, kind, service, cards, endpoint, UNKNOWN) for _, spec, kind, service, cards, endpoint in _planned(hd))
+    return HostStatus(hd.name, hd.host.address, reachable, error, rows)
+
+
+def host_status(hd: HostDeployment, read: HostFacts | Finding) -> HostStatus:
+    """One host's containers as read (`ops.doctor.read_host`), against its deployment."""
+    if isinstance(read, Finding):
+        return _unread(hd, read.kind != "unreachable", read.message)
+    if read.docker_error:
+        return _unread(hd, True, f"host {hd.name}: docker does not answer: {read.docker_error}")
+    view = view_of(hd, read)
+    rows = []
+    for name, spec, kind, service, cards, endpoint in _planned(hd):
+        planned = {"kind": kind, "service": service, "cards": cards, "endpoint": endpoint}
+        live = view.live.get(name)
+        rows.append(ContainerStatus(spec.name, state=MISSING, **planned) if live is None else _live(live, read.clock, **planned))
+    npus = tuple(range(hd.host.npus))
+    for c in view.foreign:
+        held = npus if c.privileged else tuple(sorted(cards_of(c.device_files)))
+        if held:
+            rows.append(_live(c, read.clock, kind=None, service=None, cards=held, endpoint=None, privileged=c.privileged))
+    routers = tuple(RouterStatus(rd.name, rd.plan.service.name, router_workers(view, rd)) for rd in hd.routers)
+    return HostStatus(hd.name, hd.host.address, True, None, tuple(rows), routers)
+
+
+def hosts_of(deployment: Deployment, services: frozenset[str]) -> Deployment:
+    """The deployment with only the hosts where one of `services` has a container (a replica, a router)."""
+    on = {sd.plan.assignment.host_name for sd in deployment.services() if sd.plan.replica_of in services}
+    on |= {rd.plan.host_name for rd in deployment.routers if rd.plan.service.name in services}
+    return replace(deployment, hosts=tuple(hd for hd in deployment.hosts if hd.name in on))
+
+
+def only(h: HostStatus, services: frozenset[str]) -> HostStatus:
+    """A host's status with only the containers and routers of `services`."""
+    return replace(h, containers=tuple(c for c in h.containers if c.service in services),
+                   routers=tuple(r for r in h.routers if r.service in services))  # fmt: skip
+
+
+def exit_code(hosts: list[HostStatus]) -> int:
+    if any(h.error is not None for h in hosts):
+        return UNREAD
+    serving = all(c.serving for h in hosts for c in h.planned) and all(r.serving for h in hosts for r in h.routers)
+    return OK if serving else NOT_SERVING
+
+
+def cards_text(cards: tuple[int, ...], npus: int | None = None) -> str:
+    """`0-3`, `0,2,4-7`, `all`, `-`."""
+    if not cards:
+        return "-"
+    if npus is not None and cards == tuple(range(npus)):
+        return "all"
+    runs: list[list[int]] = []
+    for card in cards:
+        if runs and card == runs[-1][-1] + 1:
+            runs[-1].append(card)
+        else:
+            runs.append([card])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def _cut_left(text: str, width: int) -> str:
+    """The end of `text` in `width` characters (an image's tag is at its end)."""
+    return text if len(text) <= width else "..." + text[len(text) - width + 3 :]
+
+
+HEADERS = ["container", "cards", "status", "image", "endpoint"]
+IMAGE = HEADERS.index("image")
+
+
+def _table(rows: list[list[str]]) -> str:
+    """The rows under HEADERS, within WIDTH columns: the image column gives way first (its start cut)."""
+    rows = [[printable(cell) for cell in row] for row in rows]
+    widths = [max(len(r[i]) for r in [HEADERS, *rows]) for i in range(len(HEADERS))]
+    over = 2 + sum(widths) + 2 * (len(widths) - 1) - WIDTH
+    if over > 0:
+        keep = max(MIN_IMAGE, widths[IMAGE] - over)
+        rows = [[_cut_left(cell, keep) if i == IMAGE else cell for i, cell in enumerate(r)] for r in rows]
+    return text_table(HEADERS, rows)
+
+
+def _row(c: ContainerStatus, npus: int) -> list[str]:
+    return [c.name, cards_text(c.cards, npus if c.privileged else None), c.status_text(), c.image or "-", c.endpoint or "-"]
+
+
+def _host_title(h: HostStatus) -> str:
+    if h.error is not None:
+        return h.error  # it names the host
+    planned = h.planned
+    serving = sum(c.serving for c in planned)
+    return f"{h.name} ({h.address}): {serving} of {len(planned)} planned containers running and healthy"
+
+
+def _host_text(h: HostStatus, npus: int) -> list[str]:
+    parts = [fit(printable(_host_title(h)))]
+    if h.planned:
+        parts.append(_table([_row(c, npus) for c in h.planned]))
+    others = [c for c in h.containers if c.kind is None]
+    if others:
+        parts.append(fit("  not in the plan, holding cards of this host:"))
+        parts.append(_table([_row(c, npus) for c in others]))
+    if h.routers:
+        parts.append("\n".join(fit(printable(r.text()), "  ", "    ") for r in h.routers))
+    return parts
+
+
+def render(deployment: Deployment, hosts: list[HostStatus], fmt: str) -> str:
+    code = exit_code(hosts)
+    if fmt == "json":
+        return json_text({"stack": deployment.stack, "ok": code == OK, "hosts": [h.to_json() for h in hosts]})
+    planned = [c for h in hosts for c in h.planned]
+    unread = sum(h.error is not None for h in hosts)
+    summary = f"stack {deployment.stack}: {len(hosts)} host(s), {sum(c.serving for c in planned)} of {len(planned)} planned containers running and healthy"
+    summary += f"; {unread} host(s) could not be read" if unread else ""
+    parts = [summary]
+    npus = {hd.name: hd.host.npus for hd in deployment.hosts}
+    for h in hosts:
+        parts.append("\n".join(_host_text(h, npus[h.name])))
+    return "\n\n".join(parts)

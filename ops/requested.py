@@ -1,0 +1,82 @@
+"""What a `logs` or `status` request names: a service of the deployment, one of its replicas, its router. Pure.
+
+Names are the operator's words: an unknown one is refused in one paragraph naming the services the
+stack has, and the closest name (as a config error does, allocation/config_errors.py `suggest`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from allocation.config_errors import shown, suggest
+from allocation.errors import ConfigError
+from records.deployment import Deployment, HostDeployment
+
+
+@dataclass(frozen=True)
+class Target:
+    """The container a `logs` request names: its host, its name and Docker's, what the plan makes of it."""
+
+    host: HostDeployment
+    name: str
+    """The replica's, router's or service's name (its Deployment's on Kubernetes)."""
+    container: str
+    """Docker's name, which a renamed service keeps."""
+    what: str
+
+
+def target(deployment: Deployment, name: str, replica: int | None) -> Target:
+    """The container of service `name` (replica `replica` of a replicated one), or of a replica or
+    router named so; ConfigError naming the stack's services when none is."""
+    hosts = {hd.name: hd for hd in deployment.hosts}
+    instances = {sd.name: sd for sd in deployment.services()}
+    routers = {rd.name: rd for rd in deployment.routers}
+    replicated = {rd.plan.service.name: rd for rd in routers.values()}
+    if replica is not None:
+        if name not in replicated:
+            if name not in instances and name not in routers:
+                raise ConfigError(unknown(deployment, "logs", name))
+            how = "a service of its own" if instances.get(name) and instances[name].plan.instance.index == 0 else "a replica or router, named as it is"
+            raise ConfigError(f"logs {name} --replica {replica}: {name} is not a replicated service ({how}): leave out --replica")
+        replicas = replicated[name].replicas
+        if not 1 <= replica <= len(replicas):
+            raise ConfigError(f"logs {name} --replica {replica}: {name} has replicas 1 to {len(replicas)}")
+        name = replicas[replica - 1].name
+    elif name in replicated:
+        rd = replicated[name]
+        raise ConfigError(
+            f"logs {name}: {name} runs {len(rd.replicas)} replicas behind its router: give --replica 1 to "
+            f"{len(rd.replicas)}, or name the router, {rd.name}"
+        )
+    if name in instances:
+        sd = instances[name]
+        cards = ",".join(map(str, sd.plan.assignment.cards))
+        return Target(hosts[sd.plan.assignment.host_name], sd.name, sd.spec.name, f"{sd.plan.instance.kind} {sd.name} on cards {cards}")
+    if name in routers:
+        rd = routers[name]
+        return Target(hosts[rd.plan.host_name], rd.name, rd.spec.name, f"router {rd.name} of {rd.plan.service.name}")
+    raise ConfigError(unknown(deployment, "logs", name))
+
+
+def unknown(deployment: Deployment, command: str, name: str, what: str = "service, replica or router") -> str:
+    """One paragraph: `name` is none of the stack's; the closest, and every service with its replicas and router."""
+    replicated = {rd.plan.service.name: rd for rd in deployment.routers}
+    services = sorted({sd.plan.replica_of for sd in deployment.services()})
+    known = services if what == "service" else [*services, *(sd.name for sd in deployment.services()), *(rd.name for rd in deployment.routers)]
+    listed = ", ".join(
+        f"{s} (replicas 1 to {len(replicated[s].replicas)}, router {replicated[s].name})" if s in replicated else s
+        for s in services
+    )
+    return (
+        f"{command} {shown(name)}: stack {deployment.stack} has no {what} of that name"
+        f"{suggest(name, known)}; its services: {listed or 'none'}"
+    )
+
+
+def services_named(deployment: Deployment, requested: list[str]) -> frozenset[str]:
+    """The configured services `status SERVICE...` names; ConfigError for one the stack lacks."""
+    services = {sd.plan.replica_of for sd in deployment.services()}
+    for name in requested:
+        if name not in services:
+            raise ConfigError(unknown(deployment, "status", name, "service"))
+    return frozenset(requested)
