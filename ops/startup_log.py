@@ -50,6 +50,9 @@ MAX_LINES = 2000
 MAX_LINE = 4096
 """Characters of one line: the longest, the summary, is about 600 plus the model path's none."""
 
+SHOWN = 160
+"""Characters of a refused line a message quotes."""
+_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T[0-9:.]{8,18}Z ")
 # What vLLM's logger puts before a message, after docker's timestamp (RFC 3339, nanoseconds trimmed).
 _ENVELOPE = re.compile(
     r"(?P<date>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.\d{1,9})?Z "
@@ -105,10 +108,15 @@ def _figures(kind: str, found: re.Match[str]) -> dict[str, Decimal | int | str]:
     return {k: Decimal(v) for k, v in values.items()}
 
 
+def _shown(line: str) -> str:
+    """The line, escaped, for a message: whole when short, else its start (the process) and its end
+    (where a cut line stops), after docker's time."""
+    text = line.split(" ", 1)[1] if _STAMP.match(line) else line
+    return excerpt(text, SHOWN) if len(text) <= SHOWN else f"{excerpt(text[:60], 60)} ... {excerpt(text[-80:], 80)}"
+
+
 def _refused(container: str, number: int, line: str, why: str) -> LogError:
-    return LogError(
-        f"container {container}: startup line {number} {why}, so it is not read as a measurement: {excerpt(line, 100)}"
-    )
+    return LogError(f"container {container}: startup line {number} {why}, so it is not read as a measurement: {_shown(line)}")
 
 
 def read_line(line: str, container: str, number: int) -> Line | None:
