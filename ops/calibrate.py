@@ -22,6 +22,7 @@ such problem of every host in one paragraph, and nothing is written.
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -159,9 +160,9 @@ class HostReading:
 
 
 def _planned(hd: HostDeployment, server: Server) -> list[ServiceDeployment]:
-    """The host's planned services the server is: those of its model, the served name deciding between
-    services of one model (the replicas of one service are one)."""
-    same = [sd for sd in hd.services if sd.plan.service.model == server.model]
+    """The host's planned services the server is: those of its model (`/disk2/bge-m3/` is `/disk2/bge-m3`),
+    the served name deciding between services of one model (the replicas of one service are one)."""
+    same = [sd for sd in hd.services if posixpath.normpath(sd.plan.service.model) == posixpath.normpath(server.model)]
     if len({sd.plan.replica_of for sd in same}) > 1:
         same = [sd for sd in same if sd.plan.instance.served_model_name == server.served]
     return same

@@ -169,6 +169,31 @@ def test_a_server_of_another_shape_is_not_taken_and_the_latest_start_of_a_servic
     assert "not taken: qwen-long: no container on host npu-a logged its startup as planned" in out
 
 
+def test_a_server_at_another_size_is_named_and_not_taken_and_a_trailing_slash_is_the_same_model(monkeypatch, capsys, prod):
+    containers = compose_containers()
+    emb_vl = EMB_VL.replace("--tensor-parallel-size 4", "--tensor-parallel-size 2").format(bge=BGE + "/", qwen=QWEN)
+    containers[0]["Config"]["Cmd"][2] = emb_vl
+    logs = compose_logs()
+    logs["e" * 64] = [line.replace(f"model {BGE}...", f"model {BGE}/...") for line in logs["e" * 64]]
+    code, out, err = run(monkeypatch, capsys, prod, answer(containers, logs))
+    assert code == 0, err
+    services = services_of(prod)
+    assert "measured" not in services["qwen-vl"] and services["bge-m3"]["measured"]["container"] == "model-emb-vl"
+    assert "not taken: container model-emb-vl's server of /disk2/Qwen3.6-27B-w8a8 (as qwen-vl): ran at tensorParallelSize 2, qwen-vl plans 4" in out
+
+
+def test_an_edit_made_while_the_hosts_are_read_is_kept_and_nothing_is_written(monkeypatch, capsys, prod):
+    def fake_run_script(hd, script, *, timeout=None):
+        prod.write_text(prod.read_text() + "# an operator's note, saved meanwhile\n")
+        return RemoteResult(True, 0, answer(compose_containers(), compose_logs()), "", 0.1)
+
+    monkeypatch.setattr(calibrating, "run_script", fake_run_script)
+    assert main(["calibrate", "--config", str(prod)]) == 1
+    err = capsys.readouterr().err
+    assert "changed since calibrate read it" in err and "run calibrate again" in err and "measured" not in prod.read_text()
+    assert prod.read_text().endswith("# an operator's note, saved meanwhile\n")
+
+
 def test_a_second_calibration_of_the_same_logs_changes_nothing(monkeypatch, capsys, prod):
     stdout = answer(compose_containers(), compose_logs())
     assert run(monkeypatch, capsys, prod, stdout)[0] == 0
