@@ -48,8 +48,8 @@ def stale(host: str, instance: Instance, cards: Sequence[int]) -> Outcome[None]:
         return Outcome(None)
     graphs = ", and its graphMemoryGiB is still that measurement's" if s.graph_memory_gi_b == measured.graph_memory_gi_b else ""
     return Outcome(None, warnings=(
-        f"{where(host, cards)}: measured: {instance.name}'s startup figures ({source(measured)}) were taken at tensorParallelSize "
-        f"{measured.tensor_parallel_size} and it now has {s.tensor_parallel_size}, so the plan takes its weights and "
+        f"{where(host, cards)}: measured: {instance.name}'s startup figures ({source(measured)}) were taken at "
+        f"tensorParallelSize {measured.tensor_parallel_size} and it now has {s.tensor_parallel_size}, so the plan takes its weights and "
         f"runtime overhead from its profile and runtimeOverheadGiB again{graphs}: run python -m allocation calibrate "
         "once it has started with the new size",
     ))  # fmt: skip

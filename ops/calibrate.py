@@ -152,6 +152,8 @@ class Reading:
 
 @dataclass
 class HostReading:
+    """What one host's containers gave: the readings, and in words what was not taken and what could not be read."""
+
     readings: list[Reading]
     notes: list[str]
     """What was read but not taken, in words."""
@@ -177,12 +179,14 @@ def _match(hd: HostDeployment, name: str, server: Server, startup: Startup) -> R
     sd = planned[0]
     service = sd.plan.service
     if server.tensor_parallel_size != service.tensor_parallel_size:
-        return f"{what}: ran at tensorParallelSize {server.tensor_parallel_size}, {sd.plan.replica_of} plans {service.tensor_parallel_size}"
+        size = f"tensorParallelSize {server.tensor_parallel_size}, {sd.plan.replica_of} plans {service.tensor_parallel_size}"
+        return f"{what}: ran at {size}"
     if server.eager == sd.plan.resolved.captures_graphs:
         ran = "with --enforce-eager" if server.eager else "capturing NPU graphs"
         return f"{what}: ran {ran}, {sd.plan.replica_of} does not"
     if startup.weights is None or (startup.graph is None and not server.eager):
-        return f"{what}: logged no {'weights' if startup.weights is None else 'NPU graph pool'} since its last start (still loading, or stopped early)"
+        missing = "weights" if startup.weights is None else "NPU graph pool"
+        return f"{what}: logged no {missing} since its last start (still loading, or stopped early)"
     return Reading(sd.plan.replica_of, name, hd.name, server, startup)
 
 
@@ -215,6 +219,7 @@ def _log(container: LiveContainer, frame: Frame, hd: HostDeployment) -> HostRead
 
 
 def _containers(frames: list[Frame], host: str) -> dict[str, LiveContainer] | str:
+    """The host's containers by ID, from its `docker inspect` frame; why not, in words."""
     sections = {f.kind: f for f in frames if f.kind in ("docker-error", "docker-inspect", "end")}
     if "end" not in sections:
         return f"host {host}: the script reading the containers did not finish (output cut short)"
@@ -299,9 +304,8 @@ def calibrate(deployment: Deployment) -> Calibration:
         read = list(pool.map(read_host, hosts))
     problems = [p for h in read for p in h.problems]
     latest: dict[str, Reading] = {}
-    for r in (r for h in read for r in h.readings):
-        if r.service not in latest or (r.startup.date, r.container) > (latest[r.service].startup.date, latest[r.service].container):
-            latest[r.service] = r
+    for r in sorted((r for h in read for r in h.readings), key=lambda r: (r.startup.date, r.container)):
+        latest[r.service] = r  # the last to start wins
     keys = {name: pins(latest[name]) for name in sorted(latest)}
     problems += [why for why in keys.values() if isinstance(why, str)]
     if problems:

@@ -93,7 +93,9 @@ FIGURE = st.integers(min_value=0, max_value=200 * GIB)
 
 @given(weights=FIGURE, activation=FIGURE, non_torch=FIGURE, graph=FIGURE, kv=FIGURE,
        fraction=st.floats(min_value=1e-6, max_value=1.0))  # fmt: skip
-def test_any_summary_vllm_ascend_formats_is_read_back_to_the_figures_it_printed(weights, activation, non_torch, graph, kv, fraction):
+def test_any_summary_vllm_ascend_formats_is_read_back_to_the_figures_it_printed(
+    weights, activation, non_torch, graph, kv, fraction
+):
     text = summary(fraction=fraction, weights=weights, activation=activation, non_torch=non_torch, graph=graph, kv=kv)
     line = read_line(logged(text, "worker.py:546", "Worker_TP3", 7), "c", 1)
     printed = {"weights": weights, "activation": activation, "non_torch": non_torch, "graph": graph, "kv": kv}

@@ -54,7 +54,8 @@ def test_the_kept_compose_containers_calibrate_prod_and_a_forged_or_cut_line_wri
     services = {s["name"]: s for s in yaml.safe_load(config.read_text())["config"]["ascend-fleet:services"]}
     for name, (container, tp, fraction, kv) in EXPECTED.items():
         measured = services[name]["measured"]
-        assert {k: measured[k] for k in (*FIGURES, "container", "host", "tensorParallelSize", "memoryFraction", "kvCacheGiB")} == {
+        keys = (*FIGURES, "container", "host", "tensorParallelSize", "memoryFraction", "kvCacheGiB")
+        assert {k: measured[k] for k in keys} == {
             **FIGURES, "container": container, "host": "npu-a", "tensorParallelSize": tp, "memoryFraction": fraction,
             "kvCacheGiB": kv,
         }, name  # fmt: skip
@@ -75,7 +76,8 @@ def test_the_kept_compose_containers_calibrate_prod_and_a_forged_or_cut_line_wri
         kept_vllm_container(sim_host, name, printed)
         refused = allocation("calibrate", "--config", str(config))
         assert refused.returncode == 1 and refused.stdout == ""
-        assert refused.stderr.startswith(f"error: stack prod-on-sim: cannot calibrate: host npu-a: container {name}: startup line 1 ")
+        lead = f"error: stack prod-on-sim: cannot calibrate: host npu-a: container {name}: startup line 1 "
+        assert refused.stderr.startswith(lead), refused.stderr
         assert "not read as a measurement" in refused.stderr and "nothing was written" in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
         assert config.read_bytes() == calibrated

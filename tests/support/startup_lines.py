@@ -44,10 +44,12 @@ def server_log(model: str, ranks: list[tuple[str, int]], engine: int, *, weights
     """Every startup line one server writes: `ranks` its (process, pid), `engine` its engine core's pid."""
     first, pid0 = ranks[0]
     lines = [logged(f"Starting to load model {model}...", "model_runner_v1.py:3374", p, n, stamp) for p, n in ranks]
-    lines += [logged(f"Loading model weights took {weights / GIB:.4f} GB", "model_runner_v1.py:3421", p, n, stamp) for p, n in ranks]
+    took = f"Loading model weights took {weights / GIB:.4f} GB"
+    lines += [logged(took, "model_runner_v1.py:3421", p, n, stamp) for p, n in ranks]
     lines.append(logged(f"Available KV cache memory: {kv / GIB:.2f} GiB", "worker.py:394", first, pid0, stamp))
     lines.append(logged(f"GPU KV cache size: {tokens:,} tokens", "kv_cache_utils.py:1708", "EngineCore", engine, stamp))
-    lines.append(logged(f"Graph capturing finished in 5 secs, took {graph / GIB:.2f} GiB", "gpu_model_runner.py:6133", first, pid0, stamp))
+    captured = f"Graph capturing finished in 5 secs, took {graph / GIB:.2f} GiB"
+    lines.append(logged(captured, "gpu_model_runner.py:6133", first, pid0, stamp))
     figures = {"weights": weights, "activation": 1 << 29, "non_torch": 1 << 28, "graph": graph, "kv": kv}
     lines += [logged(summary(fraction=fraction, **figures), "worker.py:546", p, n, stamp) for p, n in ranks]
     return lines
