@@ -449,7 +449,7 @@ class ContainerSettings(Model):
         description="Per-card GiB of the NPU graph pool vLLM-Ascend captures after the KV cache, outside "
         "`memoryFraction` (vllm-ascend@v0.20.2rc1 `worker/worker.py` `compile_or_warm_up_model`); the shared-card "
         "check counts it unless `args` has `--enforce-eager`. Set it to what the startup log reports "
-        "(\"... GiB for NPU graph memory\"). Unset: estimated from `profile` (its layers and the batch sizes "
+        "(\"... GiB for NPU graph memory\"): `python -m allocation calibrate` reads it from the running containers. Unset: estimated from `profile` (its layers and the batch sizes "
         "`maxNumSeqs` implies, scaled from vLLM-Ascend's published measurements), and a warning built on the "
         "estimate starts with `estimate:`; without a profile either, the card's room for graphs is not checked "
         "(see [room for graphs on shared cards](capacity.md)).",

@@ -229,3 +229,12 @@ COMMANDS = {
 def test_the_servers_a_container_runs_are_read_from_its_command_line(argv, expected):
     container = LiveContainer.from_inspect(inspect("c", "c", argv))
     assert [(s.model, s.served, s.tensor_parallel_size, s.eager) for s in servers(container)] == expected
+
+
+def test_a_stack_on_kubernetes_is_refused_before_any_host_is_read(monkeypatch, capsys, prod):
+    prod.write_text(prod.read_text().replace("\nconfig:\n", "\nconfig:\n  ascend-fleet:target: kubernetes\n", 1))
+    before = prod.read_bytes()
+    monkeypatch.setattr(calibrating, "run_script", lambda *a, **k: pytest.fail("no host is read"))
+    assert main(["calibrate", "--config", str(prod)]) == 1
+    assert "the stack targets kubernetes; calibrate reads containers' logs on their hosts" in capsys.readouterr().err
+    assert prod.read_bytes() == before
