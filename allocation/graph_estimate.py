@@ -31,7 +31,8 @@ the profile does not carry it, and the two measurements do not follow it (hidden
 graph 3.5 times dearer). It is an estimate, and the plan says so wherever it uses one: a MoE model
 with standard attention, `cudagraph_mode` other than the default, or another release may take more.
 The startup log's "... GiB for NPU graph memory" (`worker/worker.py` l. 537) is the figure: set it
-as `graphMemoryGiB`.
+as `graphMemoryGiB`, as `python -m allocation calibrate` does from the running containers (the plan
+then calls it `measured`, `allocation.measured`).
 """
 
 from __future__ import annotations
