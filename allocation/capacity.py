@@ -31,6 +31,7 @@ from typing import Sequence
 from allocation.config import FleetConfig, Host, ModelProfile
 from allocation.group import Member
 from allocation.instance import Instance
+from allocation.measured import applied, overhead_measured
 from allocation.outcome import Outcome, where
 from allocation.kv_cache import Engine, GatedDeltaNet, Layout, Unsized, dense_layout, engine_of, hybrid_layout, log_lines
 
@@ -167,11 +168,13 @@ def capacity(
     max_num_seqs: int | None,
     engine: Engine = Engine(),
     ep: int | None = None,
+    weights_per_card: int | None = None,
 ) -> Capacity | Unsized | str:
     """The service's capacity; `Unsized` when the planner does not know the layout; a string when
-    vLLM(-Ascend) would refuse the layout itself. `ep`: the cards the experts are split over (default `tp`)."""
+    vLLM(-Ascend) would refuse the layout itself. `ep`: the cards the experts are split over (default `tp`).
+    `weights_per_card`: as a startup log measured them, instead of the shape's bytes split over the ranks."""
     budget = int(fraction * total_bytes)
-    weights = shape.card_bytes(engine, tp, ep or tp)
+    weights = shape.card_bytes(engine, tp, ep or tp) if weights_per_card is None else weights_per_card
     kv = budget - weights - overhead_bytes
     layout = shape.layout(tp, engine, max_model_len)
     if isinstance(layout, (Unsized, str)):
@@ -252,7 +255,11 @@ def _sized(fleet: FleetConfig, instance: Instance | Member, total: int, fraction
         return f"args: {engine}"
     if isinstance(shape, Unsized):
         return shape
+    measured = applied(instance)
     overhead = instance.service.runtime_overhead_gi_b
+    if overhead_measured(instance):
+        assert measured is not None
+        overhead = measured.overhead_gi_b
     overhead = fleet.runtime_overhead_gi_b if overhead is None else overhead
     return capacity(
         shape,
@@ -264,6 +271,7 @@ def _sized(fleet: FleetConfig, instance: Instance | Member, total: int, fraction
         max_num_seqs=instance.service.max_num_seqs,
         engine=engine,
         ep=instance.expert_parallel_size,
+        weights_per_card=None if measured is None else int(measured.weights_gi_b * GIB),
     )
 
 

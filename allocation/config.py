@@ -28,7 +28,7 @@ from allocation.errors import ConfigError, listing
 from allocation.scalars import Flag, Number, Whole, holds_number, top_level_value
 from allocation.group_config import DataParallel, MemberPins, nic_env_problems
 from allocation.host_config import A3_CHIPS, DEFAULT_DOCKER_ENGINE, DockerEngine, Host, npu_chip  # re-exported
-from allocation.profile_config import LINEAR_FIELDS, ModelProfile  # re-exported
+from allocation.profile_config import LINEAR_FIELDS, Measured, ModelProfile  # re-exported
 from allocation.values import (
     STACK_NAME_RULE, AbsPath, Arg, EnvKey, EnvValue, Image, StackName, Text, Word,
 )
@@ -168,7 +168,8 @@ class ContainerSettings(Model):
         description="Per-card GiB of the NPU graph pool vLLM-Ascend captures after the KV cache, outside "
         "`memoryFraction` (vllm-ascend@v0.20.2rc1 `worker/worker.py` `compile_or_warm_up_model`); the shared-card "
         "check counts it unless `args` has `--enforce-eager`. Set it to what the startup log reports "
-        "(\"... GiB for NPU graph memory\"). Unset: estimated from `profile` (its layers and the batch sizes "
+        "(\"... GiB for NPU graph memory\"): `python -m allocation calibrate` reads it from the running containers. "
+        "Unset: estimated from `profile` (its layers and the batch sizes "
         "`maxNumSeqs` implies, scaled from vLLM-Ascend's published measurements), and a warning built on the "
         "estimate starts with `estimate:`; without a profile either, the card's room for graphs is not checked "
         "(see [room for graphs on shared cards](capacity.md)).",
@@ -270,6 +271,10 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     profile: ModelProfile | None = None
     """The model's sizes, for the capacity check (`python -m allocation profile` fills it in; see
     [Will it fit](capacity.md))."""
+    # Left out of the fleet's hash while unset, so shard files cut before it still match (FleetConfig.fleet_hash).
+    measured: Measured | None = Field(default=None, exclude_if=lambda v: v is None)
+    """What a container of the service logged at its last start, and where (`python -m allocation
+    calibrate` writes it, with `graphMemoryGiB`)."""
     runtime_overhead_gi_b: Number | None = Field(default=None, ge=0, le=1024, alias="runtimeOverheadGiB")
     """Per-card allowance for the activation peak and non-torch memory; overrides the stack's."""
     hccl_port_ranges: Flag = True

@@ -31,7 +31,8 @@ the profile does not carry it, and the two measurements do not follow it (hidden
 graph 3.5 times dearer). It is an estimate, and the plan says so wherever it uses one: a MoE model
 with standard attention, `cudagraph_mode` other than the default, or another release may take more.
 The startup log's "... GiB for NPU graph memory" (`worker/worker.py` l. 537) is the figure: set it
-as `graphMemoryGiB`.
+as `graphMemoryGiB`, as `python -m allocation calibrate` does from the running containers (the plan
+then calls it `measured`, `allocation.measured`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from decimal import Decimal
 from allocation.capacity import GIB
 from allocation.config import ModelProfile
 from allocation.instance import Instance
+from allocation.measured import graph_measured
 from allocation.vllm_args import VllmArgs, read_args
 
 DEFAULT_MAX_NUM_SEQS = 256
@@ -107,7 +109,8 @@ class GraphPool:
 
     bytes: int
     source: str
-    """`graphMemoryGiB` (the startup log's, set in the stack), `estimate`, or `--enforce-eager` (none)."""
+    """`measured` (the service's `graphMemoryGiB` is its `measured:` one, `allocation.measured`),
+    `graphMemoryGiB` (set otherwise), `estimate`, or `--enforce-eager` (none)."""
 
     @property
     def estimated(self) -> bool:
@@ -121,7 +124,7 @@ def graph_pool(instance: Instance) -> GraphPool | None:
     if not resolved.captures_graphs:
         return GraphPool(0, "--enforce-eager")
     if resolved.graph_memory_gi_b is not None:
-        return GraphPool(int(resolved.graph_memory_gi_b * GIB), "graphMemoryGiB")
+        return GraphPool(int(resolved.graph_memory_gi_b * GIB), "measured" if graph_measured(instance) else "graphMemoryGiB")
     profile, s = instance.service.profile, instance.service
     if profile is None:
         return None

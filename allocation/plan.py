@@ -16,6 +16,7 @@ from allocation.capacity import GIB, Capacity
 from allocation.config import FleetConfig, Host, Service
 from allocation.group import Member
 from allocation.instance import Instance
+from allocation.measured import measured_json
 from allocation.resolved import Resolved, ResolvedRouter
 from allocation.windows import API, DP_RPC, ENDPOINT, KINDS, MEMBER_KINDS, METRICS, ROUTER_KINDS, PortWindow
 
@@ -85,7 +86,10 @@ class ServicePlan:
             "tensorParallelSize": self.service.tensor_parallel_size,
             "memoryFraction": float(self.memory_fraction),
             "gpuMemoryUtilization": float(self.gpu_memory_utilization),
-        } | {k.key: k.value(a.windows.get(k.key)) for k in KINDS} | {"capacity": _capacity_json(self.capacity)}
+        } | {k.key: k.value(a.windows.get(k.key)) for k in KINDS} | {"capacity": _capacity_json(self.capacity)} | (
+            # Only for a calibrated service: a plan without one prints as before.
+            {} if self.service.measured is None else {"measured": measured_json(self.instance)}
+        )
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service
 from allocation.errors import AllocationError, listing
 from allocation.graph_room import graph_room
 from allocation.group import Group, Member, groups_of
+from allocation.measured import stale
 from allocation.instance import Instance, instances
 from allocation.outcome import Outcome, T, card_words, where
 from allocation.placeable import Placement
@@ -109,6 +110,7 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
                 i = replace(i, resolved=resolve(i.service, fleet.defaults, host.board))
             kept(_image_for_board(host, i, a.cards))
             sized = size_service(fleet, host, i, a.cards)
+            kept(stale(host.name, i, a.cards))
             # An instance `auto` found no fraction for is sized at the least one: its problem says so already.
             planned.append(ServicePlan(i, a, kept(replace(sized, problems=()) if i.name in unsized else sized)))
         planned = kept(_running_totals(host, planned))

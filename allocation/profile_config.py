@@ -10,8 +10,8 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from allocation.config_types import Model
-from allocation.scalars import Whole
+from allocation.config_types import ContainerName, Model, Name, PowerOfTwo
+from allocation.scalars import Number, Whole
 from allocation.values import Text
 
 
@@ -118,3 +118,42 @@ LINEAR_FIELDS = (
 )  # fmt: skip
 
 
+
+
+GiB = Annotated[Number, Field(ge=0, le=1024)]
+Timestamp = Annotated[str, Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")]
+
+
+class Measured(Model):
+    """What a container of the service logged when it last started: vLLM-Ascend's own figures of one
+    card, as `python -m allocation calibrate` read them (the largest weights, overhead and graph pool of
+    any rank, the smallest KV cache), and where they come from. While `tensorParallelSize` is the one
+    measured, the capacity check takes the weights and the runtime overhead from here, not from
+    `profile` and `runtimeOverheadGiB` (a service's own `runtimeOverheadGiB` still wins), and the plan
+    says which figures are measured and which are estimates (see [Will it fit](capacity.md))."""
+
+    container: ContainerName
+    """The container whose log the figures were read from: one of the plan's, or one the host `replaces`."""
+    host: Name
+    """The host it runs on."""
+    date: Timestamp
+    """When it logged them: docker's time of the line, UTC."""
+    line: Text
+    """The line the graph pool was read from, as vLLM-Ascend wrote it (`... GiB for NPU graph memory`)."""
+    tensor_parallel_size: PowerOfTwo
+    """The `--tensor-parallel-size` it ran with."""
+    memory_fraction: Annotated[Number, Field(gt=0, le=1)] | None = None
+    """The `--gpu-memory-utilization` it ran with ("Desired GPU memory utilization is (U, ...)"), which
+    its KV cache follows."""
+    weights_gi_b: GiB
+    """GiB of weights on one card ("Loading model weights took X GB", which counts GiB)."""
+    overhead_gi_b: GiB | None = None
+    """GiB of peak activation plus non-torch memory on one card ("A GiB for peak activation, N GiB for
+    non-torch memory"): what `runtimeOverheadGiB` allows for."""
+    graph_memory_gi_b: GiB
+    """GiB of its NPU graph pool on one card ("G GiB for NPU graph memory"); `calibrate` writes it as the
+    service's `graphMemoryGiB` too, unless it ran with `--enforce-eager`."""
+    kv_cache_gi_b: Annotated[Number, Field(ge=-1024, le=1024)] | None = None
+    """GiB of KV cache on one card ("Current KV cache memory: K GiB", else "Available KV cache memory")."""
+    kv_cache_tokens: Whole | None = Field(default=None, ge=0, le=10**12)
+    """"GPU KV cache size: N tokens", when its engine's line could be told from a neighbour's."""

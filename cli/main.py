@@ -2,7 +2,7 @@
 
 `plan`, `pin`, `render` and `endpoints` need no credentials and touch no host. Every
 FleetError becomes one readable paragraph on stderr and exit code 1; usage
-errors exit 2. What reaches hosts (`doctor`, `status`, `logs`, `profile`) lives in `ops/`, the formats
+errors exit 2. What reaches hosts (`doctor`, `status`, `logs`, `profile`, `calibrate`) lives in `ops/`, the formats
 `render` writes in `views/exports/`; both are dispatched to from here.
 """
 
@@ -59,6 +59,19 @@ def _profile_description() -> str:
         "every failure is listed and nothing is written. plan then sizes each KV cache and every "
         "memoryFraction: auto from the profiles."
     )
+
+
+CALIBRATE_DESCRIPTION = (
+    "Reads, on each host over SSH (one round trip per host, as doctor connects), every container that runs "
+    "vllm serve, running or stopped, the compose containers a host replaces included: the lines vLLM-Ascend "
+    "logged at its last start (weights, peak activation and non-torch memory, NPU graph memory and KV cache per "
+    "card). Each server is matched to the planned service of its host by model and served model name, and taken "
+    "only when it ran at the planned tensorParallelSize, capturing graphs as the plan does. Writes, changing no "
+    "other byte of the stack file: each measured service's measured: (the figures, the container, the line and "
+    "its date) and graphMemoryGiB. A log line that is not whole, as vLLM-Ascend writes it, is refused with the "
+    "container and the line, and nothing is written. plan then takes the weights and the runtime overhead from "
+    "the measurement and says which figures are measured and which are estimates."
+)
 
 
 def _shard_parsers(sub: argparse._SubParsersAction) -> None:
@@ -131,6 +144,24 @@ def _live_parsers(sub: argparse._SubParsersAction) -> None:
     _shard_arg(endpoints)
 
 
+def _sizing_parsers(sub: argparse._SubParsersAction) -> None:
+    """`profile` and `calibrate`: the commands that read what sizes a model into the stack file."""
+    profile = sub.add_parser(
+        "profile",
+        help="read each service's model folder and write its profile into the stack file",
+        description=_profile_description(),
+    )
+    _stack_args(profile)
+    profile.add_argument("--models-root", metavar="DIR", type=Path, help="read /path/of/model under DIR here, not on the hosts")
+
+    calibrate = sub.add_parser(
+        "calibrate",
+        help="read what each host's vLLM containers logged at start into the stack file (measured: and graphMemoryGiB)",
+        description=CALIBRATE_DESCRIPTION,
+    )
+    _stack_args(calibrate)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m allocation", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
@@ -160,13 +191,7 @@ def _parser() -> argparse.ArgumentParser:
     _shard_parsers(sub)
     sub.add_parser("stacks", help=STACKS_HELP, description=STACKS_HELP)
 
-    profile = sub.add_parser(
-        "profile",
-        help="read each service's model folder and write its profile into the stack file",
-        description=_profile_description(),
-    )
-    _stack_args(profile)
-    profile.add_argument("--models-root", metavar="DIR", type=Path, help="read /path/of/model under DIR here, not on the hosts")
+    _sizing_parsers(sub)
 
     render = sub.add_parser(
         "render",
@@ -391,6 +416,22 @@ def _profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    from cli.stack_editor import read_bytes, set_service_keys
+    from ops.calibrate import calibrate, summary
+    from ops.models import unsized_values
+
+    stack_file = _locate(args)
+    read = read_bytes(stack_file.path)  # the figures are written only if the file still holds these bytes
+    deployment = deployment_of(stack_file.stack, unsized_values(stack_values(stack_file, data=read)))
+    found = calibrate(deployment)
+    changed = set_service_keys(stack_file.path, found.keys, read=read, command="calibrate")
+    print(f"calibrated {stack_file.path}: {', '.join(changed) if changed else 'nothing new'}")
+    for line in summary(found):
+        print(f"  {line}")
+    return 0
+
+
 def _schema(args: argparse.Namespace) -> int:
     from cli import schema
 
@@ -512,7 +553,7 @@ def _move_host(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render, "profile": _profile, "schema": _schema,
+    "plan": _plan, "pin": _pin, "doctor": _doctor, "render": _render, "profile": _profile, "calibrate": _calibrate, "schema": _schema,
     "shards": _shards, "stacks": _stacks, "move-host": _move_host, "status": _status, "logs": _logs, "endpoints": _endpoints,
 }  # fmt: skip
 

@@ -70,6 +70,15 @@ CAPACITY = {
         {"type": "null"},
     ],
 }
+MEASURED = _object(
+    {
+        "container": TEXT, "host": TEXT, "date": TEXT, "line": TEXT, "tensorParallelSize": INT, "weightsGiB": NUMBER,
+        "graphMemoryGiB": NUMBER, "used": FLAG,
+    },
+    {"memoryFraction": NUMBER, "overheadGiB": NUMBER, "kvCacheGiB": NUMBER, "kvCacheTokens": INT},
+    "Only for a service with `measured:` (written by `calibrate`): that record, and whether the plan uses it (`used`: "
+    "measured at the service's tensorParallelSize).",
+)  # fmt: skip
 SERVICE = _object(
     {
         "name": TEXT, "kind": _kind(names.SERVICE, names.REPLICA), "previousNames": TEXTS, "replicaOf": TEXT,
@@ -77,6 +86,7 @@ SERVICE = _object(
         "tensorParallelSize": INT, "memoryFraction": NUMBER, "gpuMemoryUtilization": NUMBER,
         **{k.key: _window(k.shape) for k in KINDS}, "capacity": CAPACITY, "container": CONTAINER,
     },
+    {"measured": MEASURED},
     description="One container of a service: the service itself, or one of its replicas (`replicaOf` names the service).",
 )  # fmt: skip
 MUST_STOP = {

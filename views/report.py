@@ -15,7 +15,9 @@ from records.deployment import Deployment, HostDeployment
 from records.start_order import longest_start
 from records.takeover import PULLED_FIRST, downtime
 from allocation.placement import fmt_units
-from allocation.plan import HostPlan, MemberPlan, Plan
+from allocation.graph_estimate import graph_pool
+from allocation.measured import applied, overhead_measured
+from allocation.plan import HostPlan, MemberPlan, Plan, ServicePlan
 from allocation.windows import DP_RPC, KINDS, ROUTER_KINDS, PortWindow, WindowKind, window_text
 
 FORMATS = ("table", "markdown", "json")
@@ -148,11 +150,46 @@ def _capacity_rows(hp: HostPlan) -> list[tuple[list[str], list[list[str]]]]:
     return [(["service", *CAPACITY_COLUMNS], [[ps.name, *_capacity_cells(ps.capacity)] for ps in (*hp.services, *hp.members)])]
 
 
+FIGURE_COLUMNS = ["weights/card", "runtime overhead", "NPU graphs", "measured"]
+
+
+def _figure_cells(ps: ServicePlan) -> list[str]:
+    """Each figure the check counts, with where it comes from: `measured` (its startup log, through
+    `calibrate`), the profile, `runtimeOverheadGiB`, `graphMemoryGiB` or an `estimate`."""
+    cap, pool, measured = ps.capacity, graph_pool(ps.instance), ps.service.measured
+    weights = "-" if cap is None else f"{gib(cap.weight_bytes_per_card)} GiB {'measured' if applied(ps.instance) else 'profile'}"
+    overhead = "-" if cap is None else f"{gib(cap.overhead_bytes)} GiB " + (
+        "measured" if overhead_measured(ps.instance) else "runtimeOverheadGiB"
+    )
+    if pool is None:
+        graphs = "not counted (no profile)"
+    else:
+        graphs = "none (--enforce-eager)" if pool.source == "--enforce-eager" else f"{gib(pool.bytes)} GiB {pool.source}"
+    if measured is None:
+        taken = "-"
+    elif applied(ps.instance) is None:
+        taken = f"not used: measured at tensorParallelSize {measured.tensor_parallel_size}"
+    else:
+        kv = "" if measured.kv_cache_gi_b is None else f": KV cache {measured.kv_cache_gi_b} GiB/card"
+        at = "" if measured.memory_fraction is None else f" at memoryFraction {measured.memory_fraction}"
+        taken = f"{measured.container}, {measured.date}{kv}{at}"
+    return [weights, overhead, graphs, taken]
+
+
+def _figure_rows(hp: HostPlan) -> list[tuple[list[str], list[list[str]]]]:
+    """Where each service's memory figures come from, as a table on a host with a service `calibrate`
+    measured (elsewhere an estimate says so in its warning's first word)."""
+    if not any(ps.service.measured for ps in hp.services):
+        return []
+    return [(["figures", *FIGURE_COLUMNS], [[ps.name, *_figure_cells(ps)] for ps in hp.services])]
+
+
 def _host_tables(hp: HostPlan, wide: bool) -> list[tuple[list[str], list[list[str]]]]:
-    """Cards, then ports with capacity beside them (`wide`), or ports and capacity as two narrower tables."""
+    """Cards, then ports with capacity beside them (`wide`), or ports and capacity as two narrower
+    tables; then where the figures come from, on a host with a measured service."""
     if wide:
-        return [_card_rows(hp), _port_rows(hp)]
-    return [_card_rows(hp), _port_rows(hp, capacity=False), *_capacity_rows(hp)]
+        return [_card_rows(hp), _port_rows(hp), *_figure_rows(hp)]
+    return [_card_rows(hp), _port_rows(hp, capacity=False), *_capacity_rows(hp), *_figure_rows(hp)]
 
 
 def fit(text: str, first: str = "", rest: str = "  ") -> str:
