@@ -39,7 +39,9 @@ def audit_host(hd: HostDeployment, *, timeout: float | None = None) -> HostRepor
     """Gather one host's facts in one round trip and judge them."""
     host = hd.host
     routers = [(rd.name, rd.plan.port) for rd in hd.routers]
-    result = run_script(hd, gather_script(required(hd), hd.shared_cards, routers, hd.host.board), timeout=timeout)
+    fixed_kv = [sd.spec.name for sd in hd.services if sd.plan.kv_cache_bytes is not None]
+    script = gather_script(required(hd), hd.shared_cards, routers, hd.host.board, kv_logs=fixed_kv)
+    result = run_script(hd, script, timeout=timeout)
     if not result.reachable:
         text = f"host {host.name} ({hd.docker_url}) is unreachable: {result.error}"
         return HostReport(host.name, False, (Finding("unreachable", text),))

@@ -217,6 +217,8 @@ class HostFacts:
     """Card -> what `npu-smi info -t device-share` said of it, its lines as printed (gathered for shared cards)."""
     router_workers: Mapping[str, str] = field(default_factory=dict)
     """Router container -> the body of its `GET /workers` (or the error fetching it)."""
+    kv_logs: Mapping[str, str] = field(default_factory=dict)
+    """Container -> the last KV cache line of its log (`ops.doctor.kv_log`), empty when it has none."""
 
 
 _SS_USER = re.compile(r'\("(?P<name>[^"]*)",pid=(?P<pid>[0-9]{1,9})\b')
@@ -304,6 +306,7 @@ def parse_facts(text: str) -> HostFacts:
             if name.startswith("device-share ") and number_of(name.split()[1]) is not None
         },
         router_workers={name.split(None, 1)[1]: body for name, body in sec.items() if name.startswith("router-workers ")},
+        kv_logs={name.split(None, 1)[1]: body for name, body in sec.items() if name.startswith("kv-log ")},
     )
 
 
