@@ -15,7 +15,7 @@ from ops.doctor.findings import host_findings, required
 from ops.doctor.gather import gather_script
 from tests.conftest import live_container
 from tests.support.pipeline import deployment_of
-from tests.test_kv_bytes import PROFILE
+from tests.support.profiles import SMALL_QWEN3_PROFILE as PROFILE
 
 TAIL = (
     "skipping memory profiling. This does not respect the gpu_memory_utilization config. Only use "

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from allocation.capacity import GIB, RUNTIME_TOTAL_BYTES, capacity
+from allocation.capacity import GIB, RUNTIME_TOTAL_BYTES, Shape, capacity
 from allocation.errors import AllocationError, ConfigError
 from allocation.graph_estimate import graph_pool
 from allocation.graph_room import first_failure, tenant
@@ -19,13 +19,11 @@ from allocation.planner import plan_fleet
 from cli.main import main
 from records.deployment import deploy
 from tests.support.pipeline import plan_json_of
-from tests.support.profiles import QWEN3_PROFILE, model, services_of, stack, QWEN3
+from tests.support.profiles import QWEN3, SMALL_QWEN3_PROFILE as PROFILE, model, services_of, stack
 from tests.support.stacks import fleet, host, service
-from tests.test_capacity import dense
 from views.report import render_plan
 
 TOTAL = RUNTIME_TOTAL_BYTES[64]  # 60.96 GiB
-PROFILE = {"weightBytes": 8 * GIB, **QWEN3_PROFILE}  # 64 layers, 8 KV heads of 128: 256 KiB a token
 
 
 def fixed(name: str, kv: float, **extra):
@@ -86,7 +84,8 @@ def test_the_kv_cache_and_its_tokens_are_the_fixed_bytes_whatever_the_fraction()
 @given(fraction=st.integers(1, 100), kv_gib=st.integers(1, 40), tp=st.sampled_from([1, 2, 4, 8]))
 def test_with_fixed_bytes_the_fraction_sizes_nothing(fraction, kv_gib, tp):
     def sized(f):
-        return capacity(dense(weight_gib=10), tp=tp, fraction=Decimal(f) / 100, total_bytes=TOTAL, overhead_bytes=4 * GIB,
+        shape = Shape(weight_bytes=10 * GIB, layers=64, kv_dtype_bytes=2, kv_heads=8, head_dim=128)
+        return capacity(shape, tp=tp, fraction=Decimal(f) / 100, total_bytes=TOTAL, overhead_bytes=4 * GIB,
                         max_model_len=32768, max_num_seqs=None, kv_bytes=kv_gib * GIB)  # fmt: skip
 
     one, other = sized(fraction), sized(100 if fraction < 100 else 1)

@@ -24,7 +24,7 @@ from sim.host import CLAIMS_DIR, SimHost
 from tests.simhost.loads import now
 from tests.support.pipeline import deployment_of
 from tests.support.sim_stacks import allocation, prod_values_on_the_simulated_host, start_rendered
-from tests.test_kv_bytes import PROFILE
+from tests.support.profiles import SMALL_QWEN3_PROFILE as PROFILE
 
 NON_KV = 12 * GIB  # 8 GiB of weights + the 4 GiB runtimeOverheadGiB: what the plan counts beside the cache
 KV = {"alpha": 20, "beta": 12}
