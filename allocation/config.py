@@ -635,7 +635,8 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     memory_fraction: FractionOrAuto = Decimal("0.9")
     """`--gpu-memory-utilization`: the share of each of its cards' memory the service may take. `auto`:
     the smallest fraction, in hundredths, whose KV cache holds `maxNumSeqs` sequences of `maxModelLen`
-    (needs `profile`); `pin` writes the number chosen. See [Will it fit](capacity.md)."""
+    (needs `profile`); `pin` writes the number chosen. Not set with `kvCacheGiB`, from which the plan derives
+    it. See [Will it fit](capacity.md)."""
     max_model_len: int | None = Field(default=None, ge=1, le=100_000_000)
     """`--max-model-len`."""
     max_num_seqs: int | None = Field(default=None, ge=1, le=1_000_000)
@@ -655,7 +656,7 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     decimals) that covers the service's weights per card, `runtimeOverheadGiB` and this cache, and checks
     that it passes in the start order on a shared card and in its reverse. Needs `profile` (the
     weights); tokens are sized from these bytes; `doctor` compares the size the startup log reports
-    ("reserved ... GiB for KV Cache") with it. See [Will it fit](capacity.md)."""
+    ("reserved ... GiB for KV Cache") with it. See [a fixed KV cache](capacity.md#a-fixed-kv-cache-kvcachegib)."""
     hccl_port_ranges: bool = True
     """Set `HCCL_NPU_SOCKET_PORT_RANGE`/`HCCL_HOST_SOCKET_PORT_RANGE`. Set false for models with MC2
     fused operators on Atlas A2, which do not support them: the service then keeps HCCL's default
