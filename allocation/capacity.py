@@ -310,7 +310,7 @@ def size_service(fleet: FleetConfig, host: Host, instance: Instance, cards: Sequ
     fraction = f"kvCacheGiB {s.kv_cache_gi_b}" if cap.fixed else f"memoryFraction {instance.memory_fraction} of {gib(total)} GiB"
     named = f"service {name} ({fraction} on each of {s.tensor_parallel_size} card(s))"
     if cap.kv_bytes_per_card <= 0:
-        advice = "raise memoryFraction, add cards (tensorParallelSize) or lower runtimeOverheadGiB if measured"
+        advice = f"raise {key}, add cards (tensorParallelSize) or lower runtimeOverheadGiB if measured"
         return Outcome(cap, (f"{named} does not fit: {cap.arithmetic()}; {advice}",))
     if not cap.fits:
         return Outcome(cap, (

@@ -646,7 +646,7 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     [Will it fit](capacity.md))."""
     runtime_overhead_gi_b: Decimal | None = Field(default=None, ge=0, le=1024, alias="runtimeOverheadGiB")
     """Per-card allowance for the activation peak and non-torch memory; overrides the stack's."""
-    kv_cache_gi_b: Decimal | None = Field(default=None, gt=0, le=1024, alias="kvCacheGiB")
+    kv_cache_gi_b: Decimal | None = Field(default=None, ge=Decimal("0.01"), le=1024, alias="kvCacheGiB")
     """Fix the KV cache of each of its cards at this many GiB (`--kv-cache-memory-bytes`, floor of GiB x
     2^30), whatever its neighbours on a shared card hold when it starts: vLLM then skips its memory
     profiling and takes these bytes as they are (vllm-ascend `worker/worker.py`

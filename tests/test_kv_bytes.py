@@ -94,6 +94,24 @@ def test_with_fixed_bytes_the_fraction_sizes_nothing(fraction, kv_gib, tp):
     assert one.held_bytes == -(-10 * GIB // tp) + 4 * GIB + kv_gib * GIB
 
 
+@given(kv=st.decimals("0.01", "60", places=2), weights_gib=st.integers(1, 40), tp=st.sampled_from([1, 2, 4, 8]))
+def test_the_fraction_is_the_smallest_step_covering_weights_allowance_and_cache_or_the_plan_says_it_does_not_fit(kv, weights_gib, tp):
+    profile = {**PROFILE, "weightBytes": weights_gib * GIB}
+    s = service("chat", tp, profile=profile, kvCacheGiB=str(kv), maxModelLen=128)
+    del s["memoryFraction"]
+    held = -(-weights_gib * GIB // tp) + 4 * GIB + int(kv * GIB)
+    try:
+        plan = plan_fleet(fleet([host("npu-a")], [s]))
+    except AllocationError as error:
+        note(str(error))
+        assert held > Decimal("0.95") * TOTAL or "fewer than the 1 one request" in str(error)
+        return
+    fraction = plan.hosts[0].services[0].memory_fraction
+    note(f"{fraction} for {held} bytes")
+    assert int(fraction * TOTAL) >= held > int((fraction - Decimal("0.0001")) * TOTAL)
+    assert fraction <= Decimal("0.95") and "--kv-cache-memory-bytes" in command_of(plan, "chat")
+
+
 def test_fixed_caches_that_leave_no_room_for_the_graphs_are_warned_under_kv_cache_gib():
     # 32 GiB and 25.5 GiB fit the 0.95 budget (0.525 + 0.4183); with 2 GiB of graphs each, 61.5 GiB.
     [warning] = plan_fleet(shared(alpha=20, beta=13.5, graphs=2)).warnings
@@ -150,6 +168,8 @@ def test_kv_cache_gib_refuses_a_memory_fraction_beside_it_a_missing_profile_and_
         fleet([host("npu-a")], [{**fixed("alpha", 20), "memoryFraction": 0.5}])
     with pytest.raises(ConfigError, match="kvCacheGiB needs the model's profile"):
         fleet([host("npu-a")], [{k: v for k, v in fixed("alpha", 20).items() if k != "profile"}])
+    with pytest.raises(ConfigError, match="kvCacheGiB.*greater than or equal to 0.01"):  # 0 bytes: vLLM would profile
+        fleet([host("npu-a")], [fixed("alpha", 0.000000001)])
     with pytest.raises(ConfigError, match="an encoder-only model keeps no KV cache"):
         fleet([host("npu-a")], [{**fixed("alpha", 20), "profile": {"weightBytes": GIB, "numHiddenLayers": 24, "attention": "encoder"}}])
 

@@ -21,7 +21,7 @@ from ops.doctor.findings import required
 from ops.doctor.gather import gather_script
 from ops.ssh import run_script
 from sim.host import CLAIMS_DIR, SimHost
-from tests.simhost.loads import now
+from tests.simhost.loads import now, stretched_loads, wait_for_any_log
 from tests.support.pipeline import deployment_of
 from tests.support.sim_stacks import allocation, prod_values_on_the_simulated_host, start_rendered
 from tests.support.profiles import SMALL_QWEN3_PROFILE as PROFILE
@@ -46,13 +46,21 @@ def kv_values(sim: SimHost) -> dict:
     return values
 
 
-def claimed_bytes(card: int) -> dict[str, int]:
-    """Service -> the `mem_bytes` of its claim on `card` (sim/npu-sim/vllm)."""
+def claims(card: int, key: str) -> dict[str, str]:
+    """Service -> `key` of its claim on `card` (sim/npu-sim/vllm's owner file)."""
     out = {}
     for owner in CLAIMS_DIR.glob(f"card{card}/port*/owner"):
         fields = dict(line.split("=", 1) for line in owner.read_text().splitlines() if "=" in line)
-        out[fields["service"]] = int(fields["mem_bytes"])
+        out[fields["service"]] = fields[key]
     return out
+
+
+def claimed_bytes(card: int) -> dict[str, int]:
+    return {service: int(value) for service, value in claims(card, "mem_bytes").items()}
+
+
+def claim_states(card: int) -> dict[str, str]:
+    return claims(card, "state")
 
 
 def kv_line(sim: SimHost, name: str, since: str) -> str:
@@ -125,3 +133,24 @@ def test_the_fraction_alone_is_what_the_stand_in_checks_at_start(sim_host: SimHo
         "Free memory on device (28.96/60.96 GiB) on startup is less than desired GPU memory utilization (0.5, 30.48 GiB)"
         in sim_host.logs("greedy")
     )
+
+
+def test_a_fixed_cache_starting_beside_a_neighbour_still_loading_is_not_emptied_by_its_load(sim_host: SimHost):
+    """Without the flag the stand-in's second instance finds "No available memory for the cache blocks" while
+    its neighbour loads (vllm-ascend issues 5917, 5707: the profiling counts the neighbour's load as its own);
+    with it there is no such profiling (worker.py l. 341), and it serves with its bytes."""
+    model = sim_host.make_model("alpha")
+    env = {"NPU_SIM_NON_KV_BYTES": str(NON_KV)}
+    sim_host.set_device_share(0)
+    with stretched_loads("alpha"):
+        sim_host.start_service("alpha", model=model, cards=[0], port=7007, gpu_memory_utilization=0.525, env=env,
+                               extra_args=["--kv-cache-memory-bytes", str(20 * GIB)])  # fmt: skip
+        wait_for_any_log(sim_host, ["alpha"], "Loading model weights")
+        sim_host.start_service("beta", model=model, cards=[0], port=7008, gpu_memory_utilization=0.3938,
+                               env={**env, "HCCL_NPU_SOCKET_PORT_RANGE": "16670"},
+                               extra_args=["--kv-cache-memory-bytes", str(12 * GIB)])  # fmt: skip
+        sim_host.wait_healthy("beta")
+        assert claim_states(0) == {"alpha": "loading", "beta": "ready"}
+    sim_host.wait_healthy("alpha")
+    assert "No available memory" not in sim_host.logs("beta")
+    assert "reserved 12.00 GiB for KV Cache" in sim_host.logs("beta")
