@@ -35,6 +35,8 @@ from pydantic.json_schema import WithJsonSchema
 from allocation import names as naming
 from allocation.config_errors import field_aliases, suggest, unknown_keys, validation_problems
 from allocation.errors import ConfigError, listing
+from allocation.hbm import declared_hbm_problem
+from allocation.scalars import Flag, Number, Whole, digits_between, holds_number, top_level_value
 from allocation.values import (
     STACK_NAME_RULE, AbsPath, Address, Arg, EnvKey, EnvValue, HostKey, Image, StackName, Text, UserName, Word,
 )
@@ -104,11 +106,11 @@ def _power_of_two(value: int) -> int:
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", max_length=63)]
 # A Docker container name as Docker allows it (moby daemon/names: `[a-zA-Z0-9][a-zA-Z0-9_.-]+`).
 ContainerName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")]
-Port = Annotated[int, Field(ge=1024, le=MAX_PORT)]
-AnyPort = Annotated[int, Field(ge=1, le=MAX_PORT)]
-Fraction = Annotated[Decimal, Field(gt=0, le=1), AfterValidator(_multiple_of_scale)]
+Port = Annotated[Whole, Field(ge=1024, le=MAX_PORT)]
+AnyPort = Annotated[Whole, Field(ge=1, le=MAX_PORT)]
+Fraction = Annotated[Number, Field(gt=0, le=1), AfterValidator(_multiple_of_scale)]
 PowerOfTwo = Annotated[
-    int, Field(ge=1, le=16), AfterValidator(_power_of_two), WithJsonSchema({"type": "integer", "enum": [1, 2, 4, 8, 16]})
+    Whole, Field(ge=1, le=16), AfterValidator(_power_of_two), WithJsonSchema({"type": "integer", "enum": [1, 2, 4, 8, 16]})
 ]
 # `auto` or a Fraction, with a Fraction's own error messages for anything else.
 def _fraction_or_auto(value: Any, fraction: Any) -> Any:
@@ -124,7 +126,7 @@ FractionOrAuto = Annotated[
     WrapValidator(_fraction_or_auto),
     WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": 1}, {"const": "auto"}]}),
 ]
-PortCount = Annotated[int, Field(ge=1, le=1024)]
+PortCount = Annotated[Whole, Field(ge=1, le=1024)]
 
 
 def npu_chip(card: int, board: str) -> tuple[int, int]:
@@ -144,7 +146,8 @@ def _engine_version(value: Any) -> Any:
     return value
 
 
-DockerEngine = Annotated[str, BeforeValidator(_engine_version), Field(pattern=r"^[0-9]{1,3}(\.[0-9]{1,3}){0,2}$")]
+# The pattern before the validator: after it, pydantic checks it in a wrapper the JSON Schema never sees.
+DockerEngine = Annotated[str, Field(pattern=r"^[0-9]{1,3}(\.[0-9]{1,3}){0,2}$"), BeforeValidator(_engine_version)]
 """A Docker Engine version as `docker version --format '{{.Server.Version}}'` prints it, at least the major."""
 DEFAULT_DOCKER_ENGINE = "20.10"
 
@@ -157,6 +160,10 @@ class Model(BaseModel):
         populate_by_name=True,
         use_attribute_docstrings=True,
     )
+
+
+RANGE_TEXT = re.compile(rf" *({digits_between(1, MAX_PORT)})(?: *- *({digits_between(1, MAX_PORT)}))? *")
+"""A port range written as text (`"60000-60031"`, `"22"`): what `PortRange` reads, and its schema states."""
 
 
 class PortRange(Model):
@@ -174,7 +181,7 @@ class PortRange(Model):
             "description": cls.__doc__,
             "anyOf": [
                 {"type": "array", "prefixItems": [port, port], "minItems": 2, "maxItems": 2},
-                {"type": "string", "pattern": r"^ *[0-9]{1,5}( *- *[0-9]{1,5})? *$"},
+                {"title": f'text, "first-last" or one port, each 1-{MAX_PORT}', "type": "string", "pattern": f"^{RANGE_TEXT.pattern}$"},
                 port,
                 keys | {"additionalProperties": False},
             ],
@@ -187,10 +194,12 @@ class PortRange(Model):
             if len(value) != 2:
                 raise ValueError("a port range is [first, last]")
             return {"first": value[0], "last": value[1]}
-        if isinstance(value, str) and "-" in value:
-            first, _, last = value.partition("-")
-            return {"first": first.strip(), "last": last.strip()}
-        if isinstance(value, (int, str)):
+        if isinstance(value, str):
+            match = RANGE_TEXT.fullmatch(value)
+            if match is None:
+                raise ValueError(f'{value!r} is not a port range: write [first, last], "first-last" or one port, each 1-{MAX_PORT}')
+            return {"first": int(match[1]), "last": int(match[2] or match[1])}
+        if isinstance(value, (int, float)):  # a boolean too, which the port's type refuses by its name
             return {"first": value, "last": value}
         return value
 
@@ -217,7 +226,7 @@ def _pin_fields(kinds: tuple[WindowKind, ...]) -> dict[str, Any]:
         elif k.count_key:  # the size is policy: the planner checks the end against 65535
             kind = Port
         else:
-            kind = Annotated[int, Field(ge=1024, le=MAX_PORT - k.size + 1)]
+            kind = Annotated[Whole, Field(ge=1024, le=MAX_PORT - k.size + 1)]
         text = f"Pin: {k.doc}" + (f" (`{k.env}`)" if k.env else "") + "."
         fields[k.key] = (kind | None, Field(default=None, description=text))
     return fields
@@ -245,7 +254,7 @@ class Mount(Model):
     """Absolute path on the host."""
     target: AbsPath
     """Absolute path inside the container."""
-    read_only: bool = True
+    read_only: Flag = True
     """Mount read-only (default)."""
 
 
@@ -254,10 +263,10 @@ class ModelProfile(Model):
 
     Field names are `config.json`'s, camel-cased (under `text_config` for vision-language models)."""
 
-    weight_bytes: int = Field(ge=1, le=1 << 50)
+    weight_bytes: Whole = Field(ge=1, le=1 << 50)
     """Bytes of the weights as stored: `metadata.total_size` of `model.safetensors.index.json`, or the
     sum of the tensors in the safetensors headers (quantized checkpoints keep some tensors in bf16)."""
-    num_hidden_layers: int = Field(ge=1, le=10_000)
+    num_hidden_layers: Whole = Field(ge=1, le=10_000)
     """`num_hidden_layers` (under `text_config` for vision-language models)."""
     attention: Literal["gqa", "mla", "encoder", "hybrid"] = "gqa"
     """`gqa`: standard or grouped-query attention; `mla`: DeepSeek-style multi-head latent attention;
@@ -267,13 +276,13 @@ class ModelProfile(Model):
     it is not, and the plan says why."""
     model_type: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
     """`model_type` (hybrid): vLLM-Ascend before 0.18 treats `qwen3_next` apart when it sets the block size."""
-    num_key_value_heads: int | None = Field(default=None, ge=1, le=10_000)
+    num_key_value_heads: Whole | None = Field(default=None, ge=1, le=10_000)
     """`num_key_value_heads` (gqa, and the full-attention layers of a hybrid)."""
-    head_dim: int | None = Field(default=None, ge=1, le=100_000)
+    head_dim: Whole | None = Field(default=None, ge=1, le=100_000)
     """`head_dim`, else `hidden_size / num_attention_heads` (gqa, hybrid)."""
-    kv_lora_rank: int | None = Field(default=None, ge=1, le=100_000)
+    kv_lora_rank: Whole | None = Field(default=None, ge=1, le=100_000)
     """`kv_lora_rank` (mla)."""
-    qk_rope_head_dim: int | None = Field(default=None, ge=1, le=100_000)
+    qk_rope_head_dim: Whole | None = Field(default=None, ge=1, le=100_000)
     """`qk_rope_head_dim` (mla)."""
     kv_cache_dtype: Literal["bfloat16", "float16", "int8", "float8"] = "bfloat16"
     """Type of the KV cache entries; for a hybrid also the model's dtype, which its conv state takes."""
@@ -283,18 +292,18 @@ class ModelProfile(Model):
     torch_dtype: Literal["float32"] | None = None
     """`torch_dtype` (or `dtype`), set only for a float32 checkpoint: vLLM's `--dtype auto` loads it
     in 16 bits (vllm@0.20.2 `config/model.py` l. 1948), so its weights take half their stored bytes."""
-    num_full_attention_layers: int | None = Field(default=None, ge=1, le=10_000)
+    num_full_attention_layers: Whole | None = Field(default=None, ge=1, le=10_000)
     """Full-attention layers of a hybrid: `full_attention` entries of `layer_types`, else
     `num_hidden_layers / full_attention_interval`. The others are Gated DeltaNet layers."""
-    linear_num_key_heads: int | None = Field(default=None, ge=1, le=10_000)
+    linear_num_key_heads: Whole | None = Field(default=None, ge=1, le=10_000)
     """`linear_num_key_heads` (hybrid)."""
-    linear_num_value_heads: int | None = Field(default=None, ge=1, le=10_000)
+    linear_num_value_heads: Whole | None = Field(default=None, ge=1, le=10_000)
     """`linear_num_value_heads` (hybrid)."""
-    linear_key_head_dim: int | None = Field(default=None, ge=1, le=100_000)
+    linear_key_head_dim: Whole | None = Field(default=None, ge=1, le=100_000)
     """`linear_key_head_dim` (hybrid)."""
-    linear_value_head_dim: int | None = Field(default=None, ge=1, le=100_000)
+    linear_value_head_dim: Whole | None = Field(default=None, ge=1, le=100_000)
     """`linear_value_head_dim` (hybrid)."""
-    linear_conv_kernel_dim: int | None = Field(default=None, ge=1, le=1_000)
+    linear_conv_kernel_dim: Whole | None = Field(default=None, ge=1, le=1_000)
     """`linear_conv_kernel_dim` (hybrid)."""
     mamba_ssm_dtype: Literal["bfloat16", "float16", "float32"] | None = None
     """`mamba_ssm_dtype` (hybrid): the type of the linear layers' recurrent state; the model's dtype
@@ -339,7 +348,9 @@ class ContainerSettings(Model):
     """Settings a service inherits from `ascend-fleet:defaults` unless it sets them itself."""
 
     image: Image | None = Field(default=None, description=f"Container image. Default `{DEFAULT_IMAGE}`, "
-        f"and `{DEFAULT_IMAGES['a3']}` on a host with `board: a3`.")
+        f"and `{DEFAULT_IMAGES['a3']}` on a host with `board: a3`, also where `defaults` names `{DEFAULT_IMAGE}` "
+        "(as `Pulumi.yaml` does for every stack). Any other image applies to every board: give a service on an A3 "
+        "host an `-a3` build in its own `image`.")
     env: dict[EnvKey, EnvValue] | None = None
     """Extra environment; merged over the tuning defaults (defaults' env, then the service's). Every
     container gets the seed's tuning environment, which `env` may override: `HCCL_BUFFSIZE=512`,
@@ -371,16 +382,16 @@ class ContainerSettings(Model):
     int(), which refuses it`)."""
     mounts: list[Mount] | None = None
     """Extra bind mounts (defaults' and the service's are both applied)."""
-    shm_size_mib: int | None = Field(
+    shm_size_mib: Whole | None = Field(
         default=None, ge=64, le=1_048_576, alias="shmSizeMiB",
         description=f"Shared memory of the container in MiB. Default {DEFAULT_SHM_SIZE_MIB} (the seed's 10.24 GB).",
     )  # fmt: skip
-    start_timeout_seconds: int | None = Field(
+    start_timeout_seconds: Whole | None = Field(
         default=None, ge=60, le=86_400,
         description="How long a model may take to load before it counts as failed: the health check's start period "
         f"and how long `pulumi up` waits for healthy. Default {DEFAULT_START_TIMEOUT_SECONDS}.",
     )  # fmt: skip
-    all_devices: bool | None = None
+    all_devices: Flag | None = None
     """Opt in to the seed's layout: every card mounted into a privileged container.
     Off by default, so a container can only touch its own cards."""
     restart: Literal["unless-stopped", "always"] | None = Field(
@@ -405,7 +416,7 @@ class ContainerSettings(Model):
     It decides the KV cache layout the capacity check computes, and what a later service on a shared
     card gets: before 0.15 the running total of the fractions there, until 0.18 a warning that the
     others' memory comes off its KV cache."""
-    graph_memory_gi_b: Decimal | None = Field(
+    graph_memory_gi_b: Number | None = Field(
         default=None, ge=0, le=1024, alias="graphMemoryGiB",
         description="Per-card GiB of the NPU graph pool vLLM-Ascend captures after the KV cache, outside "
         "`memoryFraction` (vllm-ascend@v0.20.2rc1 `worker/worker.py` `compile_or_warm_up_model`); the shared-card "
@@ -415,7 +426,7 @@ class ContainerSettings(Model):
         "estimate starts with `estimate:`; without a profile either, the card's room for graphs is not checked "
         "(see [room for graphs on shared cards](capacity.md)).",
     )  # fmt: skip
-    stop_grace_seconds: int | None = Field(
+    stop_grace_seconds: Whole | None = Field(
         default=None, ge=0, le=3600,
         description="How long `docker stop`, a replacement or a destroy waits after SIGTERM before SIGKILL, so vLLM "
         f"releases its HBM before the next container starts. Default {DEFAULT_STOP_GRACE_SECONDS}.",
@@ -423,9 +434,9 @@ class ContainerSettings(Model):
 
     @field_validator("env", mode="before")
     @classmethod
-    def _env_values_as_strings(cls, value: Any) -> Any:
+    def _env_keys_not_the_plans(cls, value: Any) -> Any:
         """No variable the plan sets (the HCCL windows, `VLLM_PORT`, `ASCEND_RT_VISIBLE_DEVICES`,
-        `ASCEND_VISIBLE_DEVICES`): set its key instead. Numbers and booleans are taken as their text."""
+        `ASCEND_VISIBLE_DEVICES`): set its key instead."""
         if isinstance(value, Mapping):
             owned = sorted(set(value) & set(ALLOCATED_ENV))
             if owned:
@@ -437,16 +448,7 @@ class ContainerSettings(Model):
                 raise ValueError(
                     "; ".join(f"{v} is set by the start gate to {GATE_ENV[v]}; remove it from env" for v in gate)
                 )
-            return {k: v if isinstance(v, str) else _scalar_to_str(v) for k, v in value.items()}
         return value
-
-
-def _scalar_to_str(value: Any) -> Any:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float, Decimal)):
-        return str(value)
-    return value  # left for pydantic to reject with a clear type error
 
 
 class Defaults(ContainerSettings):
@@ -472,9 +474,9 @@ class Host(Model):
     k//2, chip k%2 (`npu-smi info -m` prints the mapping; the host check compares it), npu-smi switches
     device-share for both chips of an NPU at once, so the two are one sharing unit, and the default
     image is the `-a3` build. Needs `npus: 16`. See [A3 boards](a3.md)."""
-    hbm_gi_b: int = Field(default=64, ge=1, le=4096, alias="hbmGiB")
+    hbm_gi_b: Whole = Field(default=64, ge=1, le=4096, alias="hbmGiB")
     """Nominal HBM per NPU in GiB (64 or 32 for 910B cards)."""
-    hbm_bytes: int | None = Field(default=None, ge=1 << 30, le=1 << 45)
+    hbm_bytes: Whole | None = Field(default=None, ge=1 << 30, le=1 << 45)
     """HBM per NPU as the runtime reports it, which memory fractions multiply. Default from `hbmGiB`:
     64 -> 65452113920, 32 -> 31662800896; other sizes must set it for the capacity check."""
     memory_budget: Fraction | None = None
@@ -498,8 +500,11 @@ class Host(Model):
     shows (e.g. `[model-emb-vl, model-text]` of a docker compose deployment). `pulumi up` disables each
     for good before it creates anything on the host: its restart policy set to `no`, then stopped, so
     no reboot brings it back; it is kept, not removed, so going back is two commands
-    ([Moving from docker compose](moving-from-compose.md)). A name the plan gives one of its own
-    containers on this host is refused."""
+    ([Moving from docker compose](moving-from-compose.md)). Names are exact: a name no container has is
+    skipped, never read as a container ID or the beginning of one (as `docker stop NAME` would). A name
+    the plan gives one of its own containers on this host (a service, a replica, a router, the NPU
+    exporter) is refused, and so is a list whose takeover script would be longer than the 131,071
+    bytes a host script can have."""
     reserved_ports: list[PortRange] = []
     """Ports on this host the allocator must never hand out (in addition to `ascend-fleet:ports.reserved`):
     single ports (`22`), `"a-b"` strings or `[a, b]`."""
@@ -511,7 +516,7 @@ class Host(Model):
     """The Docker Engine version this host runs (`"28.5"`); default `ascend-fleet:dockerEngine`. It
     decides the host's health probes (`ascend-fleet:healthStartIntervalSeconds`), and the host check
     stops `pulumi up` when the engine found on the host is on the other side of version 25."""
-    shard: int | None = Field(default=None, ge=0, le=9999)
+    shard: Whole | None = Field(default=None, ge=0, le=9999)
     """The shard (`ascend-fleet:shards`) this host is deployed by, pinned by `pin` like cards so that
     adding hosts or services never moves a host to another stack (which would delete and re-create
     its containers). Unpinned hosts fill the lowest shard with room, in name order. Moving a host on
@@ -527,6 +532,15 @@ class Host(Model):
         twice = sorted({n for n in self.replaces if self.replaces.count(n) > 1})
         if twice:
             raise ValueError(f"replaces names {', '.join(twice)} more than once")
+        return self
+
+    @model_validator(mode="after")
+    def _hbm_declarations_agree(self) -> Host:
+        """`hbmBytes`, when set, is 85-100% of a card the host check accepts for `hbmGiB` (within 10%
+        of it): the rule the host check applies on the host (allocation.hbm)."""
+        problem = declared_hbm_problem(self.hbm_gi_b, self.hbm_bytes)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
@@ -580,7 +594,7 @@ class ReplicaPins(_WindowPins):
 
     host: Name | None = None
     """Host of the replica."""
-    devices: list[Annotated[int, Field(ge=0, le=15)]] | None = None
+    devices: list[Annotated[Whole, Field(ge=0, le=15)]] | None = None
     """Physical NPU indices; as many as the service's `tensorParallelSize`."""
 
     @field_validator("devices")
@@ -599,7 +613,7 @@ class Router(Model):
     """Host of the router container; default the first replica's host."""
     policy: Literal["round_robin", "random", "power_of_two", "cache_aware", "consistent_hash"] | None = None
     """Load-balancing policy; default `round_robin`, or `cache_aware` when prefix caching is on."""
-    request_timeout_seconds: int | None = Field(
+    request_timeout_seconds: Whole | None = Field(
         default=None, ge=10, le=86_400,
         description=f"How long one request may take through the router. Default {REQUEST_TIMEOUT_SECONDS}, for long contexts.",
     )  # fmt: skip
@@ -637,16 +651,16 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     the smallest fraction, in hundredths, whose KV cache holds `maxNumSeqs` sequences of `maxModelLen`
     (needs `profile`); `pin` writes the number chosen. Not set with `kvCacheGiB`, from which the plan derives
     it. See [Will it fit](capacity.md)."""
-    max_model_len: int | None = Field(default=None, ge=1, le=100_000_000)
+    max_model_len: Whole | None = Field(default=None, ge=1, le=100_000_000)
     """`--max-model-len`."""
-    max_num_seqs: int | None = Field(default=None, ge=1, le=1_000_000)
+    max_num_seqs: Whole | None = Field(default=None, ge=1, le=1_000_000)
     """`--max-num-seqs`."""
     profile: ModelProfile | None = None
     """The model's sizes, for the capacity check (`python -m allocation profile` fills it in; see
     [Will it fit](capacity.md))."""
-    runtime_overhead_gi_b: Decimal | None = Field(default=None, ge=0, le=1024, alias="runtimeOverheadGiB")
+    runtime_overhead_gi_b: Number | None = Field(default=None, ge=0, le=1024, alias="runtimeOverheadGiB")
     """Per-card allowance for the activation peak and non-torch memory; overrides the stack's."""
-    kv_cache_gi_b: Decimal | None = Field(default=None, ge=Decimal("0.01"), le=1024, alias="kvCacheGiB")
+    kv_cache_gi_b: Number | None = Field(default=None, gt=0, le=1024, alias="kvCacheGiB")
     """Fix the KV cache of each of its cards at this many GiB (`--kv-cache-memory-bytes`, floor of GiB x
     2^30), whatever its neighbours on a shared card hold when it starts: vLLM then skips its memory
     profiling and takes these bytes as they are (vllm-ascend `worker/worker.py`
@@ -657,13 +671,13 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     that it passes in the start order on a shared card and in its reverse. Needs `profile` (the
     weights); tokens are sized from these bytes; `doctor` compares the size the startup log reports
     ("reserved ... GiB for KV Cache") with it. See [a fixed KV cache](capacity.md#a-fixed-kv-cache-kvcachegib)."""
-    hccl_port_ranges: bool = True
+    hccl_port_ranges: Flag = True
     """Set `HCCL_NPU_SOCKET_PORT_RANGE`/`HCCL_HOST_SOCKET_PORT_RANGE`. Set false for models with MC2
     fused operators on Atlas A2, which do not support them: the service then keeps HCCL's default
     NPU port 16666 and gets its cards to itself."""
-    devices: list[Annotated[int, Field(ge=0, le=15)]] | None = None
+    devices: list[Annotated[Whole, Field(ge=0, le=15)]] | None = None
     """Pin: physical NPU indices; as many as `tensorParallelSize`."""
-    replicas: int = Field(default=1, ge=1, le=64)
+    replicas: Whole = Field(default=1, ge=1, le=64)
     """Containers serving the model, each planned like a service of its own (`<name>-1` ...), on
     different hosts while there is room, behind one router at the service's endpoint. 1: one
     container named after the service, no router. See [Replicas behind one router](replicas.md)."""
@@ -830,7 +844,7 @@ class Ssh(Model):
     """`UserKnownHostsFile`; default: ssh's own."""
     strict_host_key_checking: Literal["yes", "accept-new", "no"] = "yes"
     """`StrictHostKeyChecking`: keep `yes` in production."""
-    connect_timeout_seconds: int = Field(default=10, ge=1, le=300)
+    connect_timeout_seconds: Whole = Field(default=10, ge=1, le=300)
     """`ConnectTimeout`: an unreachable host costs this long, not minutes."""
 
 
@@ -860,10 +874,10 @@ class Metrics(Model):
     npu_exporter: NpuExporter | None = None
     """Deploy MindCluster's NPU Exporter, one container per host in use
     ([NPU exporter](metrics.md#npu-exporter)). Off by default: the operator must provide its image."""
-    scrape_interval_seconds: int = Field(default=15, ge=1, le=75)
+    scrape_interval_seconds: Whole = Field(default=15, ge=1, le=75)
     """How often Prometheus scrapes every target. At most 75: the alert rules' shortest range is
     `[5m]`, and `rate()` over it needs several samples (four at 75 s) to be anything but empty."""
-    ttft_p95_seconds: Decimal = Field(default=Decimal(10), gt=0, le=3600)
+    ttft_p95_seconds: Number = Field(default=Decimal(10), gt=0, le=3600)
     """The alert threshold of a service's 95th-percentile time to first token."""
 
     @model_validator(mode="after")
@@ -883,7 +897,7 @@ class Shards(Model):
     """`ascend-fleet:shards`: the fleet is deployed as shards, each a stack of its own that owns a
     set of hosts (docs/shards.md). Every shard plans the whole fleet and deploys its hosts' slice."""
 
-    size: int = Field(default=50, ge=1, le=1000)
+    size: Whole = Field(default=50, ge=1, le=1000)
     """At most this many hosts per shard: one docker provider process per host runs during a shard's
     `pulumi up`, and its state grows with its hosts."""
 
@@ -896,7 +910,7 @@ class ShardOf(Model):
 
     fleet: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")]
     """The fleet's stack name (its file is `Pulumi.<fleet>.yaml`)."""
-    index: int = Field(ge=0, le=9999)
+    index: Whole = Field(ge=0, le=9999)
     """The shard this stack deploys: the hosts whose `shard` is this."""
     fleet_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
     """sha256 of what the shard deploys: the fleet's keys as the program reads them (`shardOf` left
@@ -921,9 +935,9 @@ class FleetConfig(Model):
     """SSH client settings."""
     metrics: Metrics = Metrics()
     """Prometheus targets, alert thresholds and the dashboard."""
-    pull_timeout_minutes: int = Field(default=60, ge=1, le=1440)
+    pull_timeout_minutes: Whole = Field(default=60, ge=1, le=1440)
     """How long `pulumi up` may take to pull one image onto a host."""
-    runtime_overhead_gi_b: Decimal = Field(default=DEFAULT_RUNTIME_OVERHEAD_GIB, ge=0, le=1024, alias="runtimeOverheadGiB")
+    runtime_overhead_gi_b: Number = Field(default=DEFAULT_RUNTIME_OVERHEAD_GIB, ge=0, le=1024, alias="runtimeOverheadGiB")
     """Per-card allowance, in the capacity check, for vLLM's activation peak and non-torch memory."""
     docker_engine: DockerEngine = DEFAULT_DOCKER_ENGINE
     """The Docker Engine version the hosts run unless a host sets its own `dockerEngine`; a quoted
@@ -937,7 +951,7 @@ class FleetConfig(Model):
     "Shards"). The stack that sets it is the fleet: it is planned and pinned, never deployed itself."""
     shard_of: ShardOf | None = None
     """Set only in a shard's stack file, by `python -m allocation shards`; never by hand."""
-    health_start_interval_seconds: int = Field(default=2, ge=0, le=30)
+    health_start_interval_seconds: Whole = Field(default=2, ge=0, le=30)
     """How soon after a model is ready its container turns healthy. Docker Engine 25 and later probe
     every this many seconds while the container starts (`start_interval`), then every 30 s as before;
     older engines have no `start_interval`, so their containers probe every this many seconds for
@@ -1096,6 +1110,19 @@ class FleetConfig(Model):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+
+QUOTED_NUMBER_KEYS = frozenset(f.alias or n for n, f in FleetConfig.model_fields.items() if holds_number(f))
+"""Top-level keys holding a number. Pulumi hands the program every top-level value as text, so there
+`90` and `"90"` are one value (allocation.scalars); the schema says so."""
+
+
+def read_top_level(key: str, text: str) -> Any:
+    """The program's reading of the text Pulumi hands it for the top-level key `key` (namespace
+    stripped); `plan` reads a stack file's top-level values through it too (cli.stackfile)."""
+    if key in VERBATIM_KEYS:
+        return text
+    return top_level_value(text, number=key in QUOTED_NUMBER_KEYS)
 
 
 def _previous_name_problems(services: list[Service]) -> list[str]:

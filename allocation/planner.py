@@ -12,7 +12,6 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Mapping
 
-from allocation import names
 from allocation.capacity import auto_fraction, fixed_kv_fraction, gib, runtime_total, size_service
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service
 from allocation.errors import AllocationError, listing
@@ -111,7 +110,6 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         planned = kept(_running_totals(host, planned))
         unchecked = kept(graph_room(host, planned))
         kept(_not_sized(host, planned, unchecked))
-        kept(_takeover(host, planned, mine))
         host_plans.append(HostPlan(host, fleet.budget(host), tuple(planned), shard_of.get(host.name)))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
@@ -141,19 +139,6 @@ def _router(
     return RouterPlan(s, settings, host, windows, in_order)
 
 
-def _takeover(host: Host, planned: list[ServicePlan], routed: list[Service]) -> Outcome[None]:
-    """A container the host `replaces` is stopped for good by `pulumi up`: it cannot also be one the
-    plan creates there (Docker names are unique per host, and the takeover would stop the new one).
-    `routed`: the replicated services whose router runs there."""
-    own = {ps.instance.original_name for ps in planned} | {names.router_name(s.original_name) for s in routed}
-    clash = [name for name in host.replaces if name in own]
-    return Outcome(None, tuple(
-        f"host {host.name} replaces {name}, a name the plan gives one of its own containers there: "
-        f"rename the old container (docker rename {name} {name}-old) and list that name under replaces"
-        for name in clash
-    ))  # fmt: skip
-
-
 def _image_for_board(host: Host, i: Instance, cards: tuple[int, ...]) -> Outcome[None]:
     """A warning when a vllm-ascend image is not the build of the host's board: vllm-ascend tags its
     A3 build `<version>-a3` (`docs/source/quick_start.md`), the A2 build has no suffix."""
@@ -161,9 +146,11 @@ def _image_for_board(host: Host, i: Instance, cards: tuple[int, ...]) -> Outcome
     if not repository.endswith("/vllm-ascend") or (tag.endswith("-a3") == (host.board == "a3")):
         return Outcome(None)
     build = "an A3 build (-a3)" if host.board == "a2" else "not the A3 build (no -a3 tag)"
+    image = i.resolved.image.partition("@")[0]
+    other = image.removesuffix("-a3") if host.board == "a2" else f"{image}-a3"
     return Outcome(None, warnings=(
         f"{where(host.name, cards)}: image: {i.name} runs {i.resolved.image}, {build}, but the host has board: "
-        f"{host.board}; vllm-ascend publishes one build per board",
+        f"{host.board}; vllm-ascend publishes one build per board: set the service's own image to {other}",
     ))  # fmt: skip
 
 

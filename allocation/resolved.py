@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
 from allocation.defaults import (
+    DEFAULT_IMAGE,
     DEFAULT_IMAGES,
     DEFAULT_IPC_MODE,
     DEFAULT_RESTART,
@@ -73,7 +74,7 @@ def resolve(service: ContainerSettings, defaults: ContainerSettings, board: str 
     """The settings of `service` over `defaults` over the project's defaults; `board`: the host's,
     whose build of the image is the default."""
     s, d = service, defaults
-    image = s.image or d.image or DEFAULT_IMAGES[board]
+    image = s.image or _board_default(d.image, board)
     return Resolved(
         image=image,
         vllm_ascend_version=version_of(s.vllm_ascend_version or d.vllm_ascend_version, image),
@@ -90,6 +91,16 @@ def resolve(service: ContainerSettings, defaults: ContainerSettings, board: str 
         log_opts=MappingProxyType(dict(s.log_opts or d.log_opts or LOG_OPTS)),
         graph_memory_gi_b=s.graph_memory_gi_b if s.graph_memory_gi_b is not None else d.graph_memory_gi_b,
     )
+
+
+def _board_default(image: str | None, board: str) -> str:
+    """The image `defaults` gives a service on `board`. `Pulumi.yaml` names the project's default for every
+    stack, the A2 build: on an A3 board that stands for the A3 build (`DEFAULT_IMAGES`), which
+    vllm-ascend publishes beside it. Another image is the operator's own, taken as it is on every board
+    (the plan warns when a vllm-ascend one is the other board's build)."""
+    if image is None or (image == DEFAULT_IMAGE and board != "a2"):
+        return DEFAULT_IMAGES[board]
+    return image
 
 
 @dataclass(frozen=True)

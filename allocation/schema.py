@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import AfterValidator, BaseModel, BeforeValidator, WrapValidator
 from pydantic.json_schema import GenerateJsonSchema
 
-from allocation.config import NAMESPACE, FleetConfig
+from allocation.config import NAMESPACE, QUOTED_NUMBER_KEYS, FleetConfig
+from allocation.scalars import digits_between
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 PLAN_CHECKS = "`plan` also checks"
@@ -107,9 +108,16 @@ def _with_checks(description: str | None, checks: list[str]) -> str:
     return (text + ("\n\n" if text else "") + f"{PLAN_CHECKS}: {said}") if checks else text
 
 
+_BOUNDS = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
+"""pydantic 2.14 writes a bound it checks after a validator (a `Whole`'s, allocation.scalars) under
+its own name, not JSON Schema's (pydantic/_internal/_known_annotated_metadata.py `apply_known_metadata`:
+`pydantic_js_updates` keyed by the constraint)."""
+
+
 def _tidy(node: Any) -> Any:
     """Descriptions as paragraphs (the docstrings' line breaks dropped), Decimal defaults as numbers,
-    and no `default` that repeats a whole nested object (its keys state their own)."""
+    bounds by JSON Schema's names, and no `default` that repeats a whole nested object (its keys
+    state their own)."""
     if isinstance(node, list):
         return [_tidy(n) for n in node]
     if not isinstance(node, dict):
@@ -117,6 +125,8 @@ def _tidy(node: Any) -> Any:
     out = {k: _tidy(v) for k, v in node.items()}
     if isinstance(out.get("description"), str):
         out["description"] = "\n\n".join(" ".join(p.split()) for p in out["description"].split("\n\n"))
+    if out.get("type") in ("integer", "number"):
+        out |= {key: out.pop(raw) for raw, key in _BOUNDS.items() if raw in out}
     default = out.get("default")
     if isinstance(default, dict) and "$ref" in out:
         del out["default"]
@@ -143,13 +153,43 @@ def _annotate(schema: dict[str, Any]) -> None:
             prop["description"] = _with_checks(prop.get("description"), docs)
 
 
+def _top_level(key: str, node: dict[str, Any]) -> None:
+    """A top-level key as Pulumi hands it to the program, as text (allocation.scalars): no null, which
+    reaches the program as the empty text, and a number also written as text, within its bounds."""
+    if "anyOf" in node:
+        kept = [n for n in node.pop("anyOf") if n.get("type") != "null"]
+        node.update(kept[0] if len(kept) == 1 else {"anyOf": kept})
+        if node.get("default", "") is None:
+            del node["default"]
+    if key not in QUOTED_NUMBER_KEYS:
+        return
+    number = {k: node.pop(k) for k in ("type", "minimum", "exclusiveMinimum", "maximum") if k in node}
+    node["anyOf"] = [number, {"title": "the same number as text", "type": "string", "pattern": f"^(?:{_digits(number)})$"}]
+
+
+def _digits(number: dict[str, Any]) -> str:
+    """The spellings `QUOTED_NUMBER` reads of the numbers `number` bounds (at least 0, whole bounds):
+    for an integer, its digits (`8.0` too, which the program reads as 8); for a number, a decimal part too."""
+    low = int(number.get("minimum", number.get("exclusiveMinimum", 0)))
+    high = int(number["maximum"])
+    if number["type"] == "integer":
+        return f"(?:{digits_between(low, high)})(?:\\.0+)?"
+    parts = [f"{low}\\.[0-9]*[1-9][0-9]*"] if "exclusiveMinimum" in number else []
+    first = low + 1 if "exclusiveMinimum" in number else low
+    parts += [f"(?:{digits_between(first, high - 1)})(?:\\.[0-9]+)?"] if first < high else []
+    return "|".join([*parts, f"{high}(?:\\.0+)?"])
+
+
 def config_schema() -> dict[str, Any]:
     """FleetConfig's JSON Schema, keys by their stack-file names, `plan`'s extra checks in the text."""
     schema = FleetConfig.model_json_schema(by_alias=True, schema_generator=_Generator)
     _annotate(schema)
     del schema["properties"]["stack"]  # the stack's name comes from the file's, never from a key
     schema["required"] = [k for k in schema.get("required", []) if k != "stack"]
-    return _tidy(schema)
+    schema = _tidy(schema)
+    for key, node in schema["properties"].items():
+        _top_level(key, node)
+    return schema
 
 
 def stack_schema() -> dict[str, Any]:

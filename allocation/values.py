@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated
+from decimal import Decimal
+from typing import Annotated, Any, Union
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from allocation.vllm_args import spelled
 from allocation.windows import API
@@ -100,6 +101,16 @@ def _arg(value: str) -> str:
     return value
 
 
+# No docstring: the schema generator would add it to `env` as a rule `plan` checks beyond the schema,
+# which states this one itself (a number or a boolean is a value of `env`).
+def _as_text(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, Decimal)):
+        return str(value)
+    return value  # left for pydantic to refuse with a clear type error
+
+
 # A public key as sshd prints it (`ssh-keyscan`, `/etc/ssh/ssh_host_*_key.pub`), comment optional.
 HostKey = Annotated[
     str,
@@ -112,7 +123,9 @@ Image = Annotated[str, AfterValidator(_image)]
 Address = Annotated[str, AfterValidator(_address)]
 UserName = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")]
 EnvKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=255)]
-EnvValue = Annotated[str, Field(max_length=65536, pattern=r"^[^\x00]*$")]
+_EnvText = Annotated[str, Field(max_length=65536, pattern=r"^[^\x00]*$")]
+EnvValue = Annotated[_EnvText, BeforeValidator(_as_text, json_schema_input_type=Union[_EnvText, float, bool])]
+"""An environment variable's value: text, or a number or boolean taken as its text (`1` is `"1"`)."""
 Arg = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_arg)]
 StackName = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\Z")
 r"""Python's `$` matches before a final newline too, so every `re` validator here ends in `\Z` and is

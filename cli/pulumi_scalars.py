@@ -104,3 +104,22 @@ def program_value(text: str) -> Any:
         if not math.isinf(value):
             return _from_float(value)
     return text
+
+
+def top_level_text(value: Any) -> str:
+    """The text the Pulumi CLI hands the program for a top-level scalar that `plan` read as `value`
+    (`pulumi config --json` shows it; `top` in tests/data/pulumi_readings.json): `true` or `false`,
+    the empty text for null, a number as Go's JSON encoder prints it (`1.0` is `1`, `0.90` is `0.9`):
+    golang/go src/encoding/json/encode.go `floatEncoder.encode` writes digits with a decimal point for
+    1e-6 <= |x| < 1e21, else an exponent whose `e-09` it shortens to `e-9`."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        value = _from_float(value)
+        if isinstance(value, float):
+            if 1e-6 <= abs(value) < 1e21:
+                return format(Decimal(repr(value)), "f")
+            return re.sub(r"e([+-])0+(?=[0-9])", r"e\1", repr(value))  # Go: 1e-7, 1e+21
+    return str(value)

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from allocation.config import NAMESPACE, FleetConfig, parse_fleet
+from allocation.config import NAMESPACE, VERBATIM_KEYS, FleetConfig, parse_fleet, read_top_level
 from allocation.errors import ConfigError
 from allocation.values import STACK_NAME_RULE, StackName
 from cli import yaml12
+from cli.pulumi_scalars import top_level_text
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -172,7 +173,16 @@ def stack_values(stack_file: StackFile, root: Path = PROJECT_ROOT, data: bytes |
         if name is not None:
             values[name] = value
     _env_as_text(stack_file.path, values)
-    return values
+    return {name: top_level_reading(name, value) for name, value in values.items()}
+
+
+def top_level_reading(name: str, value: Any) -> Any:
+    """A top-level value as the program reads it: Pulumi hands over a scalar as text (`90` and
+    `"90"` alike, docs/stack-files.md), read back by `read_top_level`. A version stays as written,
+    so that `plan` can refuse the number YAML makes of `20.10`, which the program cannot see."""
+    if isinstance(value, (dict, list)) or name in VERBATIM_KEYS:
+        return value
+    return read_top_level(name, top_level_text(value))
 
 
 def load_fleet(stack: str | None = None, config: str | None = None) -> tuple[FleetConfig, StackFile]:

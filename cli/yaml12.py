@@ -18,7 +18,8 @@ and both readings (`_check`; a plain integer with a leading zero, `0X1F`, `1e400
 as `2001-1-1`), as are the tags `!!set`, `!!binary`, `!!omap` and `!!pairs`; a number both read alike
 but print differently (`1.0`, which the program gets as `1`) comes back as a `Respelled` float, which
 `cli.stackfile` refuses where it becomes text (env values). Aliases may not grow the document past
-ten times its size (an alias bomb), nor values nest deeper than `MAX_DEPTH`.
+ten times its size (an alias bomb), nor values nest deeper than `MAX_DEPTH`. `load_other` reads other YAML
+(a kubeconfig) as `yaml.safe_load` does, within the same bounds.
 
 Errors are PyYAML's `YAMLError`s, with the line and column where the parser stopped.
 """
@@ -33,7 +34,7 @@ import yaml
 from yaml.cyaml import CParser  # libyaml, which the PyYAML wheels of requirements.txt ship
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, ScalarNode
-from yaml.resolver import BaseResolver
+from yaml.resolver import BaseResolver, Resolver
 
 from cli.pulumi_scalars import Refused, Timestamp, program_value
 
@@ -53,8 +54,9 @@ class Ambiguous(Located):
 
 
 MAX_DEPTH = 64
-"""Levels of nesting a stack file may use: its services sit 4 levels down and their values 2 or 3 more.
-Deeper text is refused with its line (`plan`, `pin` and `profile` alike) rather than recursed into."""
+"""Levels of nesting a stack file may use: its services sit 4 levels down and their values 2 or 3 more (a
+kubeconfig's deepest, an exec plugin's env, 7). Deeper text is refused with its line (`plan`, `pin`, `profile`
+and `doctor`'s kubeconfig alike) rather than recursed into."""
 TAG = "tag:yaml.org,2002:"
 PLAIN_STR = "tag:ascend-fleet,2026:plain-str"
 
@@ -108,8 +110,8 @@ for _tag, _pattern, _first in [
     Resolver12.add_implicit_resolver(TAG + _tag, re.compile(f"^(?:{_pattern})$"), list(_first))
 
 
-class Constructor12(SafeConstructor):
-    """PyYAML's safe constructor with 1.2's integers, floats and booleans, and no duplicate keys."""
+class BoundedConstructor(SafeConstructor):
+    """PyYAML's safe constructor, refusing duplicate keys and values nested past `MAX_DEPTH` (`build`)."""
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen = set()
@@ -136,8 +138,8 @@ class Constructor12(SafeConstructor):
         if done is not None:
             return done
         if depth > MAX_DEPTH:
-            raise Located(f"nested more than {MAX_DEPTH} levels deep; a stack file needs a handful: flatten that value",
-                          node.start_mark.line + 1)  # fmt: skip
+            raise Located(f"nested more than {MAX_DEPTH} levels deep; a stack file or kubeconfig needs a handful: "
+                          "flatten that value", node.start_mark.line + 1)  # fmt: skip
         tag = node.tag
         if isinstance(node, ScalarNode):
             make = self.yaml_constructors.get(tag)
@@ -163,6 +165,10 @@ class Constructor12(SafeConstructor):
                 )
             mapping[key] = self.build(value_node, built, depth + 1)
         return mapping
+
+
+class Constructor12(BoundedConstructor):
+    """The bounded constructor with 1.2's integers, floats and booleans, and the Pulumi CLI's readings checked."""
 
     def construct_plain_str(self, node: Any) -> str:
         text = self.construct_scalar(node)
@@ -273,10 +279,22 @@ class Loader12(CParser, Constructor12, Resolver12):
         Resolver12.__init__(self)
 
 
+class BoundedLoader(CParser, BoundedConstructor, Resolver):
+    """PyYAML's `CSafeLoader` (YAML 1.1, the types of `yaml.safe_load`) with a stack file's bounds, for
+    YAML that is not a stack file: a kubeconfig (`ops.kube_api`)."""
+
+    def __init__(self, stream: str) -> None:
+        CParser.__init__(self, stream)
+        BoundedConstructor.__init__(self)
+        Resolver.__init__(self)
+
+
 MAX_EXPANDED = 100_000
 """Nodes a document may grow to by its aliases beyond ten times its own: a billion-laughs of 684 bytes grows
 to 10**9. The Pulumi CLI refuses such a file too (gopkg.in/yaml.v3 `decode.go`: "document contains excessive
-aliasing"); a stack file without aliases never comes near."""
+aliasing"), and so does kubectl a kubeconfig (sigs.k8s.io/yaml reads with gopkg.in/yaml.v2, whose `decode.go` has
+the same check since v2.2.4, the fix of CVE-2019-11253, kubernetes/kubernetes#83253); a stack file or kubeconfig
+without aliases never comes near."""
 
 
 def _expanded(root: Any) -> tuple[int, int]:
@@ -306,7 +324,7 @@ def load(text: str) -> Any:
     global _last
     if _last is not None and _last[0] == text:
         return _last[1]
-    doc = _load(text)
+    doc = _load(text, Loader12)
     _last = (text, doc)
     return doc
 
@@ -314,8 +332,15 @@ def load(text: str) -> Any:
 _last: tuple[str, Any] | None = None
 
 
-def _load(text: str) -> Any:
-    loader = Loader12(text)
+def load_other(text: str) -> Any:
+    """The one YAML document in `text`, a file other than a stack file (a kubeconfig), read as
+    `yaml.safe_load` reads it but with the bounds of `load`: an alias bomb and nesting past `MAX_DEPTH`
+    are refused before anything is built from them, and a key written twice too."""
+    return _load(text, BoundedLoader)
+
+
+def _load(text: str, reader: type[Loader12] | type[BoundedLoader]) -> Any:
+    loader = reader(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -324,7 +349,8 @@ def _load(text: str) -> Any:
         if grown > max(MAX_EXPANDED, 10 * own):
             raise YAMLError(
                 f"its aliases expand {own:,} nodes to more than {max(MAX_EXPANDED, 10 * own):,} (an alias bomb?); "
-                "the Pulumi CLI refuses it too (excessive aliasing): write the values out"
+                "Go's YAML readers refuse it too (gopkg.in/yaml's 'excessive aliasing', in the Pulumi CLI and kubectl): "
+                "write the values out"
             )
         return loader.build(node, {})
     finally:

@@ -2,14 +2,15 @@
 
 One docker provider (over SSH with the fleet's ssh options, or the host's own
 `dockerHost`), one host check that must pass before anything is pulled or
-started there, and one RemoteImage per image the host's services use. Model
+started there, one RemoteImage per image the host's services use, and the takeover
+of the containers it `replaces`, which waits for every image the host needs. Model
 services receive the host and take the provider, the check and the image from
 it; nothing here depends on another host, so hosts deploy in parallel.
 """
 
 from __future__ import annotations
 
-import shlex
+import asyncio
 from typing import Optional
 
 import pulumi
@@ -18,7 +19,7 @@ import pulumi_docker as docker
 
 from records.deployment import HostDeployment
 from records.durations import go_duration
-from records.runtime import logs
+from records.runtime import log_tail
 from ops.ssh import run_script
 
 LOG_LINES = 20
@@ -30,7 +31,8 @@ class AscendHost(pulumi.ComponentResource):
     """How scripts reach the host over SSH; None for a local daemon."""
     check: pulumi.CustomResource
     takeover: pulumi.CustomResource | None
-    """Disables the containers the host `replaces`, after the check; None when it replaces none."""
+    """Disables the containers the host `replaces`, after the check and every image of the host;
+    None when it replaces none."""
     device_share: pulumi.CustomResource | None
     start_order: pulumi.CustomResource | None
     """Writes the shared cards' deploy-time order on the host (records.card_order); None without shared cards."""
@@ -53,14 +55,6 @@ class AscendHost(pulumi.ComponentResource):
         )
         self.connection = connection = _connection(hd, private_key)
         self.check = script(f"{name}-check", hd.check_script, connection, child)
-        # The old deployment goes for good after the check (which let its containers pass) and before
-        # anything that needs their cards or ports. Its `delete` does nothing: rolling back is by hand.
-        self.takeover = None
-        if hd.takeover_script is not None:
-            after_check = pulumi.ResourceOptions(parent=self, depends_on=[self.check])
-            self.takeover = script(f"{name}-takeover", hd.takeover_script, connection, after_check)
-        self.device_share, self.start_order = self._sharing_steps(name, hd, connection)
-
         # Pulled once per host and image, after the check: a 20 GB pull onto a host
         # without its cards or weights is time lost. keep_locally: destroying the
         # stack or changing the tag must not delete an image an operator may roll back to.
@@ -75,6 +69,21 @@ class AscendHost(pulumi.ComponentResource):
             image: docker.RemoteImage(f"{name}-{image}", name=image, keep_locally=True, opts=after_check)
             for image in hd.images
         }
+        # The old deployment goes for good after the check (which let its containers pass) and before
+        # anything that needs their cards or ports, and only once every image the host needs is here:
+        # the pulls (and the routers' image builds) take minutes, with the old services still serving.
+        # A dependency, not an input: waiting for the images changes no resource. Its `delete` does
+        # nothing: rolling back is by hand (docs/moving-from-compose.md).
+        self.takeover = None
+        self._router_images: dict[str, asyncio.Future] = {}
+        if hd.takeover_script is not None:
+            loop = asyncio.get_running_loop()
+            self._router_images = {rd.name: loop.create_future() for rd in hd.routers}
+            after_images = pulumi.ResourceOptions(
+                parent=self, depends_on=[self.check, *self.images.values(), *self._router_images.values()]
+            )
+            self.takeover = script(f"{name}-takeover", hd.takeover_script, connection, after_images)
+        self.device_share, self.start_order = self._sharing_steps(name, hd, connection)
         self._hd = hd
         self.register_outputs({"dockerHost": hd.docker_url, "images": list(hd.images)})
 
@@ -83,6 +92,13 @@ class AscendHost(pulumi.ComponentResource):
         """What every container of the host waits for: the check, and the takeover of the old
         containers, which hold the cards and ports the new ones need."""
         return [self.check, *([self.takeover] if self.takeover is not None else [])]
+
+    def router_image_built(self, router: str, build: pulumi.Resource) -> None:
+        """The step that builds `router`'s image on this host (components.router), which the takeover
+        waits for like a pull. Routers are made after their host, so the takeover holds a future of
+        each build (as components.router.Rollout does for the replicas' serves steps)."""
+        if router in self._router_images:
+            self._router_images[router].set_result(build)
 
     def _sharing_steps(
         self, name: str, hd: HostDeployment, connection: command.remote.ConnectionArgs | None
@@ -104,9 +120,9 @@ class AscendHost(pulumi.ComponentResource):
 
     def last_log_lines(self, container: str, lines: int = LOG_LINES) -> str:
         """A container's last log lines on this host (`docker logs --tail`, over SSH like `doctor`),
-        or why they could not be read. For the error hook of a container that did not start."""
-        script = f"{logs()} --tail {int(lines)} {shlex.quote(container)} 2>&1\n"
-        result = run_script(self._hd, script)
+        or why they could not be read. For the error hook of a container that did not start, which
+        may not exist: by its exact name, never as another container's ID prefix (`log_tail`)."""
+        result = run_script(self._hd, log_tail(container, lines))
         if not result.reachable:
             return f"(its log could not be read: {result.error})"
         return result.stdout.strip() or "(its log is empty)"

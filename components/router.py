@@ -78,6 +78,7 @@ class Router(pulumi.ComponentResource):
                 parent=self, depends_on=[host.images[rd.base_image]], aliases=renamed(previous, "-image")
             ),
         )
+        host.router_image_built(rd.name, build)  # a takeover on the host waits for it, as for a pull
         image_id = build.stdout.apply(lambda out: out.strip().splitlines()[-1])
         # Updated in place when replicas come or go: the file and the running router change, the container does not.
         after_build = pulumi.ResourceOptions(parent=self, depends_on=[build], aliases=renamed(previous, "-workers"))

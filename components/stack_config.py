@@ -13,7 +13,6 @@ stack's slice of a fleet deployed as shards, and turns a FleetError into a
 
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -21,24 +20,13 @@ from typing import Any, Iterator
 import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
 
-from allocation.config import NAMESPACE, PROGRAM_ONLY_KEYS, VERBATIM_KEYS, Ssh
+from allocation.config import NAMESPACE, PROGRAM_ONLY_KEYS, Ssh, read_top_level
 from allocation.errors import FleetError
 from records.deployment import Deployment
 from records.pipeline import deployment_of, trusted
 from ops.ssh import known_hosts_text
 
 SSH_PRIVATE_KEY = "sshPrivateKey"
-
-
-def _decode(raw: Any) -> Any:
-    """JSON-decode as `Config.get_object` does; a plain string (`pulumi config set k v`)
-    that is not JSON stays a string, so parse_fleet can say what is wrong with it."""
-    if not isinstance(raw, str):
-        return raw
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
 
 
 def namespace_keys(namespace: str = NAMESPACE) -> list[str]:
@@ -56,7 +44,7 @@ def fleet_values(namespace: str = NAMESPACE) -> dict[str, Any]:
     """The namespace's values for `parse_fleet`, without the program-only (secret) keys."""
     config = pulumi.Config(namespace)
     return {
-        key: config.get(key) if key in VERBATIM_KEYS else _decode(config.get(key))
+        key: read_top_level(key, config.get(key) or "")
         for key in namespace_keys(namespace)
         if key not in PROGRAM_ONLY_KEYS
     }

@@ -12,6 +12,7 @@ script: `cat` and, for headers, `head`/`tail`/`od`), or on this machine under `-
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -235,7 +236,7 @@ def validated(profile: dict[str, Any], where: str) -> dict[str, Any]:
     return profile
 
 
-LEAST_FRACTION = "0.0001"
+LEAST_FRACTION = Decimal("0.0001")
 
 
 def unsized_values(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from allocation.config import Host
 from allocation.errors import FleetError
 from allocation.plan import HostPlan
 from records.containers import BOOT_ID_FILE, LOCK_DIR_HOST, ORDER_PREFIX, SETTLED, STARTED_PREFIX
-from records.runtime import DAEMON_UNIT, RUNNING, SH, info, inspect
+from records.runtime import DAEMON_UNIT, RUNNING, SH, info, inspect, named
 from records.start_order import card_ranks
 
 UNIT = "ascend-fleet-start-order.service"
@@ -85,6 +85,7 @@ def boot_script(*, root: str = "") -> str:
     """What the unit runs once Docker is up: mark this boot settled when every container in the
     order files that runs has started its gate. Reads only the lock folder, so it never changes."""
     d = root + LOCK_DIR_HOST
+    resolve = named('"$name"', SH)
     return "\n".join([
         "#!/bin/sh",
         "# ascend-fleet: after Docker has restarted its containers at boot, mark the boot settled for the",
@@ -97,7 +98,9 @@ def boot_script(*, root: str = "") -> str:
         "done",
         f'for name in $(cat "$dir"/{ORDER_PREFIX}* 2>/dev/null | sort -u); do',
         "  case $name in '' | *[!A-Za-z0-9_.-]*) continue ;; esac",
-        f'  until [ "$({inspect(RUNNING, SH)} "$name" 2>/dev/null </dev/null)" != true ] ||',
+        # By the ID of the container of that exact name: a name no container has is no other's ID prefix.
+        f'  id=$({resolve} 2>/dev/null </dev/null) && [ -n "$id" ] || continue',
+        f'  until [ "$({inspect(RUNNING, SH)} "$id" 2>/dev/null </dev/null)" != true ] ||',
         f'    [ "$(cat "$dir/{STARTED_PREFIX}$name" 2>/dev/null)" = "$boot" ]; do',
         f'    tries=$((tries + 1)); [ "$tries" -lt {BOOT_WAIT_SECONDS} ] || break',
         "    sleep 1",

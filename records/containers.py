@@ -80,13 +80,18 @@ BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 """The host kernel's boot id, the same inside every container (not namespaced)."""
 """In every container: one file per card, `card-N`."""
 # A compile cache per service, kept on the host so that a re-created container reuses what the one
-# before it compiled: vllm-ascend's own `docker run` mounts `/root/.cache` for this (DOMAIN.md). vLLM
-# keeps its torch.compile cache under VLLM_CACHE_ROOT, default `~/.cache/vllm` (vllm/envs.py), and
-# triton, which runs the Gated DeltaNet layers of Qwen3.5/3.6 on Ascend, under TRITON_CACHE_DIR,
-# default `~/.triton/cache` (triton python/triton/runtime/cache.py, `default_cache_dir`): outside
-# `~/.cache`, so the env points it inside. vllm-ascend's images run as root (HOME=/root). Per
-# configured service, under the name it was created with: replicas of one model share their kernels,
-# and a renamed service keeps its cache. Clearing it costs one slower load: `rm -rf` the folder.
+# before it compiled: vllm-ascend's own `docker run` mounts `/root/.cache` for this (DOMAIN.md). What
+# lasts there is Triton's kernels, which run the Gated DeltaNet layers of Qwen3.5/3.6 on Ascend: Triton
+# keeps them under TRITON_CACHE_DIR, default `~/.triton/cache` (triton python/triton/runtime/cache.py,
+# `default_cache_dir`), outside `~/.cache`, so the env points it inside. torch.compile's graphs and the
+# ACL graphs are compiled and captured again at every start: at v0.20.2rc1 vllm-ascend's compiler
+# returns no handle (vllm_ascend/compilation/compiler_interface.py, `fusion_pass_compile` and
+# `npugraph_ex_compile` return `compiled_fn, None`), which vLLM's CompilerInterface reads as "the
+# compiler doesn't support caching" (vllm/compilation/compiler_interface.py), so vLLM's cache under
+# VLLM_CACHE_ROOT (`~/.cache/vllm`) keeps nothing it can load. vllm-ascend's images run as root
+# (HOME=/root). Per configured service, under the name it was created with: replicas of one model
+# share their kernels, and a renamed service keeps its cache. Clearing it costs one slower load (the
+# Triton kernels built again): `rm -rf` the folder.
 CACHE_DIR_HOST = "/var/lib/ascend-fleet/cache"
 CACHE_DIR = "/root/.cache"
 CACHE_ENV = {"TRITON_CACHE_DIR": f"{CACHE_DIR}/triton"}

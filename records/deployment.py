@@ -16,13 +16,14 @@ from typing import Iterable, Iterator, Mapping
 
 from allocation import names
 from allocation.config import Host, Ssh
+from allocation.errors import AllocationError, listing
 from records.containers import ContainerSpec, Site, container_spec
 from records.exporter import exporter_spec
 from records.card_order import card_orders, order_script, removal_script as order_removal
 from records.device_share import device_share_script, removal_script
 from records.held_cards import HeldCard, held_cards
 from records.host_check import host_check_script
-from records.takeover import takeover_script
+from records.takeover import takeover_problems, takeover_script
 from records.known_hosts import find_host_key
 from records.ssh_options import ssh_options
 from allocation.plan import HostPlan, Plan, ServicePlan, RouterPlan
@@ -184,6 +185,16 @@ class HostDeployment:
         return order_script(self.host, card_orders(self.plan)) if self.shared_cards else None
 
     @property
+    def containers(self) -> list[tuple[str, ContainerSpec, str]]:
+        """(name, spec, what it is) of every container the plan creates on the host: its services
+        and replicas, its routers, then the NPU exporter. The Docker name is the spec's, which a
+        renamed service keeps. The one list of them: `doctor` judges these, and the host's
+        `replaces` may name none of them (`records.takeover.takeover_problems`)."""
+        out = [(sd.name, sd.spec, f"on cards {','.join(map(str, sd.plan.assignment.cards))}") for sd in self.services]
+        out += [(rd.name, rd.spec, f"as the router of {rd.plan.service.name}") for rd in self.routers]
+        return out + ([(self.exporter.name, self.exporter, "as the host's NPU exporter")] if self.exporter is not None else [])
+
+    @property
     def host(self) -> Host:
         return self.plan.host
 
@@ -327,6 +338,10 @@ def deploy(plan: Plan, known_hosts: str = "") -> Deployment:
         )  # fmt: skip
         for hp in plan.hosts
     )
+    # Before anything reaches a host: a takeover that cannot run stops the plan, not `pulumi up` midway.
+    problems = [p for hd in hosts if hd.takeover_script for p in takeover_problems(hd.host, hd.takeover_script, hd.containers)]
+    if problems:
+        raise AllocationError(f"stack {plan.stack}: cannot take over: " + listing(problems) + ".")
     return Deployment(plan=plan, ssh=plan.fleet.ssh, hosts=hosts)
 
 

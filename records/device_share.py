@@ -34,13 +34,22 @@ from typing import Sequence
 from allocation.config import Host, npu_chip
 from records.containers import NPU_SMI
 from records.runtime import (
-    DAEMON_UNIT, DEVICES, DISABLE, NAME, PRIVILEGED, SH, inspect_containers, start, stand_in, stop,
+    DAEMON_UNIT, DEVICES, DISABLE, NAME, NODE_UNITS, PRIVILEGED, SH, inspect_containers, named, start, stand_in,
+    stop,
 )  # fmt: skip
 
 CHIP = 0  # one chip per 910B card
 UNIT = "ascend-fleet-device-share.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 BOOT_SCRIPT = "/usr/local/sbin/ascend-fleet-device-share"
+DRIVER_WAIT_SECONDS = 600
+"""How long the boot step waits for the driver to answer `npu-smi info -t device-share` before it gives
+up and Docker starts the containers with the cards unshared. Which systemd unit (or init script) of
+the Ascend driver loads it at boot is not published in anything read here, so the step cannot be
+ordered after it; it polls every 2 s instead. Ten minutes covers a driver that loads its firmware
+slowly; the cost of a longer wait is Docker starting that much later on a host whose driver never
+answers. A oneshot unit has no start timeout of its own (systemd.service(5), `TimeoutStartSec=`:
+"disabled by default" for `Type=oneshot`), so this is the bound."""
 STATUS_KEY = "Device-share Status"
 UNSUPPORTED = "does not support"
 
@@ -62,9 +71,10 @@ without() {{ skip=" $1 "; shift; out=; for n in "$@"; do case $skip in *" $n "*)
 # device-share mode, or prints why not and returns 1; with held=stopHolders it first stops the
 # containers holding the card and starts them again after the switch, when all of them are the
 # plan's own (`own`, their Docker names): a container outside the plan is never stopped or started
-# (names from `docker inspect`: Docker allows only [a-zA-Z0-9_.-] in them, so they split safely). The holders are the containers
-# with the card's device file, or privileged (those see every card). Nothing reads stdin: the
-# script may arrive there.
+# (names from `docker inspect`: Docker allows only [a-zA-Z0-9_.-] in them, so they split safely), each
+# stopped and started by the ID of the container of that exact name (`named`): one gone since it was
+# listed is no other container's ID prefix. The holders are the containers with the card's device
+# file, or privileged (those see every card). Nothing reads stdin: the script may arrive there.
 _FUNCTIONS = HOLDERS + f"""oneline() {{ printf '%s' "$1" | tr '\\n\\t' '  ' | tr -s ' '; }}
 state() {{ "$npu_smi" info -t device-share -i "$1" -c {CHIP} 2>&1 </dev/null; }}
 switch() {{
@@ -86,9 +96,10 @@ enable() {{
   fi
   if [ "$held" = stopHolders ] && [ -n "$who" ]; then
     echo "card $1: stopping $who to switch it to device-share mode"
-    {stop(SH)} $who </dev/null >/dev/null 2>&1
+    ids=$(for n in $who; do {named('"$n"', SH)} </dev/null 2>/dev/null; done)
+    {stop(SH)} $ids </dev/null >/dev/null 2>&1
     switch "$1"; switched=$?
-    {start(SH)} $who </dev/null >/dev/null 2>&1 || echo "card $1: could not start $who again: {start()} them"
+    {start(SH)} $ids </dev/null >/dev/null 2>&1 || echo "card $1: could not start $who again: {start()} them"
     if [ "$switched" -eq 0 ]; then echo "card $1: device-share on; $who started again"; return 0; fi
     who="$who (stopped and started again)"
   fi
@@ -120,7 +131,8 @@ def _cards_words(cards: Sequence[int]) -> str:
 
 
 def boot_script(cards: Sequence[int], *, root: str = "", board: str = "a2") -> str:
-    """What the unit runs at boot: wait for the driver to answer, then enable every card."""
+    """What the unit runs at boot: wait for the driver to answer (up to `DRIVER_WAIT_SECONDS`), then
+    enable every card."""
     npu, chip = npu_chip(int(cards[0]), board)
     return "\n".join([
         "#!/bin/sh",
@@ -131,7 +143,7 @@ def boot_script(cards: Sequence[int], *, root: str = "", board: str = "a2") -> s
         for_board(_FUNCTIONS, board),
         "tries=0",
         f'until "$npu_smi" info -t device-share -i {npu} -c {chip} >/dev/null 2>&1; do',
-        '  tries=$((tries + 1)); [ "$tries" -lt 60 ] || break; sleep 2',
+        f'  tries=$((tries + 1)); [ "$tries" -lt {DRIVER_WAIT_SECONDS // 2} ] || break; sleep 2',
         "done",
         "status=0",
         f"for card in {_cards_words(cards)}; do enable \"$card\" || status=1; done",
@@ -140,11 +152,14 @@ def boot_script(cards: Sequence[int], *, root: str = "", board: str = "a2") -> s
 
 
 def boot_unit() -> str:
-    """A oneshot unit Docker waits for: the mode is back before any container restarts."""
+    """A oneshot unit Docker waits for: the mode is back before any container restarts. On a Kubernetes
+    node (docs/kubernetes.md) containerd and the kubelet start the containers, so it runs before them
+    too. Ordering only acts between units started together (systemd.unit(5), `Before=`: "if ... both units
+are being started"), so a unit the host does not have changes nothing."""
     return "\n".join([
         "[Unit]",
         "Description=ascend-fleet: put shared NPU cards into device-share mode before Docker starts",
-        f"Before={DAEMON_UNIT}",
+        f"Before={' '.join((DAEMON_UNIT, *NODE_UNITS))}",
         "",
         "[Service]",
         "Type=oneshot",

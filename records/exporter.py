@@ -3,8 +3,12 @@
 What it needs comes from MindCluster's own deployment (Ascend/mind-cluster
 `component/npu-exporter/build/npu-exporter.yaml`, its DaemonSet): privileged, the driver and
 `/usr/local/dcmi` read-only (its image's LD_LIBRARY_PATH points there, `build/Dockerfile`),
-`/etc/localtime` read-only, and Docker's `/var/run/docker` read-only to map cards to containers
-(`-containerMode=docker`). Its image's ENTRYPOINT only prints a licence and starts an interactive
+`/etc/localtime` read-only, and Docker's `/var/run/docker` read-only, which the DaemonSet mounts to map
+cards to containers (`-containerMode=docker`). On a plain Docker host that mapping stays empty: the
+exporter lists containers through a CRI server, `/run/dockershim.sock` or else `/run/cri-dockerd.sock`,
+both Kubernetes' (`collector/container/runtime_ops.go`, `initCriClient`; `cmd/npu-exporter/main.go`,
+`readCntMonitoringFlags`), and Docker serves no CRI, so no socket mounted here would give it one
+(docs/metrics.md). Its image's ENTRYPOINT only prints a licence and starts an interactive
 bash (`build/Dockerfile`: `cat /usr/local/agreement.txt; exec /bin/bash`), so the container sets
 its own, as the DaemonSet's `command: ["/bin/bash", "-c", "--"]` does. Flags from
 `cmd/npu-exporter/main.go`: `-ip` (no default: it exits without one), `-port` (1025-40000,

@@ -23,6 +23,7 @@ import shlex
 from typing import Sequence
 
 from allocation.config import A3_CHIPS, Host
+from allocation.hbm import HBM_BYTES_FLOOR, HBM_TOLERANCE
 from records.containers import DRIVER_MOUNTS, LABEL_PREFIX, LOCK_DIR_HOST, NPU_SMI, ContainerSpec, created_on_host
 from records.host_requirements import DEVICE, cards_of, requirements
 from records.device_share import HOLDERS, STATUS_KEY, UNSUPPORTED, for_board
@@ -140,12 +141,15 @@ def _board_warning(root: str) -> list[str]:
     ]
 
 
-def _sharing_checks(host: Host, shared_cards: Sequence[int], root: str) -> list[str]:
+def _sharing_checks(host: Host, shared_cards: Sequence[int], own: Sequence[str], root: str) -> list[str]:
     """Shared cards need the container-sharing mode; a board without it is refused here, before
     any pull (the mode itself is set by the device-share command that runs next). So is a card not
     yet in the mode that running containers hold, unless the host lets `pulumi up` stop them
     (`heldCards: stopHolders`): the mode cannot change under them, and stopping here, before any
-    container of the host changes, never leaves the host half deployed."""
+    container of the host changes, never leaves the host half deployed. Each holder is named with the
+    way out that applies to it: `heldCards: stopHolders` stops only the plan's own containers (`own`,
+    their Docker names; records.device_share), so one outside the plan is to be listed under
+    `replaces` or taken out of service by hand."""
     npu_smi = _q(root + NPU_SMI)
     refuse = shared_cards and host.held_cards == "refuse"
     lines = [for_board(HOLDERS, host.board).rstrip("\n")] if refuse else []
@@ -167,10 +171,17 @@ def _sharing_checks(host: Host, shared_cards: Sequence[int], root: str) -> list[
                 "heldCards to stopHolders to let pulumi up stop them (the plan's own containers only), switch the "
                 f"card and start them again, or take them out of service for good ({DISABLE})"
             )
+            outside = (
+                f" outside the plan hold it, and the mode can only change while no container uses the card: list "
+                f"them under host {host.name}'s replaces to let pulumi up take them out of service, or do it by "
+                f"hand ({DISABLE}); heldCards: stopHolders stops only the plan's own containers"
+            )
             # The containers the host replaces are disabled by the takeover step before the switch.
             replaced = _q(" ".join(host.replaces))
             lines += [
                 f'case $state in *{_q(STATUS_KEY)}*True*) ;; *) who=$(without {replaced} $(holders {int(card)})); '
+                f'others=$(without {_q(" ".join(own))} $who); who=$(without "$others" $who); '
+                f'[ -z "$others" ] || missing {_q(before)}"$others"{_q(outside)}; '
                 f'[ -z "$who" ] || missing {_q(before)}"$who"{_q(after)} ;; esac',
             ]
     return lines
@@ -225,13 +236,6 @@ def _foreign_checks(host: Host, stack: str, containers: Containers, ports: Seque
     ]
 
 
-# How far npu-smi's HBM total (MB, which are MiB: 65536 for a 64 GB card) may stray from `hbmGiB`
-# x 1024: 10%. Cards come in 32 and 64 GB, so a wrong declaration is off by half or double, and
-# a driver that shows a few percent less still passes. `hbmBytes`, the runtime's total, sits below
-# npu-smi's: 65452113920 bytes is 95.2% of 65536 MiB, 31662800896 is 92.2% of 32768 MiB (DOMAIN.md,
-# vllm-ascend issues 3843, 6250); it must lie within 85-100% of the card's.
-HBM_TOLERANCE = 0.10
-HBM_BYTES_FLOOR = 0.85
 # `npu-smi info`: a chip row's cells are chip (A2) or chip and Phy-ID (A3), Bus-Id, then AICore,
 # Memory-Usage and HBM-Usage `used / total` in MB; the NPU row above it starts with the NPU ID and
 # name (tests/data/npu-smi/*.txt; A3 screens in vllm-ascend issues 6245, 2035). Prints
@@ -255,6 +259,7 @@ _JUDGE_HEAD = r"""BEGIN { split(want, w, " "); for (i in w) wanted[w[i]] = 1 }
 function say(text) { printf "%s%s", (n++ ? "\n  - " : ""), text }
 """
 # Input: "card total_mb" (HBM_AWK). -v mib (hbmGiB x 1024), tol, bytes (hbmBytes, 0 when unset), floor.
+# allocation.hbm `card_passes` is this judgement in Python, which `plan` asks of the declarations.
 HBM_JUDGE = _JUDGE_HEAD + r"""$1 in wanted && ($2 < mib * (1 - tol) || $2 > mib * (1 + tol)) {
   say("card " $1 " has " $2 " MB of HBM (npu-smi info), but host " host " declares hbmGiB: " mib / 1024 " (" mib " MB): set its hbmGiB to " int($2 / 1024 + 0.5) " (and hbmBytes to what the runtime reports for such a card), or the plan sizes KV caches this card does not have"); next
 }
@@ -388,7 +393,7 @@ def host_check_script(
         *_board_warning(root),
         *_hbm_checks(host, sorted(cards_of(devices)), root),
         *_board_checks(host, sorted(cards_of(devices)), root),
-        *_sharing_checks(host, shared_cards, root),
+        *_sharing_checks(host, shared_cards, [spec.name for _, spec in containers], root),
         *(_foreign_checks(host, stack, containers, ports) if containers else ()),
         *(_engine_check(host, engine, root) if engine is not None else []),
         'if [ -n "$problems" ]; then',

@@ -8,6 +8,7 @@ podman) or another target changes this module, and `tests/test_runtime_seam.py` 
 records module from spelling the CLI in a string.
 
 The words are the Docker CLI's (docs.docker.com/reference/cli/docker/: `container ls -q`/`-aq`,
+`--filter name=` (`named`),
 `container inspect --format` with Go templates over the Engine API's container JSON, `update
 --restart=no`, `image inspect`, `build -`, `exec`, `run --rm`, `version --format`). Scripts that a
 test runs against a stand-in CLI under its root read it from `$docker` (`SH`, `stand_in`, `assign`).
@@ -28,10 +29,14 @@ VAR = f'"${_VARIABLE}"'
 """The CLI in a script that always sets `$docker` (`assign`)."""
 DAEMON_UNIT = f"{CLI}.service"
 """The daemon's systemd unit: the boot steps run before or after it."""
+NODE_UNITS = ("containerd.service", "kubelet.service")
+"""The units that start containers on a Kubernetes node (containerd's own unit, the kubelet's from
+the distribution's packages): the device-share boot step runs before them too."""
 DAEMON_CONFIG = "/etc/docker/daemon.json"
 """The daemon's settings, whose log-opts dockerd merges into every json-file container."""
 STATE_DIR = "/var/run/docker"
-"""The daemon's run-time state, which MindCluster NPU Exporter reads to map cards to containers."""
+"""The daemon's run-time state, which MindCluster's DaemonSet mounts into the NPU Exporter (whose card-to-
+container mapping needs a CRI socket too, absent on a plain Docker host: records.exporter)."""
 EXPORTER_MODE = CLI
 """npu-exporter's `-containerMode` for this runtime (`docker` or `containerd`)."""
 PROVIDER = "docker provider"
@@ -78,6 +83,24 @@ def inspect_containers(template: str, *, stopped: bool = False, wrap: str = " ")
     return f"{ids} | xargs -r {SH} inspect --format{wrap}{shlex.quote(template)}"
 
 
+def named(name: str, cli: str = CLI) -> str:
+    """A command printing the full ID of the container whose name is exactly `name` (a shell word:
+    a quoted name, or `"$var"`), and nothing when no container has that name.
+
+    Every command of the host scripts that acts on a container by name takes its ID from here, but
+    the rollout's (records.rollout), which name only routers: `-router` begins no ID, IDs being hex.
+    Given a name, `inspect`, `update`,
+    `stop`, `start`, `logs` and `exec` resolve it as a full ID first, then as an exact name, then as
+    a unique ID prefix (moby daemon/container.go `GetContainer`, as in dockerd 20.10.24): with no
+    container named `cafe`, `docker stop cafe` stops the container whose ID begins with `cafe`. `ps
+    --filter name=` matches a regular expression against each of a container's names, which the daemon
+    keeps with a leading slash (`/cafe`; moby daemon/list.go `filterByNameIDMatches`,
+    api/types/filters/parse.go `Args.Match`: `regexp.MatchString`), and Go's regexp reads `\\Q...\\E`
+    as literal text (regexp/syntax), so `^/\\Qcafe\\E$` matches that one name: no other name, no ID,
+    and no `.` in a name as a wildcard (Docker names have no backslash to end the quote)."""
+    return f'{cli} ps -aq --no-trunc --filter "name=^/\\Q"{name}"\\E\\$"'
+
+
 def inspect(template: str, cli: str = CLI, flag: str = "-f") -> str:
     """`inspect` of one container printing `template`; its name follows."""
     return f"{cli} inspect {flag} {shlex.quote(template)}"
@@ -121,8 +144,24 @@ def logs(name: str = "") -> str:
     return f"{CLI} logs {name}" if name else f"{CLI} logs"
 
 
+def log_tail(name: str, lines: int) -> str:
+    """A script printing the last `lines` lines of the log of the container named exactly `name`
+    (by its ID, `named`); else that no container has that name, or why the containers could not be
+    listed."""
+    word = shlex.quote(name)
+    return (
+        f"if ! id=$({named(word)} 2>/dev/null </dev/null); then {named(word)} 2>&1 >/dev/null </dev/null\n"
+        f"elif [ -z \"$id\" ]; then echo no container is named {word}\n"
+        f'else {CLI} logs --tail {int(lines)} "$id" 2>&1 </dev/null; fi\n'
+    )
+
+
 def remove(name: str = "NAME") -> str:
     return f"{CLI} rm -f {name}"
+
+
+def rename(name: str, new: str) -> str:
+    return f"{CLI} rename {name} {new}"
 
 
 DISABLE = f"{no_restart()} NAME && {stop()} NAME"

@@ -12,6 +12,8 @@ hosts, never wait for each other, so independent deployments run in parallel. Pu
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from allocation.plan import HostPlan, ServicePlan
 
 
@@ -34,3 +36,24 @@ def start_after(host_plan: HostPlan) -> list[tuple[ServicePlan, tuple[ServicePla
         for before, current in zip(ranked, ranked[1:]):
             after[id(current)][id(before)] = before
     return [(ps, tuple(sorted(after[id(ps)].values(), key=lambda p: p.name))) for ps in host_plan.services]
+
+
+def longest_start(services: Iterable[tuple[str, Iterable[int], int]]) -> tuple[int, tuple[str, ...]]:
+    """The longest `pulumi up` can take, from the moment a host's containers may start (after its
+    takeover), until every one of them answers /health, if each takes its whole start timeout: the
+    services of a shared card are created one after another in name order (`card_ranks`), the
+    others together. `services`: (name, cards, start timeout in seconds). Returns the seconds and the
+    chain of names that takes them, in start order; (0, ()) for no service. The bound assumes
+    every independent container is created at once: `pulumi up` runs at most `--parallel` operations
+    at a time, by default 4 per CPU of the machine running it (pulumi/pulumi
+    `pkg/cmd/pulumi/operations/up.go`, `defaultParallel`), and a container waiting for its health
+    holds its slot, so more containers than that queue behind the loads."""
+    last: dict[int, tuple[int, tuple[str, ...]]] = {}  # per card: its latest service's bound and chain
+    longest: tuple[int, tuple[str, ...]] = (0, ())
+    for name, cards, seconds in sorted(services, key=lambda s: s[0]):
+        on = tuple(cards)
+        before = max((last[c] for c in on if c in last), default=(0, ()))
+        mine = (before[0] + seconds, (*before[1], name))
+        last |= dict.fromkeys(on, mine)
+        longest = mine if mine[0] > longest[0] else longest  # of equal ones, the first in name order
+    return longest

@@ -18,6 +18,7 @@ import pytest
 from allocation.config import Host
 from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
+from cli.stackfile import project_values
 from records.containers import NPU_SMI
 from records.deployment import deploy
 from records.host_requirements import requirements
@@ -119,6 +120,24 @@ def test_a_service_on_an_a3_host_without_an_image_gets_the_a3_build_and_a2_keeps
     assert [w.split(":")[:2] for w in plan.warnings] == [["host npu-a", " profile"], ["host npu-c", " profile"]]  # not sized
 
 
+def test_pulumi_yaml_s_default_image_gives_an_a3_host_the_a3_build_and_another_default_is_taken_as_it_is():
+    """Pulumi.yaml sets `defaults.image` to the project's default (the A2 build) for every stack."""
+    project = project_values(REPO / "Pulumi.yaml")["defaults"]["image"]
+    assert project == "quay.io/ascend/vllm-ascend:v0.20.2rc1"
+    hosts = [host("npu-a"), host("npu-c", board="a3", npus=16)]
+    services = [service("on-a2", host="npu-a"), service("on-a3", host="npu-c")]
+    plan = plan_fleet(fleet(hosts, services, defaults={"image": project}))
+    images = {s.name: s.spec.image for s in deploy(plan).services()}
+    assert images == {"on-a2": project, "on-a3": f"{project}-a3"} and [w for w in plan.warnings if ": image: " in w] == []
+    mirror = "registry.example/vllm-ascend:v0.20.2rc1"
+    plan = plan_fleet(fleet(hosts, services, defaults={"image": mirror}))
+    assert {s.spec.image for s in deploy(plan).services()} == {mirror}
+    assert [w for w in plan.warnings if ": image: " in w] == [
+        f"host npu-c card 0: image: on-a3 runs {mirror}, not the A3 build (no -a3 tag), but the host has board: a3; "
+        f"vllm-ascend publishes one build per board: set the service's own image to {mirror}-a3",
+    ]
+
+
 def test_a_vllm_ascend_image_of_the_other_board_is_a_warning_in_the_plan():
     stack = fleet(
         [host("npu-a"), host("npu-c", board="a3", npus=16)],
@@ -130,9 +149,11 @@ def test_a_vllm_ascend_image_of_the_other_board_is_a_warning_in_the_plan():
     images = [w for w in plan_fleet(stack).warnings if ": image: " in w]
     assert images == [
         "host npu-a card 0: image: a3-on-a2 runs quay.io/ascend/vllm-ascend:v0.20.2rc1-a3, an A3 build (-a3), but the "
-        "host has board: a2; vllm-ascend publishes one build per board",
+        "host has board: a2; vllm-ascend publishes one build per board: set the service's own image to "
+        "quay.io/ascend/vllm-ascend:v0.20.2rc1",
         "host npu-c card 0: image: a2-on-a3 runs quay.io/ascend/vllm-ascend:v0.20.2rc1, not the A3 build (no -a3 "
-        "tag), but the host has board: a3; vllm-ascend publishes one build per board",
+        "tag), but the host has board: a3; vllm-ascend publishes one build per board: set the service's own image to "
+        "quay.io/ascend/vllm-ascend:v0.20.2rc1-a3",
     ]
 
 
@@ -170,7 +191,7 @@ def test_the_other_chip_of_the_npu_held_by_a_container_is_named_as_the_holder(ro
     assert refused.returncode == 1
     assert "card 2 could not be put into device-share mode" in refused.stderr
     assert "containers holding it: qwen-long" in refused.stderr
-    assert "card 2 must go into device-share mode, but running container(s) qwen-long hold it" in hd_check.stderr
+    assert "card 2 must go into device-share mode, but running container(s) qwen-long outside the plan hold it" in hd_check.stderr
 
 
 def test_with_stop_holders_the_holder_of_the_other_chip_is_stopped_for_the_npu_switch(root):
@@ -182,9 +203,9 @@ def test_with_stop_holders_the_holder_of_the_other_chip_is_stopped_for_the_npu_s
     assert result.returncode == 0, result.stderr
     assert sets(root) == [
         "set -t device-share -i 1 -d 1",  # refused: chip 1 is busy
-        "docker stop qwen-long",
+        "docker stop c0ffee",  # the ID of the container named exactly qwen-long
         "set -t device-share -i 1 -d 1",
-        "docker start qwen-long",
+        "docker start c0ffee",
     ]
 
 
@@ -207,8 +228,9 @@ def test_the_declared_hbm_that_matches_the_card_passes_and_hbm_bytes_beyond_the_
     (root / "hbm-mb").write_text("32768\n")
     fits = check(root, fleet([host("npu-a", hbmGiB=32)], [service("a", 1, 0.5, devices=[1])]))
     assert "MB of HBM" not in fits.stderr and "compute chip" not in fits.stderr, fits.stderr
-    too_big = check(root, fleet([host("npu-a", hbmGiB=32, hbmBytes=65452113920)], [service("a", 1, 0.5, devices=[1])]))
-    assert "declares hbmBytes: 65452113920, not 85-100% of it" in too_big.stderr
+    # 35 GB fits a 32 GB card of 33,379 MB or more (plan accepts it), not this one of 32,768 MB
+    too_big = check(root, fleet([host("npu-a", hbmGiB=32, hbmBytes=35_000_000_000)], [service("a", 1, 0.5, devices=[1])]))
+    assert "declares hbmBytes: 35000000000, not 85-100% of it" in too_big.stderr
 
 
 def test_a_board_other_than_declared_stops_pulumi_up_with_the_key_to_change(root):

@@ -17,6 +17,7 @@ from records.card_order import (
     BOOT_SCRIPT, UNIT_PATH, boot_script, boot_unit, card_orders, order_script, removal_script,
 )  # fmt: skip
 from records.containers import BOOT_ID_FILE, LOCK_DIR_HOST
+from tests.support.docker_fakes import container_id, resolving_docker
 from tests.support.pipeline import plan_of
 
 HOST = Host(name="npu-a", address="192.0.2.10")
@@ -49,15 +50,10 @@ def sh(script: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def docker(tmp_path: Path) -> Path:
-    """A docker CLI stand-in: `info` succeeds; `inspect` says bge-m3 runs and nothing else does."""
-    stub = tmp_path / "docker"
-    stub.write_text(
-        "#!/bin/sh\n"
-        f'echo "$*" >> {tmp_path}/calls\n'
-        'case "$1" in info) exit 0 ;; inspect) [ "$4" = bge-m3 ] && echo true || echo false ;; esac\n'
-    )
-    stub.chmod(0o755)
-    return stub
+    """A docker CLI stand-in that resolves names as dockerd does: bge-m3 runs, qwen-vl is stopped."""
+    resolving_docker(tmp_path)
+    (tmp_path / "containers").write_text("bge-m3|running\nqwen-vl|exited\n")
+    return tmp_path / "bin/docker"
 
 
 def test_each_shared_card_lists_its_containers_in_name_order_under_the_names_they_were_created_with():
@@ -112,7 +108,7 @@ def test_the_boot_step_settles_the_boot_once_every_running_container_has_started
         deadline = time.monotonic() + 30
         calls = tmp_path / "calls"
         # bge-m3 runs but has not started its gate this boot: the step asks again, and again.
-        while (calls.read_text().count("bge-m3") if calls.exists() else 0) < 2:
+        while (calls.read_text().count(container_id("bge-m3")) if calls.exists() else 0) < 2:
             assert time.monotonic() < deadline and boot.poll() is None, boot.communicate()
             time.sleep(0.1)
         assert (locks(tmp_path) / "settled").read_text() == "a-boot-before\n"
@@ -123,7 +119,20 @@ def test_the_boot_step_settles_the_boot_once_every_running_container_has_started
     assert boot.returncode == 0, err
     assert (locks(tmp_path) / "settled").read_text() == BOOT + "\n"
     assert f"boot {BOOT} settled" in out
-    assert "inspect -f {{.State.Running}} qwen-vl" in (tmp_path / "calls").read_text()  # stopped: not waited for
+    assert f"inspect -f {{{{.State.Running}}}} {container_id('qwen-vl')}" in (tmp_path / "calls").read_text()  # stopped: not waited for
+
+
+def test_the_boot_step_never_waits_for_a_container_whose_id_only_begins_with_a_name_in_the_order(tmp_path: Path, docker):
+    """A name of the order no container has (its service never created, say) is not an ID prefix: the
+    running container whose ID begins with it started no gate, and would hold the boot for 120 s."""
+    locks(tmp_path).mkdir(parents=True)
+    (tmp_path / "containers").write_text("unrelated|running\n")
+    (locks(tmp_path) / "order-card-0").write_text(container_id("unrelated")[:6] + "\n")
+    env = {**os.environ, "docker": str(docker)}
+    boot = subprocess.run(["sh", "-c", boot_script(root=str(tmp_path))], env=env, capture_output=True, text=True, timeout=300)
+    assert boot.returncode == 0, boot.stderr
+    assert "gave up waiting" not in boot.stderr and (locks(tmp_path) / "settled").read_text() == BOOT + "\n"
+    assert container_id("unrelated") not in (tmp_path / "calls").read_text()
 
 
 def test_removal_takes_the_order_files_the_stamp_and_the_boot_step_away(tmp_path: Path):

@@ -15,9 +15,12 @@ from typing import Iterator
 import pytest
 
 from allocation.config import Host
-from records.device_share import BOOT_SCRIPT, UNIT_PATH, boot_unit, device_share_script
+from records.containers import NPU_SMI
+from records.device_share import BOOT_SCRIPT, DRIVER_WAIT_SECONDS, UNIT_PATH, boot_unit, device_share_script
 from records.host_check import host_check_script
 from tests.support.docker_fakes import stand_in_docker
+from tests.support.pipeline import deployment_of
+from tests.support.stacks import fleet, service
 from tests.support.stand_in_root import held, npu_smi
 
 HOST = Host(name="npu-a", address="192.0.2.10")
@@ -75,6 +78,49 @@ def test_the_boot_script_restores_the_mode_after_a_reboot(root):
     assert (root / "claims/device-share/card0").read_text().strip() == "1"
 
 
+def driver_answering_after(root: Path, polls: int) -> dict[str, str]:
+    """npu-smi failing its first `polls` calls (a driver still loading at boot), and an environment whose
+    `sleep` returns at once and counts: the boot step's wait, without the wait."""
+    smi = root / NPU_SMI.lstrip("/")
+    smi.rename(smi.with_name("npu-smi.sim"))
+    smi.write_text(
+        "#!/bin/sh\n"
+        f'n=$(cat {root}/polls 2>/dev/null || echo 0); echo $((n + 1)) > {root}/polls\n'
+        f'[ "$n" -ge {polls} ] || {{ echo "dcmi module initialize failed" >&2; exit 1; }}\n'
+        f'exec {smi.with_name("npu-smi.sim")} "$@"\n'
+    )
+    smi.chmod(0o755)
+    fast = root / "fast-bin"
+    fast.mkdir()
+    (fast / "sleep").write_text(f"#!/bin/sh\necho \"$1\" >> {root}/slept\n")
+    (fast / "sleep").chmod(0o755)
+    return {**os.environ, "PATH": f"{fast}:{os.environ['PATH']}"}
+
+
+def test_at_boot_the_step_waits_ten_minutes_for_the_driver_then_shares_the_cards(root):
+    """A driver that answers after 250 s: the old 120 s bound gave up and Docker started the cards unshared."""
+    assert run(root, [0]).returncode == 0
+    (root / "claims/device-share/card0").unlink()  # what a reboot does
+    env = driver_answering_after(root, 125)
+    boot = subprocess.run([str(root / BOOT_SCRIPT.lstrip("/"))], capture_output=True, text=True, env=env)
+    assert boot.returncode == 0, boot.stdout + boot.stderr
+    assert (root / "claims/device-share/card0").read_text().strip() == "1"
+    assert (root / "slept").read_text().split() == ["2"] * 125
+
+
+def test_at_boot_a_driver_that_never_answers_is_waited_for_ten_minutes_and_the_unit_fails(root):
+    assert run(root, [0]).returncode == 0
+    (root / "claims/device-share/card0").unlink()
+    env = driver_answering_after(root, 10_000)
+    boot = subprocess.run([str(root / BOOT_SCRIPT.lstrip("/"))], capture_output=True, text=True, env=env)
+    assert boot.returncode == 1
+    assert len((root / "slept").read_text().split()) * 2 == DRIVER_WAIT_SECONDS - 2 == 598
+
+
+def test_the_boot_unit_runs_before_docker_and_a_kubernetes_node_s_containerd_and_kubelet():
+    assert "\nBefore=docker.service containerd.service kubelet.service\n" in boot_unit()
+
+
 def test_the_boot_script_fails_when_a_card_cannot_be_shared_so_systemd_shows_the_unit_failed(root):
     """The unit is the only witness at boot: a card left unshared must fail it, not pass quietly."""
     assert run(root, [0, 3]).returncode == 0
@@ -119,12 +165,13 @@ def test_with_stop_holders_the_script_stops_the_holder_switches_the_card_and_sta
         result = run_on(Host(name="npu-a", address="192.0.2.10", heldCards="stopHolders"), root, [4], own=("qwen-long",))
     assert result.returncode == 0, result.stderr
     assert "card 4: device-share on; qwen-long started again" in result.stdout
-    calls = [c for c in (root / "calls").read_text().splitlines() if c.startswith(("docker stop", "docker start", "set"))]
+    calls = [c for c in (root / "calls").read_text().splitlines() if c.startswith(("docker stop", "docker start", "set", "docker ps -a"))]
     assert calls == [
         "set -t device-share -i 4 -c 0 -d 1",  # refused: the card is busy
-        "docker stop qwen-long",
+        "docker ps -aq --no-trunc --filter name=^/\\Qqwen-long\\E$",
+        "docker stop c0ffee",  # the ID of the container named exactly qwen-long
         "set -t device-share -i 4 -c 0 -d 1",
-        "docker start qwen-long",
+        "docker start c0ffee",
     ]
     assert (root / "claims/device-share/card4").read_text().strip() == "1"
 
@@ -142,13 +189,36 @@ def test_with_stop_holders_a_container_outside_the_plan_is_never_stopped_and_the
     assert not any(c.startswith(("docker stop", "docker start")) for c in calls)
 
 
+def check_on(host: Host, root: Path, planned: str) -> subprocess.CompletedProcess:
+    """The host check of `host` planning one service, `planned`, on card 4, which is to be shared."""
+    hd = deployment_of(fleet([{"name": "npu-a", "address": "192.0.2.10"}], [service(planned, 1, 0.4, devices=[4])])).hosts[0]
+    script = host_check_script(host, [(sd.plan, sd.spec) for sd in hd.services], shared_cards=[4], root=str(root))
+    env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
+
+
 def test_by_default_a_held_card_stops_pulumi_up_in_the_host_check_naming_card_and_holder(root):
     with held_by_a_container(root, 4):
         for host, refused in ((HOST, True), (Host(name="npu-a", address="192.0.2.10", heldCards="stopHolders"), False)):
-            script = host_check_script(host, [], shared_cards=[4], root=str(root))
-            env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
-            check = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
-            line = "card 4 must go into device-share mode, but running container(s) qwen-long hold it"
+            check = check_on(host, root, "qwen-long")
+            line = (
+                "card 4 must go into device-share mode, but running container(s) qwen-long hold it, and the mode can "
+                "only change while no container uses the card: set host npu-a's heldCards to stopHolders"
+            )
             assert check.returncode == 1  # the stand-in root has no driver either
             assert (line in check.stderr) is refused, check.stderr
         assert not any(c.startswith("docker stop") for c in (root / "calls").read_text().splitlines())
+
+
+def test_a_card_held_outside_the_plan_is_refused_with_the_way_out_that_applies_to_it_never_stop_holders(root):
+    """`heldCards: stopHolders` stops only the plan's own containers (the device-share step refuses the
+    others), so the host check names `replaces`, or disabling them, for a holder outside the plan."""
+    with held_by_a_container(root, 4):
+        check = check_on(HOST, root, "bge-m3")
+    [line] = [line for line in check.stderr.splitlines() if "card 4 must go into device-share mode" in line]
+    assert line == (
+        "  - card 4 must go into device-share mode, but running container(s) qwen-long outside the plan hold it, and "
+        "the mode can only change while no container uses the card: list them under host npu-a's replaces to let "
+        "pulumi up take them out of service, or do it by hand (docker update --restart=no NAME && docker stop NAME); "
+        "heldCards: stopHolders stops only the plan's own containers"
+    )

@@ -416,6 +416,26 @@ def test_a_running_container_outside_the_plan_names_its_state_restart_policy_and
     assert "docker update --restart=no model-emb-vl && docker stop model-emb-vl" in found.message
 
 
+def test_a_container_the_host_replaces_running_again_is_named_as_taken_over_with_what_started_it(plan):
+    fleet_ = make_fleet()
+    taken_over = deployment_of(fleet_.model_copy(update={"hosts": [fleet_.hosts[0].model_copy(update={"replaces": ["model-emb-vl"]})]}))
+    old = seed_container(plan, "model-emb-vl", "running", 7007)
+    old["HostConfig"]["RestartPolicy"] = {"Name": "no"}  # as the takeover left it, then started by compose
+    old["Config"]["Labels"] = {"com.docker.compose.project": "models", "com.docker.compose.project.working_dir": "/srv/models"}
+    [found] = findings(taken_over, with_container(clean_facts(taken_over), old, {7000}))
+    assert (found.kind, found.container) == ("foreign-card", "model-emb-vl")
+    assert (
+        "container model-emb-vl (taken over: host npu-a replaces it, yet it is running, restart policy no: "
+        "a reboot stops it)"
+    ) in found.message
+    assert found.message.endswith(
+        "; `docker compose up -d` in /srv/models starts it again: after burn-in run `docker compose down` there, "
+        "or move the compose file away"
+    )
+    [unlabelled] = findings(taken_over, with_container(clean_facts(taken_over), seed_container(plan, "model-emb-vl", "running", 7007), {7000}))
+    assert "`docker compose up -d` in its old project directory starts it again" in unlabelled.message
+
+
 def test_the_fix_quotes_a_container_name_for_the_shell(plan):
     stray = seed_container(plan, "x;reboot", "exited", 7007)
     [found] = findings(plan, with_container(clean_facts(plan), stray))

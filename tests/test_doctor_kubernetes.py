@@ -5,7 +5,6 @@ rendered plan: clean when they match, and one finding with its advice for each t
 from __future__ import annotations
 
 import copy
-import io
 import json
 
 import pytest
@@ -14,6 +13,7 @@ from ops import kube_api
 from ops.doctor.kube_facts import parse_cluster
 from ops.doctor.kube_findings import cluster_findings
 from tests.kube import state
+from tests.support.api_server import api_server, json_page, pki
 from tests.support.kubernetes import kubernetes_deployment, with_keys
 from views.exports.kubernetes import manifests
 
@@ -182,29 +182,20 @@ def test_a_kubeconfig_with_a_credential_plugin_or_no_tls_check_is_refused(tmp_pa
         kube_api.load_access(tmp_path / "absent")
 
 
-class _Answer(io.BytesIO):
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def test_a_list_is_read_page_by_page_and_an_answer_over_the_bound_is_refused(monkeypatch):
+def test_a_list_is_read_page_by_page_and_an_answer_over_the_bound_is_refused(tmp_path, monkeypatch):
     pages = {"": {"items": [1], "metadata": {"continue": "t"}}, "t": {"items": [2], "metadata": {}}}
     seen = []
 
-    def urlopen(request, context, timeout):
-        token = dict(p.split("=") for p in request.full_url.split("?")[1].split("&")).get("continue", "")
-        seen.append(token)
-        return _Answer(json.dumps(pages[token]).encode())
+    def answer(handler, path, query):
+        seen.append(query.get("continue", ""))
+        json_page(handler, pages[seen[-1]])
 
-    monkeypatch.setattr(kube_api.urllib.request, "urlopen", urlopen)
-    access = kube_api.Access("https://k", None)  # type: ignore[arg-type]
-    assert kube_api.list_items(access, "/api/v1/pods") == [1, 2] and seen == ["", "t"]
-    monkeypatch.setattr(kube_api, "LIMIT", 10)
-    with pytest.raises(kube_api.KubeError, match="longer than 10 bytes"):
-        kube_api.get(access, "/api/v1/pods", {"limit": "1"})
+    with api_server(pki(tmp_path / "pki"), answer) as config:
+        access = kube_api.load_access(config)
+        assert kube_api.list_items(access, "/api/v1/pods") == [1, 2] and seen == ["", "t"]
+        monkeypatch.setattr(kube_api, "LIMIT", 10)
+        with pytest.raises(kube_api.KubeError, match="longer than 10 bytes"):
+            kube_api.get(access, "/api/v1/pods", {"limit": "1"})
 
 
 def test_doctor_of_a_kubernetes_stack_whose_cluster_cannot_be_read_reports_every_host_unreachable(cli, tmp_path):

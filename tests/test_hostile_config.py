@@ -33,6 +33,8 @@ def refused(hosts: list[dict], services: list[dict], **extra) -> str:
         ({"dockerHost": "ssh://root@10.9.9.9"}, "names another machine than address"),
         ({"dockerHost": "tcp://npu-a.example:2375\ninclude: x"}, "contains a control character"),
         ({"hbmGiB": 10**400}, "hbmGiB: Input should be less than or equal to 4096"),
+        ({"sshPort": True}, "hosts[0] (npu-a).sshPort: true is a boolean, not a number"),
+        ({"npus": "8"}, "hosts[0] (npu-a).npus: '8' is text, not a number (a quoted value reaches the program as text): write it unquoted"),
     ],
 )
 def test_host_values_that_ssh_or_docker_would_misread_are_refused(extra, expected):
@@ -68,6 +70,10 @@ def test_ipv6_addresses_without_brackets_are_accepted_and_bracketed_in_urls():
         ({"args": ["--max-num-seqs=512"]}, "set maxNumSeqs instead"),
         ({"maxModelLen": 10**20}, "maxModelLen: Input should be less than or equal to"),
         ({"startTimeoutSeconds": 10**9}, "startTimeoutSeconds: Input should be less than or equal to 86400"),
+        ({"maxNumSeqs": True}, "services[0] (a).maxNumSeqs: true is a boolean, not a number"),
+        ({"memoryFraction": "0.5"}, "memoryFraction: '0.5' is text, not a number (a quoted value reaches the program as text)"),
+        ({"hcclPortRanges": "yes"}, "hcclPortRanges: 'yes' is not true or false"),
+        ({"apiPort": 8080.5}, "apiPort: Input should be a valid integer, got a number with a fractional part"),
     ],
 )
 def test_service_values_that_docker_or_vllm_would_misread_are_refused(extra, expected):

@@ -97,7 +97,7 @@ def test_with_fixed_bytes_the_fraction_sizes_nothing(fraction, kv_gib, tp):
 @given(kv=st.decimals("0.01", "60", places=2), weights_gib=st.integers(1, 40), tp=st.sampled_from([1, 2, 4, 8]))
 def test_the_fraction_is_the_smallest_step_covering_weights_allowance_and_cache_or_the_plan_says_it_does_not_fit(kv, weights_gib, tp):
     profile = {**PROFILE, "weightBytes": weights_gib * GIB}
-    s = service("chat", tp, profile=profile, kvCacheGiB=str(kv), maxModelLen=128)
+    s = service("chat", tp, profile=profile, kvCacheGiB=float(kv), maxModelLen=128)
     del s["memoryFraction"]
     held = -(-weights_gib * GIB // tp) + 4 * GIB + int(kv * GIB)
     try:
@@ -168,8 +168,6 @@ def test_kv_cache_gib_refuses_a_memory_fraction_beside_it_a_missing_profile_and_
         fleet([host("npu-a")], [{**fixed("alpha", 20), "memoryFraction": 0.5}])
     with pytest.raises(ConfigError, match="kvCacheGiB needs the model's profile"):
         fleet([host("npu-a")], [{k: v for k, v in fixed("alpha", 20).items() if k != "profile"}])
-    with pytest.raises(ConfigError, match="kvCacheGiB.*greater than or equal to 0.01"):  # 0 bytes: vLLM would profile
-        fleet([host("npu-a")], [fixed("alpha", 0.000000001)])
     with pytest.raises(ConfigError, match="an encoder-only model keeps no KV cache"):
         fleet([host("npu-a")], [{**fixed("alpha", 20), "profile": {"weightBytes": GIB, "numHiddenLayers": 24, "attention": "encoder"}}])
 
@@ -179,6 +177,9 @@ def test_a_cache_that_does_not_fit_a_card_or_one_request_is_a_problem_naming_kv_
         plan_fleet(fleet([host("npu-a")], [fixed("alpha", 50)]))
     with pytest.raises(AllocationError, match=r"kvCacheGiB 1 on each .* fewer than the 256 one request .*; raise kvCacheGiB or lower maxModelLen"):
         plan_fleet(fleet([host("npu-a")], [fixed("alpha", 1)]))
+    # Under one byte: `--kv-cache-memory-bytes 0`, which vLLM would read as unset (and profile) is never passed.
+    with pytest.raises(AllocationError, match=r"kvCacheGiB 1E-10 on each .* does not fit: 0.00 GiB KV cache per card \(kvCacheGiB\)"):
+        plan_fleet(fleet([host("npu-a")], [fixed("alpha", 1e-10)]))
 
 
 def test_every_other_service_keeps_its_fraction_command_and_plan_json_keys():

@@ -13,11 +13,12 @@ from allocation.errors import ConfigError
 from views.exports import prometheus
 from ops.doctor import drift
 from ops.doctor.facts import HostFacts, LiveContainer
-from ops.doctor.findings import host_findings, planned
+from ops.doctor.findings import host_findings
 from views.exports.render import compose_files, docker_run_args, render
 from records.exporter import ENTRYPOINT, NAME
 from views.report import plan_json
 from records.restarts import BY_KEY, CONSTANT_PROVIDER_INPUTS, INPUTS, changed
+from records.runtime import named
 from tests.support.stacks import fleet, host, service
 from tests.support.provider_readback import FORCE_NEW, attribute
 from tests.support.pulumi_harness import ASCEND_HOST, CONTAINER, PROVIDER, REMOTE_IMAGE, fake_image_id, run_program
@@ -132,7 +133,7 @@ def test_docker_run_sets_the_entrypoint_s_first_word_and_passes_the_rest_before_
     assert "--entrypoint=/bin/bash" in args
     assert args[args.index("--") :] == ["--", IMAGE, "-c", "--", spec.command[0]]
     script = render(two_hosts(ON), "docker-run")
-    assert script.count(f"docker rm -f -- {NAME}") == 2
+    assert script.count(named(NAME)) == 2
     assert "--entrypoint" not in render(two_hosts(), "docker-run")
 
 
@@ -165,8 +166,8 @@ def test_without_the_setting_prometheus_lists_every_host_with_services_as_before
 
 def test_doctor_plans_the_exporter_and_reports_it_missing_when_it_is_not_there():
     hd = two_hosts(ON).hosts[0]
-    assert (NAME, hd.exporter, "as the host's NPU exporter") in planned(hd)
-    assert all(n != NAME for n, _, _ in planned(two_hosts().hosts[0]))
+    assert (NAME, hd.exporter, "as the host's NPU exporter") in hd.containers
+    assert all(n != NAME for n, _, _ in two_hosts().hosts[0].containers)
     found = [f for f in host_findings(hd, HostFacts()) if f.container == NAME]
     assert [f.kind for f in found] == ["missing"]
 

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pulumi
 import pytest
@@ -32,6 +33,7 @@ from records.ssh_options import ssh_options
 from records.host_check import DMI_PRODUCT, NPU_SMI, host_check_script
 from records.runtime import DAEMON_CONFIG
 from allocation.windows import KINDS
+from components.ascend_host import LOG_LINES, AscendHost
 from components.model_service import start_failure_text
 from components.router import SERVES_SUFFIX
 from tests.support.pulumi_harness import (
@@ -52,6 +54,7 @@ from tests.support.pulumi_harness import (
     run_program,
     unwrap,
 )
+from tests.support.docker_fakes import container_id, resolving_docker
 from tests.support.provider_readback import PULUMI_NAMES
 from tests.support.stacks import STACKS, pinned_values, planned, stack_params, stack_run, two_host_values, values_of
 
@@ -87,6 +90,20 @@ def test_a_failed_start_names_the_container_the_providers_error_and_the_log():
     text = start_failure_text("qwen-long", ["container failed to be in healthy state"], "OSError: no config.json")
     assert text.startswith("container qwen-long failed (container failed to be in healthy state)")
     assert text.endswith("log lines:\nOSError: no config.json")
+
+
+def test_the_log_of_a_failed_container_is_its_own_never_that_of_a_container_whose_id_begins_with_its_name(tmp_path, monkeypatch):
+    """A container that failed to be created has no log; Docker would read its name as an ID prefix
+    (moby `GetContainer`) and show another container's."""
+    resolving_docker(tmp_path)
+    (tmp_path / "containers").write_text("bge-m3|running\nunrelated|running\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}/bin:{os.environ['PATH']}")
+    [hd] = deploy(planned("dev", values_of("dev"))[1]).hosts  # a local daemon: the script runs here
+    host = SimpleNamespace(_hd=hd)
+    prefix = container_id("unrelated")[:8]
+    assert AscendHost.last_log_lines(host, prefix) == f"no container is named {prefix}"
+    assert AscendHost.last_log_lines(host, "bge-m3") == "the log of bge-m3"
+    assert f"logs --tail {LOG_LINES} {container_id('bge-m3')}" in (tmp_path / "calls").read_text()
 
 
 def test_there_is_at_least_the_prod_stack_file():

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from allocation.errors import ConfigError
-from cli.pulumi_scalars import Refused, Timestamp, program_value
+from cli import yaml12
+from cli.pulumi_scalars import Refused, Timestamp, program_value, top_level_text
 from cli.stackfile import load_fleet
 
 RECORDED = json.loads(Path(__file__).with_name("data").joinpath("pulumi_readings.json").read_text())
@@ -27,7 +28,7 @@ def pulumi_reading(spelling: str) -> object:
 
 
 def as_env_text(value: object) -> object:
-    """How the config turns a scalar into an env value's text (allocation/config.py `_scalar_to_str`)."""
+    """How the config turns a scalar into an env value's text (allocation/values.py `_as_text`)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return value if value is None or isinstance(value, str) else str(value)
@@ -46,6 +47,30 @@ def test_the_emulated_reading_is_what_the_recorded_cli_gives_the_program(spellin
         assert ours.text in (recorded, "a timestamp") and recorded.endswith(" +0000 UTC")
     else:
         assert (ours, type(ours)) == (recorded, type(recorded))
+
+
+def plan_reading(spelling: str) -> object:
+    """What `plan` reads for the scalar, or Refused (with its line: the tests above)."""
+    try:
+        return yaml12.load(f"x: {spelling}")["x"]
+    except yaml12.YAMLError as exc:
+        return Refused(str(exc))
+
+
+@pytest.mark.parametrize("spelling", [s for s in READINGS if not isinstance(plan_reading(s), Refused)])
+def test_the_text_of_a_top_level_scalar_is_what_the_recorded_cli_hands_the_program(spelling):
+    """At the top level the CLI hands the program text (`top` in the recording): `plan` makes the
+    same text of the scalar it reads (cli.stackfile `top_level_reading`)."""
+    assert top_level_text(plan_reading(spelling)) == READINGS[spelling]["top"]["value"]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"), [(0.00005, "0.00005"), (1.5e-6, "0.0000015"), (1.5e-7, "1.5e-7"), (1.5e-10, "1.5e-10"), (2.5e300, "2.5e+300")]
+)
+def test_a_float_the_recording_lacks_is_printed_as_gos_json_encoder_prints_it(value, text):
+    """Between the recorded spellings: Go writes digits down to 1e-6 (Python's repr: `5e-05`), then an
+    exponent of at least one digit (golang/go src/encoding/json/encode.go `floatEncoder.encode`)."""
+    assert top_level_text(value) == text
 
 
 def stack(tmp_path: Path, value: str) -> Path:

@@ -10,8 +10,11 @@ from ruamel.yaml import YAML
 from records.deployment import deploy
 from allocation.planner import plan_fleet
 from cli.stackfile import load_fleet
+from records.runtime import named
 from views.exports.render import docker_run_args, render
+from tests.support.docker_fakes import container_id, resolving_docker
 from tests.support.pipeline import deployment_of
+from tests.support.stacks import fleet, host, service
 
 
 def prod():
@@ -60,8 +63,24 @@ def test_the_docker_run_script_is_valid_shell_and_deletes_before_it_creates():
     for _, ps in plan.services():
         spec = specs[ps.name]
         assert ["docker", "run", *docker_run_args(spec)] in runs
-        assert script.index(f"docker rm -f -- {ps.name} ") < script.index(f"--name {ps.name} ")
+        found = script.index(named(ps.name))
+        assert script.index('docker rm -f -- "$id"', found) < script.index(f"--name {ps.name} ", found)
     assert "export DOCKER_HOST=ssh://root@192.0.2.10:22" in script
+
+
+def test_the_docker_run_script_replaces_only_the_container_of_each_name_never_one_whose_id_begins_with_it(tmp_path):
+    """A service's container not created yet: Docker would read its name as an ID prefix (moby
+    `GetContainer`), and the script's delete-before-create would remove that container."""
+    resolving_docker(tmp_path)
+    unrelated, name = "unrelated", container_id("unrelated")[:8]
+    (tmp_path / "containers").write_text(f"{unrelated}|running|always\nqwen|running|always\n")
+    local = host("laptop", dockerHost="unix:///var/run/docker.sock")
+    stack = fleet([local], [service(name, devices=[0], host="laptop"), service("qwen", devices=[1], host="laptop")])
+    script = render(deployment_of(stack), "docker-run")
+    env = {"PATH": f"{tmp_path}/bin:/usr/bin:/bin"}
+    result = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "containers").read_text() == f"{unrelated}|running|always\n", "qwen replaced, unrelated kept"
 
 
 def test_the_docker_run_script_builds_each_router_image_on_its_host_then_runs_the_router():

@@ -81,7 +81,13 @@ def test_check_jsonschema_refuses_a_misspelt_key_and_an_out_of_bound_value(tmp_p
     misspelt.write_text(text.replace("ascend-fleet:services:", "ascend-fleet:service:"))
     out_of_bound = tmp_path / "Pulumi.bound.yaml"
     out_of_bound.write_text(text.replace("memoryFraction: 0.85", "memoryFraction: 1.85"))
-    for path, said in ((misspelt, "'ascend-fleet:service' does not match"), (out_of_bound, "1.85 is greater than")):
+    long_prefix = tmp_path / "Pulumi.prefix.yaml"  # a label key's prefix of 254 characters: the pattern's lookahead
+    long_prefix.write_text(text.replace("\nconfig:\n", "\nconfig:\n  ascend-fleet:kubernetes: {taintKey: " + "p" * 254 + "/x}\n"))
+    for path, said in (
+        (misspelt, "'ascend-fleet:service' does not match"),
+        (out_of_bound, "1.85 is greater than"),
+        (long_prefix, "/x' does not match '^((?=[^/]{1,253}/)"),
+    ):
         done = check_jsonschema(path)
         assert done.returncode == 1 and said in done.stdout, done.stdout + done.stderr
 
@@ -103,6 +109,11 @@ def test_keys_of_other_namespaces_and_a_secret_pass_and_a_key_without_namespace_
         ("ports", {"apiBase": 80}),
         ("metrics", {"scrapeIntervalSeconds": 90}),
         ("dockerEngine", 20.1),
+        ("hosts", [{"name": "npu-a", "address": "192.0.2.1", "sshPort": True}]),
+        ("hosts", [{"name": "npu-a", "address": "192.0.2.1", "dockerEngine": "twenty"}]),
+        ("services", [{"name": "a", "model": "/m", "maxNumSeqs": True}]),
+        ("services", [{"name": "a", "model": "/m", "maxModelLen": "8192"}]),
+        ("services", [{"name": "a", "model": "/m", "hcclPortRanges": 1}]),
     ],
 )
 def test_the_schema_refuses_what_the_model_refuses(key, value):

@@ -16,13 +16,14 @@ from allocation.windows import KINDS, ROUTER_KINDS
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("allocation", "records", "views", "cli", "components", "ops", "sim")
 PURE_PACKAGES = ("allocation", "records", "views")
-# What the planner, its records and views may import: the standard library's pure parts, pydantic,
-# themselves (which of them may import which: tests/test_layers.py).
+# What the planner, its records and views may import: the standard library's pure parts, pydantic
+# (and its core, whose PydanticCustomError names an error's type), themselves (which of them may
+# import which: tests/test_layers.py).
 PURE_IMPORTS = {
     "__future__", "allocation", "base64", "binascii", "bisect", "collections", "dataclasses", "decimal", "difflib",
     "functools",
-    "hashlib", "hmac", "ipaddress", "json", "orjson",
-    "pydantic", "re", "records", "shlex", "textwrap", "types", "typing", "unicodedata", "views",
+    "hashlib", "hmac", "ipaddress", "json", "math", "orjson",
+    "pydantic", "pydantic_core", "re", "records", "shlex", "textwrap", "types", "typing", "unicodedata", "views",
 }  # fmt: skip
 EXPORTS = "views.exports"
 EXPORT_IMPORTS = {"io", "ruamel", "grafana_foundation_sdk"}

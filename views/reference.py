@@ -83,6 +83,8 @@ def kind(node: dict[str, Any]) -> str:
     """A schema node in words: `integer, 1024 to 65535`, `list of [Host](#host)`, `` `auto` ``..."""
     if "$ref" in node:
         return f"[{_name(node['$ref'])}](#{_name(node['$ref']).lower()})"
+    if "title" in node:  # an alternative the schema names (a top-level number written as text)
+        return node["title"]
     if "anyOf" in node:
         return " or ".join(kind(n) for n in node["anyOf"] if n.get("type") != "null")
     if "const" in node:

@@ -12,6 +12,8 @@ from views import markdown
 from allocation.capacity import GIB, Capacity, gib, runtime_total
 from allocation.config import units
 from records.deployment import Deployment, HostDeployment
+from records.start_order import longest_start
+from records.takeover import PULLED_FIRST, downtime
 from allocation.placement import fmt_units
 from allocation.plan import HostPlan
 from allocation.windows import KINDS, ROUTER_KINDS, PortWindow, WindowKind, window_text
@@ -218,6 +220,12 @@ def _must_stop(hd: HostDeployment, fmt: str, wide: bool) -> str:
     return "\n".join(f"  must stop: {h.text()}" if wide else _fit(h.text(), "  must stop: ", "    ") for h in hd.held_cards)
 
 
+def _takeover(hp: HostPlan) -> str:
+    """What the host's takeover does and what it costs (records.takeover)."""
+    chain = longest_start((ps.name, ps.assignment.cards, ps.resolved.start_timeout_seconds) for ps in hp.services)
+    return f"{', '.join(hp.host.replaces)} stop {PULLED_FIRST}; their services are {downtime(chain)}"
+
+
 def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
     """The plan as `fmt`; table and markdown fit WIDTH columns for the committed stacks, or keep one wide
     table of ports and capacity per host and unwrapped lines when `wide` (the output before `--wide` existed)."""
@@ -237,6 +245,10 @@ def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
             parts += [_text_table(*table) for table in _host_tables(hp, wide)]
         if hd.held_cards:
             parts.append(_must_stop(hd, fmt, wide))
+        if hp.host.replaces:
+            text = _takeover(hp)
+            parts.append(f"- takes over: {markdown.text(text)}" if fmt == "markdown" else
+                         f"  takes over: {text}" if wide else _fit(text, "  takes over: ", "    "))  # fmt: skip
     if plan.routers:
         ports = [[window_text(r.windows[k.key]) for k in ROUTER_KINDS] for r in plan.routers]
         rows = [[r.service.name, r.host_name, *p, ", ".join(ps.name for ps in r.replicas)] for r, p in zip(plan.routers, ports)]

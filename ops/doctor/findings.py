@@ -16,7 +16,8 @@ each `_judge` function then looks for one kind of finding in that view.
   `/dev/davinciN` (or is privileged, so sees every card); or `npu-smi` lists a
   process on a planned card whose host PID belongs to no container planned on
   that card (`docker top` PIDs count, so `docker exec` in the planned container
-  is its own).
+  is its own). A container the host `replaces` that holds them again is named as
+  taken over, with what starts it again (`docker compose up -d` in its project).
 - `foreign-port`: a listener in the host's network namespace (`ss -ltnp`) inside
   a planned window that is not the service's own (a `docker-proxy` listener
   belongs to the container publishing the port); a foreign container (running or
@@ -51,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 from allocation.capacity import GIB
-from records.containers import DRIVER_DIR, NPU_SMI, ContainerSpec
+from records.containers import DRIVER_DIR, NPU_SMI
 from records.deployment import HostDeployment
 from records.device_share import STATUS_KEY, UNIT
 from records.host_requirements import Requirement, cards_of, requirements
@@ -128,7 +129,10 @@ class HostView:
             back = "Docker starts it again when its daemon restarts (a reboot)"
         else:
             back = "it comes back after a reboot too" if c.restart in ("always", "unless-stopped") else "a reboot stops it"
-        return f"container {shown(c.name, 80)} (not in the plan; {shown(c.status, 20)}, restart policy {shown(c.restart, 20)}: {back})"
+        state = f"{shown(c.status, 20)}, restart policy {shown(c.restart, 20)}: {back}"
+        if c.name in self.hd.host.replaces:
+            return f"container {shown(c.name, 80)} (taken over: host {self.name} replaces it, yet it is {state})"
+        return f"container {shown(c.name, 80)} (not in the plan; {state})"
 
     def fix(self, c: LiveContainer) -> str:
         """For a container outside the plan, the commands that keep it off the cards and ports across
@@ -136,10 +140,30 @@ class HostView:
         if c.id in self.service_of:
             return ""
         name = shown(shlex.quote(c.name), 200)
-        return f"; to take it out for good: `docker update --restart=no {name} && docker stop {name}` (or `docker rm -f {name}`)"
+        fix = f"; to take it out for good: `docker update --restart=no {name} && docker stop {name}` (or `docker rm -f {name}`)"
+        if c.name not in self.hd.host.replaces:
+            return fix
+        return fix + f"; {_started_again(c)}"
 
     def windows_at(self, port: int) -> list[tuple[str, str, PortWindow]]:
         return [(s, key, window) for s, key, window in self.windows if window[0] <= port <= window[1]]
+
+
+COMPOSE_DIR_LABEL = "com.docker.compose.project.working_dir"
+"""Where compose ran for a container it made (docker/compose `pkg/api/labels.go`, `WorkingDirLabel`)."""
+
+
+def _started_again(c: LiveContainer) -> str:
+    """What starts a taken-over container again, and how to keep it down (docs/moving-from-compose.md):
+    `docker compose up -d` in its project directory starts every container of the project that is not
+    running, whatever its restart policy (docker/compose `pkg/compose/convergence.go` `mustRecreate`
+    compares only the config-hash and image-digest labels, and `start.go` `startService` starts them)."""
+    where = c.labels.get(COMPOSE_DIR_LABEL)
+    there = f"in {shown(where, 200)}" if where else "in its old project directory"
+    return (
+        f"`docker compose up -d` {there} starts it again: after burn-in run `docker compose down` there, "
+        "or move the compose file away"
+    )
 
 
 def _pids(facts: HostFacts, c: LiveContainer) -> frozenset[int]:
@@ -147,18 +171,10 @@ def _pids(facts: HostFacts, c: LiveContainer) -> frozenset[int]:
     return facts.pids.get(c.id, frozenset()) | ({c.pid} if c.pid else frozenset())
 
 
-def planned(hd: HostDeployment) -> list[tuple[str, ContainerSpec, str]]:
-    """(name, spec, what it is) of every container planned on the host: services, routers, then the
-    NPU exporter."""
-    out = [(sd.name, sd.spec, f"on cards {','.join(map(str, sd.plan.assignment.cards))}") for sd in hd.services]
-    out += [(rd.name, rd.spec, f"as the router of {rd.plan.service.name}") for rd in hd.routers]
-    return out + ([(hd.exporter.name, hd.exporter, "as the host's NPU exporter")] if hd.exporter is not None else [])
-
-
 def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
     by_name = {c.name: c for c in facts.containers}
     # By the docker name, which a renamed service keeps (`previousNames`).
-    live = {name: by_name[spec.name] for name, spec, _ in planned(hd) if spec.name in by_name}
+    live = {name: by_name[spec.name] for name, spec, _ in hd.containers if spec.name in by_name}
     service_of = {c.id: name for name, c in live.items()}
     active = [c for c in facts.containers if c.active]
     card_services: dict[int, tuple[str, ...]] = {}
@@ -256,7 +272,7 @@ def _judge_host(view: HostView) -> list[Finding]:
 
 def _judge_state(view: HostView) -> list[Finding]:
     out = []
-    for name, spec, what in planned(view.hd):
+    for name, spec, what in view.hd.containers:
         live = view.live.get(name)
         if live is None:
             text = f"container {name} does not exist (planned {what}, API port {spec.api_port})"
@@ -274,7 +290,7 @@ def _judge_state(view: HostView) -> list[Finding]:
 
 def _judge_drift(view: HostView) -> list[Finding]:
     out = []
-    for name, spec, _ in planned(view.hd):
+    for name, spec, _ in view.hd.containers:
         live = view.live.get(name)
         for key, want, actual in differences(spec, live) if live is not None else ():
             text = f"container {name}: {key}: {want} (plan) != {actual} (live)"

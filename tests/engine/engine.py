@@ -78,6 +78,16 @@ class Outcome:
             if done & set(ops) and (type_ is None or urn_type(urn) == type_)
         }  # fmt: skip
 
+    def positions(self, kind: str) -> dict[str, int]:
+        """URN -> the place in the event log of its first `kind` event (`resourcePreEvent`: its step
+        starts; `resOutputsEvent`: its step is done): the order the engine ran the steps in."""
+        out: dict[str, int] = {}
+        for i, event in enumerate(self.events):
+            meta = (event.get(kind) or {}).get("metadata")
+            if meta:
+                out.setdefault(meta["urn"], i)
+        return out
+
     def changed(self) -> dict[str, set[str]]:
         """Every resource with a step other than `same` (a refresh's own `refresh` and a `read` change nothing)."""
         return {urn: ops for urn, ops in self.ops.items() if ops - {"same", "read", "refresh"}}

@@ -15,13 +15,14 @@ import pytest
 from records.card_order import BOOT_SCRIPT as ORDER_BOOT_SCRIPT, UNIT_PATH as ORDER_UNIT_PATH
 from records.device_share import BOOT_SCRIPT, UNIT_PATH
 from sim.host import SimHost
-from tests.engine.engine import Project, preview_steps, urn_name
+from tests.engine.engine import Project, preview_steps, urn_name, urn_type
 from tests.engine.engine import sim_stack_values
 from tests.support.takeover import OLD, PLANNED, restart_policy, serving, start_the_compose_deployment
 
 pytestmark = pytest.mark.engine
 
 STACK = "takeover"
+REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +48,12 @@ def test_the_first_pulumi_up_takes_over_the_compose_deployment_and_the_way_back_
     up = project.run("up")
     created = {urn_name(u) for u in up.urns("create", type_=None)}
     assert {"npu-a-check", "npu-a-takeover", *(f"{n}-container" for n in PLANNED)} <= created, up.explain()
+    # The old containers are stopped only once every image of the host is there: the engine finished
+    # each image's step before it started the takeover's (components/ascend_host.py).
+    started, done = up.positions("resourcePreEvent"), up.positions("resOutputsEvent")
+    [takeover] = [u for u in started if urn_name(u) == "npu-a-takeover"]
+    images = [u for u in done if urn_type(u) == REMOTE_IMAGE]
+    assert images and all(done[i] < started[takeover] for i in images), up.explain()
     for name in PLANNED:
         host.wait_healthy(name, timeout=180)
     assert [restart_policy(host, n) for n in OLD] == [(False, "no"), (False, "no")]

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from cli.stackfile import load_fleet
-from sim.host import SimHost
+from sim.host import IMAGE, SimHost
 from tests.support.sim_stacks import prod_on_the_simulated_host
 from tests.support.takeover import OLD, PLANNED, restart_policy, serving, start_the_compose_deployment
 from tests.support.pipeline import deployment_of
@@ -84,3 +84,28 @@ def test_prod_takes_over_the_compose_deployment_a_reboot_brings_back_the_plan_an
     sim_host.local_docker("start", *OLD)
     for port in (7007, 9009, 6006):
         serving(sim_host, port)
+
+
+def test_a_replaced_name_no_container_has_leaves_the_container_whose_id_it_begins_or_is_running_as_it_was(
+    sim_host: SimHost, tmp_path: Path
+) -> None:
+    """dockerd itself reads a name no container has as a full ID, else as an ID prefix (moby
+    `GetContainer`): `replaces` naming the first letters of one unrelated container's ID and the whole
+    ID of another must leave both running with restart `always`."""
+    labels = [f"--label={k}={v}" for k, v in sim_host.labels().items()]
+    run = ["run", "-d", "--restart", "always", *labels, IMAGE, "sleep", "100000"]
+    begun, whole = (sim_host.local_docker(*run).stdout.strip() for _ in range(2))
+    prefix = begun[:12]
+    for name, container in ((prefix, begun), (whole, whole)):  # what this daemon makes of the names
+        assert sim_host.local_docker("inspect", "--format", "{{.Id}}", name).stdout.strip() == container
+
+    config = prod_on_the_simulated_host(sim_host, tmp_path)
+    fleet, _ = load_fleet(config=str(config))
+    replacing = fleet.model_copy(update={"hosts": [h.model_copy(update={"replaces": [prefix, whole]}) for h in fleet.hosts]})
+    [hd] = [h for h in deployment_of(replacing).hosts if h.in_use]
+    result = sim_host.run(hd.takeover_script, check=False, timeout=120)  # over SSH, as pulumi up runs it
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in (prefix, whole):
+        assert f"no container is named {name} (removed already): nothing to take over" in result.stdout
+    assert [restart_policy(sim_host, c) for c in (begun, whole)] == [(True, "always"), (True, "always")]

@@ -20,6 +20,8 @@ from allocation.plan import CAPACITY_KEYS
 from allocation.windows import BY_KEY, KINDS, ROUTER_KINDS, window_text
 from records.held_cards import HELD_CARDS
 from records.restarts import changed
+from records.start_order import longest_start
+from records.takeover import PULLED_FIRST, downtime
 from views.diff.container import compact, container_changes, key_change, security_changes
 from views.diff.exporter import PORT_KEY, exporters
 
@@ -175,12 +177,16 @@ class HostDiff:
     """Per card that becomes shared while a running container holds it: who must stop for the switch."""
     takeovers: tuple[str, ...] = ()
     """Containers outside the plan that `pulumi up` newly disables for good (the host's `replaces`)."""
+    takeover_chain: tuple[int, tuple[str, ...]] = (0, ())
+    """With `takeovers`: the longest the new containers take to serve after the takeover, and the chain
+    of services that takes it (records.start_order.longest_start)."""
 
     def takeover(self) -> str:
-        """What `pulumi up` does to the containers it takes over from, before anything else there."""
+        """What `pulumi up` does to the containers it takes over from, before anything else there, and
+        what it costs."""
         return (
             f"stops and disables {', '.join(self.takeovers)} (outside the plan: restart policy no, then "
-            "stopped; kept for the way back)"
+            f"stopped; kept for the way back) {PULLED_FIRST}; their services are {downtime(self.takeover_chain)}"
         )
 
     def detail(self) -> str:
@@ -393,8 +399,9 @@ def _host_diffs(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[HostDif
     out = []
     for name in sorted(before.keys() | after.keys()):
         takeovers = _takeovers(before.get(name, {}), after.get(name, {}))
+        chain = _takeover_chain(after[name]) if takeovers else (0, ())
         if name not in before:
-            out.append(HostDiff(name, added=True, takeovers=takeovers))
+            out.append(HostDiff(name, added=True, takeovers=takeovers, takeover_chain=chain))
         elif name not in after:
             out.append(HostDiff(name, removed=True))
         else:
@@ -406,8 +413,14 @@ def _host_diffs(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[HostDif
             )
             stops = _device_share_stops(before[name], after[name])
             if fields or stops or takeovers:
-                out.append(HostDiff(name, fields=fields, stops=stops, takeovers=takeovers))
+                out.append(HostDiff(name, fields=fields, stops=stops, takeovers=takeovers, takeover_chain=chain))
     return tuple(out)
+
+
+def _takeover_chain(host: Mapping[str, Any]) -> tuple[int, tuple[str, ...]]:
+    """The longest the host's new containers take to serve, from the plan JSON's services."""
+    services = host.get("services", ())
+    return longest_start((s["name"], s["devices"], s["container"]["startTimeoutSeconds"]) for s in services)
 
 
 def _takeovers(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, ...]:

@@ -127,6 +127,7 @@ def _render_json(diff: PlanDiff) -> str:
                 "changes": [{"key": f.key, "old": f.old, "new": f.new} for f in h.fields],
                 "stops": list(h.stops),
                 "takesOver": list(h.takeovers),
+                "takeoverDownSeconds": h.takeover_chain[0] if h.takeovers else None,
             }
             for h in diff.hosts
         ],

@@ -22,7 +22,7 @@ from ruamel.yaml.representer import SafeRepresenter
 from allocation.config import Mount
 from records.containers import ContainerSpec, created_on_host
 from records.deployment import Deployment, HostDeployment
-from records.runtime import DISABLE
+from records.runtime import DISABLE, named
 from records.ssh_argv import script_argv
 
 # Ends the here-documents that feed a host its device-share, start-order and router-image scripts; they never contain it.
@@ -170,11 +170,14 @@ def _on_host(hd: HostDeployment, script: str, redirect: str = "") -> list[str]:
 
 def _replace(spec: ContainerSpec) -> list[str]:
     """Delete before create: the new container needs the same cards and ports. Stop first, with
-    the grace period, so vLLM frees its HBM before it is removed."""
-    name = shlex.quote(spec.name)
+    the grace period, so vLLM frees its HBM before it is removed. The one of that exact name, by its
+    ID (`named`): Docker would read a name no container has yet as another container's ID prefix."""
     return [
-        f"docker stop --time {spec.stop_grace_seconds} -- {name} >/dev/null 2>&1 || true",
-        f"docker rm -f -- {name} >/dev/null 2>&1 || true",
+        f"id=$({named(shlex.quote(spec.name))})",
+        'if [ -n "$id" ]; then',
+        f'  docker stop --time {spec.stop_grace_seconds} -- "$id" >/dev/null 2>&1 || true',
+        '  docker rm -f -- "$id" >/dev/null 2>&1 || true',
+        "fi",
         shlex.join(["docker", "run", *docker_run_args(spec)]),
     ]
 
