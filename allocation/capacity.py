@@ -14,6 +14,14 @@ The arithmetic vLLM(-Ascend) does at start, per tensor-parallel rank (one card):
 - the cache is whole blocks, laid out and logged as `allocation.kv_cache` says for the image's
   version and the service's `args` (block size 16 or 128; Gated DeltaNet hybrids' padded pages).
 
+A service with `kvCacheGiB` fixes its cache instead: vLLM-Ascend takes `--kv-cache-memory-bytes` as
+it is and skips the profiling (vllm-ascend@v0.20.2rc1 `worker/worker.py` `determine_available_memory`
+l. 341-354, "reserved ... GiB for KV Cache as specified by kv_cache_memory_bytes"; vLLM@0.20.2
+`v1/worker/gpu_worker.py` l. 344-362 does the same, and `config/cache.py` l. 158: it "ignores
+gpu_memory_utilization"). Only the start-up check still reads the fraction (`_init_device` l. 274-285:
+free memory must be at least `fraction x total`), so the plan sets the fraction to what the service
+holds, weights + overhead + cache (`fixed_kv_fraction`), and sizes the tokens from the bytes.
+
 NPU graphs are captured after the cache is allocated (vllm-ascend@v0.20.2rc1 `worker/worker.py`
 `compile_or_warm_up_model` l. 508), outside the fraction: `allocation.graph_room` checks that the
 services of a shared card have room for them (`graphMemoryGiB`, else `allocation.graph_estimate`'s
@@ -28,7 +36,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Sequence
 
-from allocation.config import FleetConfig, Host, ModelProfile
+from allocation.config import FRACTION_SCALE, FleetConfig, Host, ModelProfile, Service
 from allocation.group import Member
 from allocation.instance import Instance
 from allocation.measured import applied, overhead_measured
@@ -40,6 +48,9 @@ GIB = 1 << 30
 # 3843, 4594, 6250, 7352).
 RUNTIME_TOTAL_BYTES = {64: 65452113920, 32: 31662800896}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "int8": 1, "float8": 1, "float32": 4}
+FIXED_KV_SINCE = (0, 19)
+"""The first vLLM-Ascend whose worker honours `--kv-cache-memory-bytes`: v0.19.1rc1 (PR 8289; v0.18.0's
+`worker/worker.py` never reads `kv_cache_memory_bytes`, and there is no 0.19.0 release)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +134,16 @@ class Capacity:
     bytes_per_request: int | None = None
     concurrency: float | None = None
     """"Maximum concurrency" unrounded: blocks / blocks per request."""
+    fixed: bool = False
+    """The cache is `kvCacheGiB`'s bytes (`--kv-cache-memory-bytes`), not what the budget leaves."""
+
+    @property
+    def held_bytes(self) -> int:
+        """What the service holds on each card before its NPU graphs: its budget, or with a fixed cache
+        its weights, the runtime overhead and that cache."""
+        if self.fixed:
+            return self.weight_bytes_per_card + self.overhead_bytes + self.kv_bytes_per_card
+        return self.budget_bytes
 
     @property
     def fits(self) -> bool:
@@ -146,6 +167,11 @@ class Capacity:
     def arithmetic(self) -> str:
         """The numbers behind the verdict, in GiB."""
         cache = f" = {self.kv_blocks} blocks of {self.block_tokens} tokens" if self.block_tokens else ""
+        if self.fixed:
+            return (
+                f"{gib(self.kv_bytes_per_card)} GiB KV cache per card (kvCacheGiB){cache}, beside "
+                f"{gib(self.weight_bytes_per_card)} GiB weights per card and {gib(self.overhead_bytes)} GiB runtime overhead"
+            )
         return (
             f"{gib(self.budget_bytes)} GiB budget - {gib(self.weight_bytes_per_card)} GiB weights per card - "
             f"{gib(self.overhead_bytes)} GiB runtime overhead = {gib(self.kv_bytes_per_card)} GiB KV cache per card"
@@ -169,17 +195,20 @@ def capacity(
     engine: Engine = Engine(),
     ep: int | None = None,
     weights_per_card: int | None = None,
+    kv_bytes: int | None = None,
 ) -> Capacity | Unsized | str:
     """The service's capacity; `Unsized` when the planner does not know the layout; a string when
     vLLM(-Ascend) would refuse the layout itself. `ep`: the cards the experts are split over (default `tp`).
-    `weights_per_card`: as a startup log measured them, instead of the shape's bytes split over the ranks."""
+    `weights_per_card`: as a startup log measured them, instead of the shape's bytes split over the ranks.
+    `kv_bytes`: the cache fixed by `kvCacheGiB`, which the fraction does not size."""
     budget = int(fraction * total_bytes)
     weights = shape.card_bytes(engine, tp, ep or tp) if weights_per_card is None else weights_per_card
-    kv = budget - weights - overhead_bytes
+    kv = budget - weights - overhead_bytes if kv_bytes is None else kv_bytes
+    fixed = kv_bytes is not None
     layout = shape.layout(tp, engine, max_model_len)
     if isinstance(layout, (Unsized, str)):
         return layout
-    sized = Capacity(budget, weights, overhead_bytes, kv, 0, max_model_len, max_num_seqs, encoder=layout is None)
+    sized = Capacity(budget, weights, overhead_bytes, kv, 0, max_model_len, max_num_seqs, encoder=layout is None, fixed=fixed)
     if layout is None:
         return sized
     blocks = layout.blocks(kv)
@@ -188,8 +217,13 @@ def capacity(
         budget, weights, overhead_bytes, kv, tokens, max_model_len, max_num_seqs,
         block_tokens=layout.block_tokens, kv_blocks=blocks,
         blocks_per_request=layout.blocks_per_request if max_model_len else None,
-        bytes_per_request=layout.bytes_per_request if max_model_len else None, concurrency=concurrency,
+        bytes_per_request=layout.bytes_per_request if max_model_len else None, concurrency=concurrency, fixed=fixed,
     )  # fmt: skip
+
+
+def fixed_kv_bytes(service: Service) -> int | None:
+    """`kvCacheGiB` as `--kv-cache-memory-bytes`: whole bytes, rounded down; None when not set."""
+    return None if service.kv_cache_gi_b is None else int(service.kv_cache_gi_b * GIB)
 
 
 def runtime_total(host: Host) -> int | None:
@@ -272,6 +306,7 @@ def _sized(fleet: FleetConfig, instance: Instance | Member, total: int, fraction
         engine=engine,
         ep=instance.expert_parallel_size,
         weights_per_card=None if measured is None else int(measured.weights_gi_b * GIB),
+        kv_bytes=fixed_kv_bytes(instance.service),
     )
 
 
@@ -294,22 +329,23 @@ def size_service(fleet: FleetConfig, host: Host, instance: Instance | Member, ca
         return Outcome(None, warnings=(f"{place}: profile: {name} not sized: {cap.why}",))
     if isinstance(cap, str):
         return Outcome(None, (f"service {name}: {cap}",))
-    fraction = f"memoryFraction {instance.memory_fraction} of {gib(total)} GiB"
+    key = "kvCacheGiB" if cap.fixed else "memoryFraction"
+    fraction = f"kvCacheGiB {s.kv_cache_gi_b}" if cap.fixed else f"memoryFraction {instance.memory_fraction} of {gib(total)} GiB"
     named = f"service {name} ({fraction} on each of {s.tensor_parallel_size} card(s))"
     if cap.kv_bytes_per_card <= 0:
-        advice = "raise memoryFraction, add cards (tensorParallelSize) or lower runtimeOverheadGiB if measured"
+        advice = f"raise {key}, add cards (tensorParallelSize) or lower runtimeOverheadGiB if measured"
         return Outcome(cap, (f"{named} does not fit: {cap.arithmetic()}; {advice}",))
     if not cap.fits:
         return Outcome(cap, (
             f"{named}: its KV cache holds {cap.kv_blocks} blocks, fewer than the {cap.blocks_per_request} one "
             f"request of maxModelLen {s.max_model_len} needs ({gib(cap.bytes_per_request or 0)} GiB per card), "
-            f"and vLLM refuses to start then: {cap.arithmetic()}; raise memoryFraction or lower maxModelLen",
+            f"and vLLM refuses to start then: {cap.arithmetic()}; raise {key} or lower maxModelLen",
         ))  # fmt: skip
     notes = []
     if cap.queues:
         wanted = (s.max_num_seqs or 1) * (cap.blocks_per_request or 0)
         notes.append(
-            f"{place}: maxNumSeqs, memoryFraction: {name}: maxNumSeqs {s.max_num_seqs} requests of maxModelLen "
+            f"{place}: maxNumSeqs, {key}: {name}: maxNumSeqs {s.max_num_seqs} requests of maxModelLen "
             f"{s.max_model_len} need {wanted} blocks, more than its KV cache of {cap.kv_blocks} ({fraction}): "
             f"{cap.max_concurrency:.2f} requests of maxModelLen at once, the rest queue"
         )
@@ -330,18 +366,11 @@ def auto_fraction(fleet: FleetConfig, instance: Instance) -> Outcome[Decimal | N
     and the allowance); else why none does. A service the allocator places is sized for the smallest
     card of its candidate hosts (`host`, else `hosts`, else every host), so it fits wherever it lands."""
     s = instance.service
-    candidates = [instance.host] if instance.host else s.hosts
-    hosts = [h for h in fleet.hosts if candidates is None or h.name in candidates]
-    totals = [runtime_total(h) for h in hosts]
-    if None in totals:
-        why = (
-            f"service {instance.name}: memoryFraction auto needs every candidate host's hbmBytes "
-            "(64 and 32 GiB are known)"
-        )
-        return Outcome(None, (why,))
-    total = min(t for t in totals if t is not None)
+    card = _smallest_card(fleet, instance, "memoryFraction auto")
+    if isinstance(card, str):
+        return Outcome(None, (card,))
+    total, budget = card
     seqs = s.max_num_seqs or 1
-    budget = min(fleet.budget(h) for h in hosts)
     cap = None
     for hundredths in range(1, int(budget * 100) + 1):
         fraction = Decimal(hundredths) / 100
@@ -362,3 +391,48 @@ def auto_fraction(fleet: FleetConfig, instance: Instance) -> Outcome[Decimal | N
         f"service {instance.name}: no memoryFraction within the per-card budget {budget} {wants} "
         f"on {s.tensor_parallel_size} card(s): {at}",
     ))  # fmt: skip
+
+
+def _smallest_card(fleet: FleetConfig, instance: Instance, key: str) -> tuple[int, Decimal] | str:
+    """(total, budget) of the smallest card of the instance's candidate hosts (`host`, else `hosts`,
+    else every host), so what is sized for it fits wherever it lands; else why not (`key` needs it)."""
+    candidates = [instance.host] if instance.host else instance.service.hosts
+    hosts = [h for h in fleet.hosts if candidates is None or h.name in candidates]
+    totals = [runtime_total(h) for h in hosts]
+    if None in totals:
+        return f"service {instance.name}: {key} needs every candidate host's hbmBytes (64 and 32 GiB are known)"
+    return min(t for t in totals if t is not None), min(fleet.budget(h) for h in hosts)
+
+
+def fixed_kv_fraction(fleet: FleetConfig, instance: Instance) -> Outcome[Decimal | None]:
+    """`kvCacheGiB`: the fraction the plan gives `--gpu-memory-utilization`. vLLM sizes nothing from it
+    then, but refuses to start unless that fraction of the card is free (vllm-ascend@v0.20.2rc1
+    `worker/worker.py` `_init_device` l. 274-285, before the fixed cache's fast path at l. 341). It is the
+    smallest, in the 1/10000 steps of `memoryFraction`, that covers what the service holds (its weights
+    per card, `runtimeOverheadGiB` and the fixed cache) on the smallest card of its candidate hosts: so
+    the check lets it start only where it fits, and a neighbour finds the most room; `graph_room` checks
+    that it passes in both start orders on a shared card. Refused for an image before `FIXED_KV_SINCE`."""
+    s, version = instance.service, instance.resolved.vllm_ascend_version
+    if version is not None and version < FIXED_KV_SINCE:
+        return Outcome(None, (
+            f"service {instance.name}: kvCacheGiB needs vLLM-Ascend v0.19.1rc1 or later, the first release whose "
+            f"worker honours --kv-cache-memory-bytes (vllm-ascend PR 8289), but its image {instance.resolved.image} "
+            f"is vLLM-Ascend {version[0]}.{version[1]}: upgrade the image, or remove kvCacheGiB and set memoryFraction",
+        ))  # fmt: skip
+    card = _smallest_card(fleet, instance, "kvCacheGiB")
+    if isinstance(card, str):
+        return Outcome(None, (card,))
+    total, budget = card
+    cap = _sized(fleet, instance, total, budget)  # the fixed cache does not depend on the fraction
+    if isinstance(cap, Unsized):
+        return Outcome(None, (f"service {instance.name}: kvCacheGiB: not sized: {cap.why}",))
+    if isinstance(cap, str):
+        return Outcome(None, (f"service {instance.name}: {cap}",))
+    fraction = Decimal(-(-cap.held_bytes * FRACTION_SCALE // total)) / FRACTION_SCALE
+    if fraction > budget:
+        return Outcome(None, (
+            f"service {instance.name}: kvCacheGiB {s.kv_cache_gi_b} does not fit a card: {cap.arithmetic()} are "
+            f"{gib(cap.held_bytes)} GiB, {fraction} of the card's {gib(total)} GiB, over the per-card budget "
+            f"{budget}; lower kvCacheGiB or add cards (tensorParallelSize)",
+        ))  # fmt: skip
+    return Outcome(fraction)

@@ -263,7 +263,8 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     memory_fraction: FractionOrAuto = Decimal("0.9")
     """`--gpu-memory-utilization`: the share of each of its cards' memory the service may take. `auto`:
     the smallest fraction, in hundredths, whose KV cache holds `maxNumSeqs` sequences of `maxModelLen`
-    (needs `profile`); `pin` writes the number chosen. See [Will it fit](capacity.md)."""
+    (needs `profile`); `pin` writes the number chosen. Not set with `kvCacheGiB`, from which the plan derives
+    it. See [Will it fit](capacity.md)."""
     max_model_len: Whole | None = Field(default=None, ge=1, le=100_000_000)
     """`--max-model-len`."""
     max_num_seqs: Whole | None = Field(default=None, ge=1, le=1_000_000)
@@ -277,6 +278,17 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     calibrate` writes it, with `graphMemoryGiB`)."""
     runtime_overhead_gi_b: Number | None = Field(default=None, ge=0, le=1024, alias="runtimeOverheadGiB")
     """Per-card allowance for the activation peak and non-torch memory; overrides the stack's."""
+    kv_cache_gi_b: Number | None = Field(default=None, gt=0, le=1024, alias="kvCacheGiB", exclude_if=lambda v: v is None)
+    """Fix the KV cache of each of its cards at this many GiB (`--kv-cache-memory-bytes`, floor of GiB x
+    2^30), whatever its neighbours on a shared card hold when it starts: vLLM then skips its memory
+    profiling and takes these bytes as they are (vllm-ascend `worker/worker.py`
+    `determine_available_memory`, from v0.19.1rc1; older images are refused). The plan then sets
+    `--gpu-memory-utilization` itself, so `memoryFraction` is not set with it: vLLM still refuses to
+    start unless that fraction of the card is free, so the plan gives the smallest fraction (to 4
+    decimals) that covers the service's weights per card, `runtimeOverheadGiB` and this cache, and checks
+    that it passes in the start order on a shared card and in its reverse. Needs `profile` (the
+    weights); tokens are sized from these bytes; `doctor` compares the size the startup log reports
+    ("reserved ... GiB for KV Cache") with it. See [a fixed KV cache](capacity.md#a-fixed-kv-cache-kvcachegib)."""
     hccl_port_ranges: Flag = True
     """Set `HCCL_NPU_SOCKET_PORT_RANGE`/`HCCL_HOST_SOCKET_PORT_RANGE`. Set false for models with MC2
     fused operators on Atlas A2, which do not support them: the service then keeps HCCL's default
@@ -409,6 +421,26 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
                 problems.append(f"{kind.key} {pinned} starts below 1024")
             if pinned is not None and kind.hccl_range and not self.hccl_port_ranges:
                 problems.append(f"hcclPortRanges is false but {kind.key} is pinned")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _fixed_kv_cache(self) -> Service:
+        """`kvCacheGiB` sets the fraction too, so not with `memoryFraction`; it needs the profile's weights,
+        and a model that keeps a KV cache."""
+        if self.kv_cache_gi_b is None:
+            return self
+        problems = []
+        if "memory_fraction" in self.model_fields_set:
+            problems.append(
+                f"kvCacheGiB {self.kv_cache_gi_b} sets --gpu-memory-utilization too (the smallest fraction that "
+                "covers weights, runtimeOverheadGiB and the cache): remove memoryFraction"
+            )
+        if self.profile is None:
+            problems.append("kvCacheGiB needs the model's profile (profile: weightBytes, ...): the fraction covers its weights")
+        elif self.profile.attention == "encoder":
+            problems.append("kvCacheGiB: an encoder-only model keeps no KV cache (profile attention: encoder)")
         if problems:
             raise ValueError("; ".join(problems))
         return self

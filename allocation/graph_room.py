@@ -11,7 +11,9 @@ name order on the card, as `_running_totals` and records/start_order.py take it)
   overhead leave; an encoder-only model allocates no KV cache (vllm-ascend@v0.20.2rc1
   `worker/model_runner_v1.py` `get_kv_cache_spec`: "Skip modules that don't need KV cache (eg
   encoder-only attention)"), so it holds its weights plus `runtimeOverheadGiB`, the activation peak
-  and non-torch memory the capacity check models inside the fraction;
+  and non-torch memory the capacity check models inside the fraction; a service with `kvCacheGiB`
+  holds its weights, that allowance and its fixed cache, and the plan's fraction
+  (`capacity.fixed_kv_fraction`) is what it asks to find free;
 - plus its graph pool (`allocation.graph_estimate`): `graphMemoryGiB`, the figure its startup log
   reported, else an estimate from its profile; none with `--enforce-eager` (`Resolved.captures_graphs`).
   Pooling models capture graphs too: vLLM-Ascend's own bge-m3 test runs it with ACL graphs
@@ -40,7 +42,7 @@ from allocation.outcome import Outcome, where
 from allocation.plan import ServicePlan
 
 ADVICE = (
-    "Lower a memoryFraction there, set graphMemoryGiB to each service's startup log (\"... GiB for NPU graph "
+    "Lower a {keys} there, set graphMemoryGiB to each service's startup log (\"... GiB for NPU graph "
     "memory\"), or add --enforce-eager to a service's args"
 )
 REFUSED = '"Free memory on device ... is less than desired GPU memory utilization"'
@@ -59,6 +61,8 @@ class Tenant:
     pool: GraphPool
     why: str
     """Where `held` comes from, in words."""
+    asks: str = "memoryFraction"
+    """The key that sets its fraction: `memoryFraction`, or `kvCacheGiB`, from which the plan derives it."""
 
     @property
     def total(self) -> int:
@@ -74,12 +78,23 @@ class Tenant:
 def tenant(ps: ServicePlan, total: int, pool: GraphPool) -> Tenant:
     fraction, ask = ps.memory_fraction, int(ps.memory_fraction * total)
     cap = ps.capacity
+    if cap is not None and cap.fixed:
+        weights, overhead, kv = gib(cap.weight_bytes_per_card), gib(cap.overhead_bytes), gib(cap.kv_bytes_per_card)
+        why = f"kvCacheGiB: {kv} GiB KV cache + {weights} GiB weights + {overhead} GiB runtimeOverheadGiB"
+        return Tenant(ps.name, fraction, ask, cap.held_bytes, pool, why, asks="kvCacheGiB")
     if cap is not None and cap.encoder:
         held = cap.weight_bytes_per_card + cap.overhead_bytes
         weights, overhead = gib(cap.weight_bytes_per_card), gib(cap.overhead_bytes)
         why = f"no KV cache: {weights} GiB weights + {overhead} GiB runtimeOverheadGiB"
         return Tenant(ps.name, fraction, ask, held, pool, why)
     return Tenant(ps.name, fraction, ask, ask, pool, f"memoryFraction {fraction}")
+
+
+def _fraction_words(t: Tenant) -> str:
+    """Its fraction and the key that sets it."""
+    if t.asks == "memoryFraction":
+        return f"memoryFraction {t.fraction}"
+    return f"--gpu-memory-utilization {t.fraction}, from its kvCacheGiB"
 
 
 def _after(order: Sequence[Tenant]) -> str:
@@ -92,8 +107,8 @@ def first_failure(order: Sequence[Tenant], total: int) -> str | None:
     for i, t in enumerate(order):
         if free < t.ask:
             return (
-                f"{_after(order[:i])}{t.name} finds {gib(free)} GiB free and needs {gib(t.ask)} GiB (memoryFraction "
-                f"{t.fraction}): vLLM refuses to start ({REFUSED})"
+                f"{_after(order[:i])}{t.name} finds {gib(free)} GiB free and needs {gib(t.ask)} GiB "
+                f"({_fraction_words(t)}): vLLM refuses to start ({REFUSED})"
             )
         if free < t.total:
             return (
@@ -121,19 +136,20 @@ def card_warning(place: str, order: Sequence[Tenant], total: int) -> str | None:
         return None
     lead = ("estimate: " if any(t.pool.estimated for t in order) else "") + place
     services = ", ".join(t.words() for t in order)
+    keys = sorted({t.asks for t in order}, reverse=True)  # memoryFraction first
     if forward is None:
         return (
-            f"{lead}: memoryFraction: the start order (name order on the card) holds: {_last_start(order, total)}. "
+            f"{lead}: {', '.join(keys)}: the start order (name order on the card) holds: {_last_start(order, total)}. "
             f"The reverse order fails: {reverse}. A service restarted while the others run starts last: keep the "
-            f"start gate's order, or lower a memoryFraction there. Its services: {services}, of the card's "
+            f"start gate's order, or lower a {' or '.join(keys)} there. Its services: {services}, of the card's "
             f"{gib(total)} GiB"
         )
     other = f"fails too: {reverse}" if reverse is not None else f"holds: {_last_start(order[::-1], total)}"
     return (
-        f"{lead}: memoryFraction, graphMemoryGiB: in the start order (name order on the card), {forward}. The "
+        f"{lead}: {', '.join(keys)}, graphMemoryGiB: in the start order (name order on the card), {forward}. The "
         f"reverse order {other}. Its services hold {gib(sum(t.total for t in order))} GiB of the card's "
         f"{gib(total)} GiB, NPU graphs (captured after the KV cache, outside memoryFraction) included: {services}. "
-        f"{ADVICE}"
+        f"{ADVICE.format(keys=' or '.join(keys))}"
     )
 
 

@@ -29,8 +29,8 @@ class Instance:
     resolved: Resolved
     """The service's settings over the defaults."""
     memory_fraction: Decimal | str
-    """The fraction it runs with: the configured one, or the one `auto` chose for this instance
-    (`auto` only until the planner has chosen, in `allocation.planner`)."""
+    """The fraction it runs with: the configured one, or the one `auto` or `kvCacheGiB` chose for this
+    instance (`auto` only until the planner has chosen, in `allocation.planner`)."""
     index: int = 0
     """1 to `replicas` for a replica; 0 for a service of its own."""
 

@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any, Callable, Mapping
 
 from allocation import names
-from allocation.capacity import GIB, Capacity
+from allocation.capacity import GIB, Capacity, fixed_kv_bytes
 from allocation.config import FleetConfig, Host, Service
 from allocation.group import Member
 from allocation.instance import Instance
@@ -66,6 +66,11 @@ class ServicePlan:
         return self.running_total if self.running_total is not None else self.memory_fraction
 
     @property
+    def kv_cache_bytes(self) -> int | None:
+        """`--kv-cache-memory-bytes` per card, from `kvCacheGiB`; None: vLLM sizes the cache from the fraction."""
+        return fixed_kv_bytes(self.service)
+
+    @property
     def name(self) -> str:
         return self.instance.name
 
@@ -75,7 +80,9 @@ class ServicePlan:
         return self.instance.replica_of
 
     def to_json(self) -> dict[str, Any]:
+        """`kvCacheMemoryBytes` only for a service that fixes its cache: every other prints as before."""
         a = self.assignment
+        fixed = {} if self.kv_cache_bytes is None else {"kvCacheMemoryBytes": self.kv_cache_bytes}
         return {
             "name": self.name,
             "kind": self.instance.kind,
@@ -86,6 +93,7 @@ class ServicePlan:
             "tensorParallelSize": self.service.tensor_parallel_size,
             "memoryFraction": float(self.memory_fraction),
             "gpuMemoryUtilization": float(self.gpu_memory_utilization),
+            **fixed,
         } | {k.key: k.value(a.windows.get(k.key)) for k in KINDS} | {"capacity": _capacity_json(self.capacity)} | (
             # Only for a calibrated service: a plan without one prints as before.
             {} if self.service.measured is None else {"measured": measured_json(self.instance)}

@@ -12,7 +12,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Mapping
 
-from allocation.capacity import auto_fraction, gib, runtime_total, size_service
+from allocation.capacity import auto_fraction, fixed_kv_fraction, gib, runtime_total, size_service
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service
 from allocation.errors import AllocationError, listing
 from allocation.graph_room import graph_room
@@ -30,13 +30,14 @@ from allocation.windows import PortWindow
 
 
 def _instances(fleet: FleetConfig) -> Outcome[tuple[list[Instance], frozenset[str]]]:
-    """Every instance of every service, each `memoryFraction: auto` replaced by the fraction chosen
-    for it; and the instances for which no fraction fits, each a problem."""
+    """Every instance of every service, each `memoryFraction: auto` and each `kvCacheGiB`'s fraction
+    replaced by the fraction chosen for it; and the instances for which no fraction fits, each a problem."""
     out, unsized, problems = [], set(), list[str]()
     for service in (s for s in fleet.services if s.data_parallel is None):  # a multi-host one is a group
         for i in instances(service, fleet.defaults):
-            if i.auto_fraction:
-                chosen = auto_fraction(fleet, i)
+            choose = auto_fraction if i.auto_fraction else fixed_kv_fraction if service.kv_cache_gi_b is not None else None
+            if choose is not None:
+                chosen = choose(fleet, i)
                 problems += chosen.problems
                 fraction = chosen.value
                 if fraction is None:

@@ -28,6 +28,8 @@ OWNED_FLAGS = {
     "--tensor-parallel-size": "tensorParallelSize",
     "-tp": "tensorParallelSize",
     "--gpu-memory-utilization": "memoryFraction",
+    # `--kv-cache-memory=N`, as vllm-ascend's startup log suggests it, is argparse's abbreviation of it.
+    "--kv-cache-memory-bytes": "kvCacheGiB",
     "--max-model-len": "maxModelLen",
     "--max-num-seqs": "maxNumSeqs",
     # A multi-host service's launch (vllm@0.20.2 `engine/arg_utils.py` `add_cli_args`,
@@ -96,10 +98,10 @@ def _address(value: str) -> str:
 
 def _arg(value: str) -> str:
     """No control character, and none of the flags the plan sets (`--port`, `--host`,
-    `--tensor-parallel-size` or `-tp`, `--gpu-memory-utilization`, `--max-model-len`, `--max-num-seqs`,
-    `--served-model-name`, `--model`, the data-parallel and multi-node flags such as `--data-parallel-size`,
-    `--headless`, `--enable-expert-parallel` or `--nnodes`, also as `--flag=value`, with `_` or abbreviated):
-    set their keys instead."""
+    `--tensor-parallel-size` or `-tp`, `--gpu-memory-utilization`, `--kv-cache-memory-bytes`, `--max-model-len`,
+    `--max-num-seqs`, `--served-model-name`, `--model`, the data-parallel and multi-node flags such as
+    `--data-parallel-size`, `--headless`, `--enable-expert-parallel` or `--nnodes`, also as `--flag=value`, with
+    `_` or abbreviated): set their keys instead."""
     _plain(value)
     flag = spelled(value).partition("=")[0].partition(".")[0]
     if flag.startswith("-"):

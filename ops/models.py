@@ -256,15 +256,15 @@ LEAST_FRACTION = Decimal("0.0001")
 
 
 def unsized_values(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The stack's values with `memoryFraction: auto` of every service without a profile set to the
-    least fraction: `profile` needs a plan to know where each model is, and `auto` cannot be planned
-    before the profile it is being asked to write."""
+    """The stack's values with `memoryFraction: auto` and `kvCacheGiB` of every service without a profile
+    replaced by the least fraction: `profile` needs a plan to know where each model is, and neither can be
+    planned before the profile it is being asked to write."""
     services = values.get("services")
     if not isinstance(services, list):
         return dict(values)
     patched = [
-        {**s, "memoryFraction": LEAST_FRACTION}
-        if isinstance(s, dict) and s.get("memoryFraction") == "auto" and s.get("profile") is None
+        {**{k: v for k, v in s.items() if k != "kvCacheGiB"}, "memoryFraction": LEAST_FRACTION}
+        if isinstance(s, dict) and (s.get("memoryFraction") == "auto" or "kvCacheGiB" in s) and s.get("profile") is None
         else s
         for s in services
     ]

@@ -292,6 +292,8 @@ def _command(planned: ServicePlan) -> tuple[str, ...]:
     command += ["--host", "0.0.0.0", "--port", str(planned.assignment.api_port)]
     utilization = planned.gpu_memory_utilization
     command += ["--tensor-parallel-size", str(s.tensor_parallel_size), "--gpu-memory-utilization", str(utilization)]
+    if planned.kv_cache_bytes is not None:
+        command += ["--kv-cache-memory-bytes", str(planned.kv_cache_bytes)]
     if s.max_model_len is not None:
         command += ["--max-model-len", str(s.max_model_len)]
     if s.max_num_seqs is not None:

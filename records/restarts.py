@@ -77,7 +77,7 @@ def changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[list[str], 
 # `defaults` key reaches every container that does not set its own.
 CONFIG_KEYS = (
     ("image", ("image",)),
-    ("model, args, maxModelLen, maxNumSeqs, servedModelName, memoryFraction", ("command",)),
+    ("model, args, maxModelLen, maxNumSeqs, servedModelName, memoryFraction, kvCacheGiB", ("command",)),
     ("tensorParallelSize, devices, host", ("command", "env", "deviceFiles", "labels")),
     ("env", ("env",)),
     ("apiPort, hcclNpuSocketPortRange, hcclHostSocketPortRange, hcclIfBasePort, vllmPort", ("env", "ports", "labels", "sysctls")),

@@ -86,7 +86,11 @@ SERVICE = _object(
         "tensorParallelSize": INT, "memoryFraction": NUMBER, "gpuMemoryUtilization": NUMBER,
         **{k.key: _window(k.shape) for k in KINDS}, "capacity": CAPACITY, "container": CONTAINER,
     },
-    {"measured": MEASURED},
+    {
+        "measured": MEASURED,
+        "kvCacheMemoryBytes": {"description": "Only for a service with `kvCacheGiB`: its `--kv-cache-memory-bytes`.",
+                               "type": "integer", "minimum": 1},
+    },
     description="One container of a service: the service itself, or one of its replicas (`replicaOf` names the service).",
 )  # fmt: skip
 MUST_STOP = {

@@ -93,7 +93,8 @@ def _capacity_cells(cap: Capacity | None) -> list[str]:
     return [
         f"{gib(cap.weight_bytes_per_card)} GiB",
         # An encoder keeps no cache: what is left of its fraction is headroom, not cache.
-        f"none ({gib(cap.kv_bytes_per_card)} GiB free)" if cap.encoder else f"{gib(cap.kv_bytes_per_card)} GiB",
+        f"none ({gib(cap.kv_bytes_per_card)} GiB free)" if cap.encoder else f"{gib(cap.kv_bytes_per_card)} GiB"
+        + (" fixed" if cap.fixed else ""),  # kvCacheGiB's
         str(cap.block_tokens) if cap.block_tokens else "no cache" if cap.encoder else "-",
         str(cap.kv_blocks) if cap.block_tokens else "-",
         str(cap.kv_tokens) if cap.block_tokens else "-",

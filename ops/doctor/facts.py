@@ -226,6 +226,8 @@ class HostFacts:
     clock: int | None = None
     """The host's clock when it answered, seconds since the epoch (`date +%s`): `status` counts
     uptimes on the host's clock, never this machine's."""
+    kv_logs: Mapping[str, str] = field(default_factory=dict)
+    """Container -> the last KV cache line of its log (`ops.doctor.kv_log`), empty when it has none."""
 
 
 _SS_USER = re.compile(r'\("(?P<name>[^"]*)",pid=(?P<pid>[0-9]{1,9})\b')
@@ -314,6 +316,7 @@ def parse_facts(text: str) -> HostFacts:
         },
         router_workers={name.split(None, 1)[1]: body for name, body in sec.items() if name.startswith("router-workers ")},
         clock=_epoch(sec.get("clock", "")),
+        kv_logs={name.split(None, 1)[1]: body for name, body in sec.items() if name.startswith("kv-log ")},
     )
 
 

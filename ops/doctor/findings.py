@@ -32,6 +32,9 @@ each `_judge` function then looks for one kind of finding in that view.
   could not check; then no `sharing` finding is judged, whose advice (stop the
   containers, run `pulumi up`) needs npu-smi to switch the card.
 
+- `kv-cache`: a running service with `kvCacheGiB` whose log's last "reserved ... GiB for KV Cache"
+  line (`ops.doctor.kv_log`) says another size than the plan's `--kv-cache-memory-bytes`.
+
 - `topology`: a tensor-parallel group with two cards `npu-smi info -t topo` does
   not show linked by HCCS (in either direction), or a topology that cannot be read
   on a host with such groups.
@@ -48,6 +51,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
+from allocation.capacity import GIB
 from records.containers import DRIVER_DIR, NPU_SMI
 from records.deployment import HostDeployment, RouterDeployment
 from records.device_share import STATUS_KEY, UNIT
@@ -56,13 +60,14 @@ from allocation.windows import NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
 from ops.bounded_json import excerpt, loads
 from ops.doctor.drift import differences, shown
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
+from ops.doctor.kv_log import differs, logged_gib
 
 HCCS = ("HCCS", "HCCS_SW")
 """Direct HCCS links: the board's own, or through an HCCS switch (CANN `aclrtGetDevicesTopo`)."""
 
 Kind = Literal[
     "unreachable", "host", "missing", "stopped", "restarting", "unhealthy", "drift", "foreign-card", "foreign-port",
-    "sharing", "router", "topology", "node", "claim",
+    "sharing", "router", "topology", "kv-cache", "node", "claim",
 ]  # fmt: skip
 """`node` and `claim` are the Kubernetes target's (ops/doctor/kube_findings.py)."""
 
@@ -493,6 +498,26 @@ def _judge_routers(view: HostView) -> list[Finding]:
     return out
 
 
+def _judge_kv_cache(view: HostView) -> list[Finding]:
+    """Each running service with `kvCacheGiB`: the KV cache its log says it reserved at its latest start
+    against the plan's bytes (a log without the line says nothing either way)."""
+    out = []
+    for sd in view.hd.services:
+        planned, live = sd.plan.kv_cache_bytes, view.live.get(sd.name)
+        if planned is None or live is None or live.status != "running":
+            continue  # _judge_state says so
+        line = view.facts.kv_logs.get(sd.spec.name, "")
+        logged = logged_gib(line)
+        if logged is not None and differs(logged, planned):
+            text = (
+                f"container {sd.spec.name}: its log says it reserved {logged} GiB for its KV cache, the plan "
+                f"fixes {planned / GIB:.2f} GiB (kvCacheGiB, --kv-cache-memory-bytes {planned}): "
+                f"{excerpt(' '.join(line.split()), 200)}"
+            )
+            out.append(Finding("kv-cache", text, service=sd.name, container=sd.spec.name))
+    return out
+
+
 def _judge_topology(view: HostView) -> list[Finding]:
     """Each tensor-parallel group's cards, pair by pair, linked directly by HCCS (`npu-smi info -t topo`):
     the 8 x 910B A2 board links every pair, so another link (PIX, PHB, SYS...) is a board or a
@@ -525,7 +550,7 @@ def _judge_topology(view: HostView) -> list[Finding]:
 JUDGES_WITHOUT_DOCKER = (_judge_host, _judge_sharing, _judge_topology)
 JUDGES = (
     _judge_host, _judge_state, _judge_drift, _judge_foreign_cards, _judge_listeners, _judge_publishers, _judge_hccl,
-    _judge_sharing, _judge_routers, _judge_topology,
+    _judge_sharing, _judge_routers, _judge_topology, _judge_kv_cache,
 )  # fmt: skip
 
 

@@ -3,7 +3,8 @@
 It prints the host's facts in sections: `docker inspect` of every container,
 the PIDs of every running container (`docker top`), the listening TCP sockets
 (`ss -ltnpH`), `npu-smi info`, the links between cards (`npu-smi info -t topo`), the device-share mode of the shared cards, what
-each router says of its workers (`/workers`), the host's clock, and which paths of the host requirements
+each router says of its workers (`/workers`), the host's clock, the KV cache each service with
+`kvCacheGiB` logged at start (`ops.doctor.kv_log`), and which paths of the host requirements
 table (`records.host_requirements`, the table the host check reads too) the host lacks.
 """
 
@@ -15,6 +16,7 @@ from typing import Sequence
 
 from allocation.config import npu_chip
 from records.host_requirements import Requirement
+from ops.doctor.kv_log import kv_log_script
 from ops.framing import shell_preamble
 
 MARK = "@@ascend-fleet-doctor@@"
@@ -40,6 +42,7 @@ def gather_script(
     shared_cards: Sequence[int] = (),
     routers: Sequence[tuple[str, int]] = (),
     board: str = "a2",
+    kv_logs: Sequence[str] = (),
 ) -> str:
     """POSIX sh, run with `sh -s`. The whole script is one { } group, so the shell has
     read all of it before the first command runs; stdin then goes to /dev/null and no
@@ -47,7 +50,7 @@ def gather_script(
     `cmd | f KIND ARG`. `required`: the paths of the host requirements table to look for;
     `shared_cards`: cards whose device-share mode is read too, addressed as npu-smi numbers them on
     `board` (A3: NPU card//2, chip card%2); `routers`: (container, port) of the routers whose
-    `/workers` is read."""
+    `/workers` is read; `kv_logs`: containers whose log's KV cache line is read."""
     sharing = "".join(
         "npu-smi info -t device-share -i {} -c {} 2>&1 | f device-share {}\n".format(*npu_chip(int(c), board), int(c))
         for c in shared_cards
@@ -67,7 +70,7 @@ def gather_script(
         for id in $(docker ps -q --no-trunc 2>/dev/null); do
             docker top "$id" -eo pid 2>/dev/null | f top "$id"
         done
-    fi
+{kv_log_script(kv_logs)}    fi
 else
     echo "no docker command on the host" | f docker-error
 fi

@@ -18,6 +18,8 @@ QWEN3 = {"model_type": "qwen3", "num_hidden_layers": 64, "num_attention_heads": 
          "use_sliding_window": False}  # fmt: skip
 # The same model as a stack's `profile` holds it (what `profile` prints for QWEN3).
 QWEN3_PROFILE = {"numHiddenLayers": 64, "numKeyValueHeads": 8, "headDim": 128}
+SMALL_QWEN3_PROFILE = {"weightBytes": 8 * GIB, **QWEN3_PROFILE}
+"""QWEN3's shape with 8 GiB of weights: 256 KiB of KV cache a token, 32 MiB a block of 128 tokens on one card."""
 
 
 def safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> int:
