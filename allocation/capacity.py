@@ -312,7 +312,8 @@ def _sized(fleet: FleetConfig, instance: Instance | Member, total: int, fraction
 
 def size_service(fleet: FleetConfig, host: Host, instance: Instance | Member, cards: Sequence[int] = ()) -> Outcome[Capacity | None]:
     """The capacity of a service with a profile on its host (on `cards`); why vLLM would refuse to
-    start, or what runs but not as configured, each warning led by where and the key to change."""
+    start, or what runs but not as configured, each warning led by where and the key to change; a
+    note when it is sized from a profile marked `unverified`, or not sized."""
     name, s = instance.name, instance.service
     profile = s.profile
     if profile is None:
@@ -325,8 +326,8 @@ def size_service(fleet: FleetConfig, host: Host, instance: Instance | Member, ca
         ))  # fmt: skip
     place = where(host.name, cards)
     cap = _sized(fleet, instance, total, instance.memory_fraction)
-    if isinstance(cap, Unsized):
-        return Outcome(None, warnings=(f"{place}: profile: {name} not sized: {cap.why}",))
+    if isinstance(cap, Unsized):  # the plan cannot vouch for its figures: a note, not a fault of the layout
+        return Outcome(None, notes=(f"{place}: profile: {name} not sized: {cap.why}",))
     if isinstance(cap, str):
         return Outcome(None, (f"service {name}: {cap}",))
     key = "kvCacheGiB" if cap.fixed else "memoryFraction"
@@ -349,15 +350,15 @@ def size_service(fleet: FleetConfig, host: Host, instance: Instance | Member, ca
             f"{s.max_model_len} need {wanted} blocks, more than its KV cache of {cap.kv_blocks} ({fraction}): "
             f"{cap.max_concurrency:.2f} requests of maxModelLen at once, the rest queue"
         )
-    if profile.unverified:
-        notes.append(f"{place}: profile: {name} sized with an unverified profile: {profile.unverified}")
     engine = engine_for(fleet, instance)
     if isinstance(engine, Engine) and engine.speculative_tokens and not cap.encoder:
+        # A warning, not a note: the cache the plan shows is larger than the one vLLM will have.
         notes.append(
             f"{place}: args: {name}'s cache counts --speculative-config's {engine.speculative_tokens} tokens but "
             "not the draft model's own layers, which share the cache (not sized: unverified)"
         )
-    return Outcome(cap, warnings=tuple(notes))
+    unverified = (f"{place}: profile: {name} sized with an unverified profile: {profile.unverified}",)
+    return Outcome(cap, warnings=tuple(notes), notes=unverified if profile.unverified else ())
 
 
 def auto_fraction(fleet: FleetConfig, instance: Instance) -> Outcome[Decimal | None]:

@@ -128,6 +128,30 @@ def _last_start(order: Sequence[Tenant], total: int) -> str:
     )
 
 
+def spare(order: Sequence[Tenant], total: int) -> int:
+    """What the tightest start of `order` finds free beyond what it needs (its fraction to start, then what it
+    holds with its graphs); negative when a start fails."""
+    free, least = total, total
+    for t in order:
+        least = min(least, free - max(t.ask, t.total))
+        free -= t.total
+    return least
+
+
+def estimate_note(place: str, order: Sequence[Tenant], total: int) -> str | None:
+    """The note for a card whose services all start in both orders counting an estimated graph pool: how
+    much room is left, so a reader sees how far the estimates may be off, and how to measure them."""
+    estimated = [t for t in order if t.pool.estimated]
+    if not estimated:
+        return None
+    room = min(spare(order, total), spare(order[::-1], total))
+    pools = ", ".join(f"{t.name} {gib(t.pool.bytes)} GiB" for t in estimated)
+    return (
+        f"{place}: graphMemoryGiB: its services start in both orders with {gib(room)} GiB to spare, counting "
+        f"estimated NPU graph pools ({pools}); python -m allocation calibrate writes the measured ones"
+    )
+
+
 def card_warning(place: str, order: Sequence[Tenant], total: int) -> str | None:
     """The warning for the services of a card in start order; None when both orders start. It starts
     with `estimate:` when a graph pool it counts is an estimate."""
@@ -155,8 +179,9 @@ def card_warning(place: str, order: Sequence[Tenant], total: int) -> str | None:
 
 def graph_room(host: Host, services: Sequence[ServicePlan]) -> Outcome[tuple[int, ...]]:
     """A warning for each group of shared cards (the same services, in name order) whose services do not
-    all start, with their graphs, in start order or in its reverse. Its value: the shared cards not
-    checked, for a service with neither `graphMemoryGiB` nor a profile."""
+    all start, with their graphs, in start order or in its reverse; a note for each whose services do,
+    counting an estimate (`estimate_note`). Its value: the shared cards not checked, for a service with
+    neither `graphMemoryGiB` nor a profile."""
     total = runtime_total(host)
     if total is None:
         return Outcome(())  # the capacity check has said so
@@ -170,13 +195,15 @@ def graph_room(host: Host, services: Sequence[ServicePlan]) -> Outcome[tuple[int
         key = tuple(ps.name for ps in here)
         groups.setdefault(key, []).append(card)
         on_card[key] = here
-    notes, unchecked = [], list[int]()
+    warnings, notes, unchecked = list[str](), list[str](), list[int]()
     for key, cards in groups.items():
         pools = [graph_pool(ps.instance) for ps in on_card[key]]
         if None in pools:
             unchecked += cards
             continue
         tenants = [tenant(ps, total, pool) for ps, pool in zip(on_card[key], pools) if pool is not None]
-        note = card_warning(where(host.name, cards), tenants, total)
+        warning = card_warning(where(host.name, cards), tenants, total)
+        note = None if warning else estimate_note(where(host.name, cards), tenants, total)
+        warnings += [warning] if warning else []
         notes += [note] if note else []
-    return Outcome(tuple(sorted(unchecked)), warnings=tuple(notes))
+    return Outcome(tuple(sorted(unchecked)), warnings=tuple(warnings), notes=tuple(notes))

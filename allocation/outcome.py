@@ -2,7 +2,7 @@
 
 Placement, port windows, the capacity check, the fraction `memoryFraction: auto` picks and the
 running totals on shared cards each return an `Outcome`: their value with the problems that stop
-the plan and the warnings it goes on with, as gpustack's scheduler filters return (kept, messages)
+the plan, the warnings it goes on with and the notes it adds, as gpustack's scheduler filters return (kept, messages)
 (gpustack/policies/). The planner gathers them in order; no rule appends to a list it was handed,
 so a rule's refusal is written where the rule is. Pure.
 """
@@ -21,12 +21,15 @@ class Outcome(Generic[T]):
     problems: tuple[str, ...] = ()
     """Why the plan cannot be made as asked (vLLM would refuse to start, a window has no room...): it stops."""
     warnings: tuple[str, ...] = ()
-    """What runs, but not as configured: shown, and the plan goes on."""
+    """What runs, but not as configured, or a real risk: shown, and the plan goes on."""
+    notes: tuple[str, ...] = ()
+    """Where a figure comes from when the plan cannot vouch for it (an unverified profile, an estimate, a
+    service it could not size), and how to make it sure: no fault of the layout, so never a warning."""
 
 
 def where(host: str, cards: Sequence[int] = ()) -> str:
-    """Where a warning applies, its first words: `host npu-a`, `host npu-a card 0`, `host npu-a cards 0,1`.
-    After them a warning names the key to change (`host npu-a card 0: graphMemoryGiB: ...`)."""
+    """Where a warning or a note applies, its first words: `host npu-a`, `host npu-a card 0`, `host npu-a cards 0,1`.
+    After them it names the key to change (`host npu-a card 0: graphMemoryGiB: ...`)."""
     return f"host {host} {card_words(cards)}" if cards else f"host {host}"
 
 

@@ -309,11 +309,13 @@ class Plan:
     hosts: tuple[HostPlan, ...]
     """Sorted by host name; every configured host, used or not."""
     warnings: tuple[str, ...] = ()
-    """What will run, but not as configured (requests that will queue)."""
+    """What will run, but not as configured (requests that will queue), or a real risk."""
     routers: tuple[RouterPlan, ...] = ()
     """One per replicated service, by service name."""
     groups: tuple[GroupPlan, ...] = ()
     """One per multi-host service, by service name; its members are those of the host plans."""
+    notes: tuple[str, ...] = ()
+    """Where a figure comes from when the plan cannot vouch for it (`allocation.outcome.Outcome.notes`)."""
 
     @property
     def stack(self) -> str:

@@ -76,11 +76,13 @@ def _router_hosts(fleet: FleetConfig, replicas: Mapping[str, list[Placement[Inst
 def plan_fleet(fleet: FleetConfig) -> Plan:
     problems: list[str] = []
     warnings: list[str] = []
+    notes: list[str] = []
 
     def kept(outcome: Outcome[T]) -> T:
-        """What a rule keeps; its problems and warnings join the plan's, in the order the rules ran."""
+        """What a rule keeps; its problems, warnings and notes join the plan's, in the order the rules ran."""
         problems.extend(outcome.problems)
         warnings.extend(outcome.warnings)
+        notes.extend(outcome.notes)
         return outcome.value
 
     every, unsized = kept(_instances(fleet))
@@ -123,7 +125,10 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
     kept(_crowded(fleet, replicas))
     routers = _routers(fleet, host_plans, router_windows)
-    return Plan(fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=routers, groups=_groups(host_plans))
+    return Plan(
+        fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=routers, groups=_groups(host_plans),
+        notes=tuple(notes),
+    )
 
 
 def _members_by_host(placed: list[Placement[Member]], groups: list[Group]) -> dict[str, list[tuple[Placement, tuple]]]:
@@ -139,15 +144,16 @@ def _member_plans(
     fleet: FleetConfig, host: Host, placed: list[tuple[Placement, tuple]], assignments: list
 ) -> Outcome[list[MemberPlan]]:
     """The plans of the members on `host` (in name order, as `assign_ports` returns their assignments),
-    each sized on its cards; the problems and warnings of their capacity check."""
-    out, problems, warnings = [], list[str](), list[str]()
+    each sized on its cards; the problems, warnings and notes of their capacity check."""
+    out, problems, warnings, notes = [], list[str](), list[str](), list[str]()
     for (p, _), a in zip(sorted(placed, key=lambda m: m[0].instance.name), assignments):
         m = p.instance if host.board == "a2" else replace(p.instance, resolved=resolve(p.instance.service, fleet.defaults, host.board))
         sized = size_service(fleet, host, m, a.cards)
         problems += sized.problems
         warnings += sized.warnings
+        notes += sized.notes
         out.append(MemberPlan(m, a, host, sized.value))
-    return Outcome(out, tuple(problems), tuple(warnings))
+    return Outcome(out, tuple(problems), tuple(warnings), tuple(notes))
 
 
 def _groups(host_plans: list[HostPlan]) -> tuple[GroupPlan, ...]:
@@ -198,14 +204,15 @@ def _image_for_board(host: Host, i: Instance, cards: tuple[int, ...]) -> Outcome
 
 
 def _not_sized(host: Host, planned: list[ServicePlan], unchecked: tuple[int, ...]) -> Outcome[None]:
-    """A warning naming the services of the host without a profile, which the plan cannot size, and the
-    shared cards whose room for NPU graphs it therefore does not check (`graph_room`)."""
+    """A note naming the services of the host without a profile, which the plan cannot size, and the
+    shared cards whose room for NPU graphs it therefore does not check (`graph_room`): the layout may be
+    right, the plan cannot tell, and `profile` is how it can."""
     bare = [ps.name for ps in planned if ps.service.profile is None]
     if not bare:
         return Outcome(None)
     cache, are = ("its KV cache", "is") if len(bare) == 1 else ("their KV caches", "are")
     unsized = f"{cache} and {card_words(unchecked)}'s room for NPU graphs are" if unchecked else f"{cache} {are}"
-    return Outcome(None, warnings=(
+    return Outcome(None, notes=(
         f"{where(host.name)}: profile: {', '.join(bare)} not sized (no profile): {unsized} not checked; "
         f"python -m allocation profile writes {'the profile' if len(bare) == 1 else 'them'}",
     ))  # fmt: skip

@@ -51,8 +51,8 @@ class ModelProfile(Model):
     kv_cache_dtype: Literal["bfloat16", "float16", "int8", "float8"] = "bfloat16"
     """Type of the KV cache entries; for a hybrid also the model's dtype, which its conv state takes."""
     unverified: Text | None = None
-    """What in this profile was not read from the checkpoint, in words; the plan repeats it as a
-    warning. `profile` never writes it, so profiling the real folder clears it."""
+    """What in this profile was not read from the checkpoint, in words; the plan repeats it in its
+    notes. `profile` never writes it, so profiling the real folder clears it."""
     torch_dtype: Literal["float32"] | None = None
     """`torch_dtype` (or `dtype`), set only for a float32 checkpoint: vLLM's `--dtype auto` loads it
     in 16 bits (vllm@0.20.2 `config/model.py` l. 1948), so its weights take half their stored bytes."""

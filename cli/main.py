@@ -237,7 +237,8 @@ def _plan(args: argparse.Namespace) -> int:
     deployment, stack_file = _deployment(args)
     # Each warning once: the table and the markdown end with them (a pull request's reader sees them
     # there); the JSON carries them under `warnings` for a program and on stderr for its reader, and
-    # the diff of `--against` has them on stderr only.
+    # the diff of `--against` has them on stderr only. Notes (where a figure comes from) are no call to
+    # act: the table's and the markdown's own section before the warnings, the JSON's `notes`, never stderr.
     if args.against is not None or args.format == "json":
         for warning in deployment.plan.warnings:
             print(f"warning: {warning}", file=sys.stderr)

@@ -94,6 +94,7 @@ def fleet_deployment() -> Deployment:
     yes`, a host of the slice whose key is neither configured nor in known_hosts stops the program."""
     with _as_run_error():
         deployment = deployment_of(pulumi.get_stack(), fleet_values(), known_hosts_text)
+    # Warnings only: the plan's notes (where a figure comes from) ask nothing of a deploy; `plan` prints them.
     for warning in deployment.plan.warnings:
         pulumi.log.warn(warning)
     with _as_run_error():

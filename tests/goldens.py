@@ -72,6 +72,7 @@ def outputs(fleet: Any) -> dict[str, Any]:
     deployment = deployment_of(fleet)
     return {
         "warnings": list(deployment.plan.warnings),
+        "notes": list(deployment.plan.notes),
         "json": render_plan(deployment, "json"),
         "table": render_plan(deployment, "table"),
         "markdown": render_plan(deployment, "markdown"),

@@ -187,22 +187,23 @@ def test_a_float32_checkpoint_takes_half_its_stored_bytes_unless_served_in_float
     assert half.weight_bytes_per_card == 2 * GIB and full.hosts[0].services[0].capacity.weight_bytes_per_card == 4 * GIB
 
 
-def test_an_unverified_profile_is_sized_and_the_plan_repeats_what_is_unverified():
+def test_an_unverified_profile_is_sized_and_the_plan_repeats_what_is_unverified_as_a_note_not_a_warning():
     svc = service("chat", 4, 0.9, maxModelLen=32768, profile={"weightBytes": 30 * GIB, **QWEN3_PROFILE, "unverified": "weights guessed"})
     plan = plan_fleet(fleet([host("npu-a")], [svc]))
     assert plan.hosts[0].services[0].capacity.fits
-    assert plan.warnings == ("host npu-a cards 0,1,2,3: profile: chat sized with an unverified profile: weights guessed",)
+    assert plan.notes == ("host npu-a cards 0,1,2,3: profile: chat sized with an unverified profile: weights guessed",)
+    assert plan.warnings == ()
 
 
 def test_a_hybrid_without_gated_delta_net_fields_is_not_sized_and_the_plan_says_why():
     svc = service("qwen", 4, 0.9, profile={"weightBytes": GIB, "numHiddenLayers": 64, "attention": "hybrid"})
     plan = plan_fleet(fleet([host("npu-a")], [svc]))
     assert plan.hosts[0].services[0].capacity is None
-    [warning] = plan.warnings
-    assert "not sized" in warning and "sliding-window" in warning and "does not guess" in warning
+    [note] = plan.notes
+    assert "not sized" in note and "sliding-window" in note and "does not guess" in note and plan.warnings == ()
 
 
-def test_the_plan_names_every_service_it_could_not_size_and_why():
+def test_the_plan_names_every_service_it_could_not_size_and_why_in_its_notes():
     services = [
         service("chat", 4, 0.9, maxModelLen=32768, profile={"weightBytes": 30 * GIB, **QWEN3_PROFILE}),
         service("bare", 1, 0.5, devices=[4]),
@@ -210,7 +211,8 @@ def test_the_plan_names_every_service_it_could_not_size_and_why():
     ]  # fmt: skip
     plan = plan_fleet(fleet([host("npu-a")], services))
     assert {ps.name: ps.capacity is not None for ps in plan.hosts[0].services} == {"bare": False, "chat": True, "mamba": False}
-    assert plan.warnings == (
+    assert plan.warnings == ()
+    assert plan.notes == (
         "host npu-a cards 6,7: profile: mamba not sized: its sliding-window or non-Gated-DeltaNet state layers keep "
         "state vLLM sizes per model, and the planner does not guess it (a Gated DeltaNet profile has "
         "linearNumKeyHeads, ...)",
@@ -326,9 +328,10 @@ def utilization(plan, name: str) -> str:
 def test_before_0_15_a_later_service_on_a_shared_card_gets_the_running_total():
     plan = plan_fleet(shared_card("quay.io/ascend/vllm-ascend:v0.11.0"))
     assert (utilization(plan, "alpha"), utilization(plan, "beta"), utilization(plan, "gamma")) == ("0.1", "0.95", "0.9")
-    note, unsized = plan.warnings
+    [note] = plan.warnings
     assert note.startswith("host npu-a cards 0,1,2,3: image: beta: vLLM-Ascend 0.11 counts the memory")
     assert "--gpu-memory-utilization 0.95 (0.1 before it + its 0.85)" in note
+    [unsized] = plan.notes
     assert unsized.startswith("host npu-a: profile: alpha, beta, gamma not sized (no profile)")
     beta = next(s for s in plan_json(deploy(plan))["hosts"][0]["services"] if s["name"] == "beta")
     assert (beta["memoryFraction"], beta["gpuMemoryUtilization"]) == (0.85, 0.95)
@@ -348,11 +351,11 @@ def test_from_0_15_to_0_17_a_later_service_on_a_shared_card_is_warned_its_cache_
     assert utilization(plan, "beta") == "0.85"
     beta = plan.hosts[0].services[1].capacity
     held = int(Decimal("0.1") * TOTAL_64)
-    warning, unsized = plan.warnings
+    [warning] = plan.warnings
     assert warning.startswith("host npu-a cards 0,1,2,3: image: beta: vLLM-Ascend 0.1")
     assert "before 0.18, vllm-ascend issue 7308" in warning and f"subtracts the {held / GIB:.2f} GiB" in warning
     assert f"{(beta.kv_bytes_per_card - held) / GIB:.2f} GiB per card instead of the plan's {beta.kv_bytes_per_card / GIB:.2f} GiB" in warning
-    assert plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.18.0rc1")).warnings == (unsized,)
+    assert plan_fleet(sized_shared_card("quay.io/ascend/vllm-ascend:v0.18.0rc1")).warnings == ()
 
 
 def test_from_0_15_to_0_17_the_plan_stops_when_what_is_left_cannot_hold_one_request():
@@ -369,7 +372,7 @@ def test_from_0_18_or_unknown_each_service_asks_for_its_own_fraction_and_gets_it
         config = config.model_copy(update={"defaults": config.defaults.model_copy(update={"vllm_ascend_version": configured})})
     plan = plan_fleet(config)
     assert utilization(plan, "beta") == "0.85"
-    assert [w.split(":")[:2] for w in plan.warnings] == [["host npu-a", " profile"]]  # no profiles: not sized
+    assert plan.warnings == () and [n.split(":")[:2] for n in plan.notes] == [["host npu-a", " profile"]]  # not sized
 
 
 def test_requests_queue_only_when_max_num_seqs_requests_need_more_blocks_than_the_cache_has():

@@ -27,22 +27,61 @@ def test_plan_prints_for_every_stack_and_format_what_the_goldens_pin(cli):
             assert result.stdout == outputs(GOLDEN_FLEETS[stack])[fmt] + "\n", f"{stack} {fmt}"
 
 
+@pytest.mark.parametrize("stack", STACK_FILES)
+def test_make_plan_warns_of_nothing_for_a_committed_stack_and_says_in_notes_where_its_figures_come_from(cli, stack):
+    result = cli("plan", "--stack", stack)
+    assert result.returncode == 0 and result.stderr == ""
+    assert "warning" not in result.stdout and "\nnotes\n\n  note: host " in result.stdout
+
+
+SHARED_BEFORE_0_15 = (
+    "config:\n"
+    "  ascend-fleet:hosts:\n    - name: h1\n      address: 10.0.0.1\n"
+    "  ascend-fleet:defaults:\n    image: quay.io/ascend/vllm-ascend:v0.11.0\n"
+    "  ascend-fleet:services:\n"
+    "    - name: a\n      model: /a\n      memoryFraction: 0.1\n      devices: [0]\n"
+    "    - name: b\n      model: /b\n      memoryFraction: 0.5\n      devices: [0]\n"
+)
+"""Two services on card 0 of a vLLM-Ascend 0.11 host without profiles: one warning (b's running total)
+and one note (neither is sized)."""
+
+
 @pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
-def test_plan_prints_each_warning_once(cli, fmt):
-    """Table and markdown end with the warnings (a pull request's reader sees them there) and print none on
-    stderr; the JSON carries them under `warnings` and stderr says each once for its reader."""
-    warnings = outputs(GOLDEN_FLEETS["staging"])["warnings"]
-    assert len(warnings) == 3  # each host's services not sized
-    result = cli("plan", "--stack", "staging", "--format", fmt)
+def test_plan_prints_each_warning_and_each_note_once(cli, tmp_path, fmt):
+    """Table and markdown end with the notes, then the warnings (a pull request's reader sees them there) and
+    print none on stderr; the JSON carries them under `notes` and `warnings`, and stderr says each warning
+    once for its reader, never a note."""
+    path = tmp_path / "Pulumi.shared.yaml"
+    path.write_text(SHARED_BEFORE_0_15)
+    [warning] = json.loads(cli("plan", "--config", str(path), "--format", "json").stdout)["warnings"]
+    assert warning.startswith("host h1 card 0: image: b: vLLM-Ascend 0.11 counts the memory")
+    note = "host h1: profile: a, b not sized (no profile): their KV caches are not checked; python -m allocation profile writes them"
+    result = cli("plan", "--config", str(path), "--format", fmt)
     assert result.returncode == 0, result.stderr
     if fmt == "json":
-        assert json.loads(result.stdout)["warnings"] == warnings
-        assert result.stderr.splitlines() == [f"warning: {w}" for w in warnings]
+        doc = json.loads(result.stdout)
+        assert (doc["warnings"], doc["notes"]) == ([warning], [note])
+        assert result.stderr.splitlines() == [f"warning: {warning}"]
         return
     assert result.stderr == ""
     printed = " ".join(result.stdout.split())
-    for w in warnings:
-        assert printed.count(" ".join(w.split())) == 1, w
+    for line in (warning, note):
+        assert printed.count(" ".join(line.split())) == 1, line
+    heading = {"table": ("\nnotes\n", "\nwarnings\n"), "markdown": ("\n### Notes\n", "\n### Warnings\n")}[fmt]
+    notes_at, warnings_at = (result.stdout.index(h) for h in heading)
+    assert notes_at < result.stdout.index("host h1: profile: a, b") < warnings_at < result.stdout.index("host h1 card 0: image")
+
+
+def test_plan_against_says_each_warning_on_stderr_and_no_note_anywhere(cli, tmp_path, monkeypatch):
+    """The diff has no warnings section: stderr says each warning of the new plan once; a note is no change."""
+    monkeypatch.setattr("cli.revision.plan_at_revision", lambda *args, **kwargs: None)  # a stack new at HEAD
+    path = tmp_path / "Pulumi.shared.yaml"
+    path.write_text(SHARED_BEFORE_0_15)
+    result = cli("plan", "--config", str(path), "--against", "HEAD")
+    assert result.returncode == 0, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("warning: host h1 card 0: image: b: vLLM-Ascend 0.11 counts the memory")
+    assert "not sized" not in result.stdout + result.stderr
 
 
 def test_a_stack_file_anywhere_on_disk_can_be_planned(cli, tmp_path):

@@ -78,6 +78,24 @@ def test_prods_card_0_has_room_for_its_estimated_graphs_as_the_compose_deploymen
     assert graph_warnings(load_fleet("prod")[0]) == []
 
 
+def test_a_card_that_holds_only_with_estimated_pools_is_a_note_with_the_room_left_and_how_to_measure_them():
+    # The tightest start is the reverse order's last: after qwen-vl (51.81 + 0.05 GiB), bge-m3 finds 9.10 GiB
+    # free and asks for its 6.10 to start: 3.00 GiB to spare.
+    plan = plan_fleet(load_fleet("prod")[0])
+    assert plan.warnings == ()
+    assert [n for n in plan.notes if "NPU graph" in n] == [
+        "host npu-a card 0: graphMemoryGiB: its services start in both orders with 3.00 GiB to spare, counting "
+        "estimated NPU graph pools (bge-m3 0.17 GiB, qwen-vl 0.05 GiB); python -m allocation calibrate writes the "
+        "measured ones"
+    ]
+    # One estimate left is still named; none left, no note; a card that fails is a warning, never both.
+    one = plan_fleet(seed(bge={"graphMemoryGiB": 0.17}))
+    assert [n.split("pools ")[1] for n in one.notes] == ["(qwen-vl 0.05 GiB); python -m allocation calibrate writes the measured ones"]
+    assert plan_fleet(seed(bge={"graphMemoryGiB": 0.17}, qwen={"graphMemoryGiB": 0.05})).notes == ()
+    short = plan_fleet(seed(qwen={"memoryFraction": 0.9}, memoryBudget=1))
+    assert short.notes == () and [w.split(":")[0] for w in short.warnings] == ["estimate"]
+
+
 def test_a_warning_built_on_an_estimate_says_so_in_its_first_word():
     # qwen-vl at 0.9 (a budget of 1): after it, bge-m3 finds 6.04 GiB free and vLLM wants its 6.10.
     [warning] = graph_warnings(seed(qwen={"memoryFraction": 0.9}, memoryBudget=1))
@@ -162,16 +180,19 @@ def test_the_table_markdown_and_json_carry_the_plans_warnings():
 def test_a_card_with_a_service_of_neither_figure_nor_profile_is_not_checked_and_the_plan_says_so():
     # bge-m3 without its profile: its graphs could be anything, so card 0 is named, not judged.
     f = seed(bge={"profile": None}, qwen={"memoryFraction": 0.9}, memoryBudget=1)
-    assert plan_fleet(f).warnings == (
+    assert plan_fleet(f).warnings == ()
+    assert plan_fleet(f).notes == (
         "host npu-a: profile: bge-m3 not sized (no profile): its KV cache and card 0's room for NPU graphs are not "
         "checked; python -m allocation profile writes the profile",
     )
     # Its startup log's figure is enough for the card: it is checked again, and fails in both orders.
     measured = seed(bge={"profile": None, "graphMemoryGiB": 0.2}, qwen={"memoryFraction": 0.9}, memoryBudget=1)
-    card, note = plan_fleet(measured).warnings
+    [card] = plan_fleet(measured).warnings
     assert card.startswith("estimate: host npu-a card 0: memoryFraction, graphMemoryGiB: in the start order")
     assert "bge-m3 6.10 GiB (memoryFraction 0.1) + graphs 0.20 GiB (graphMemoryGiB)" in card
-    assert note == "host npu-a: profile: bge-m3 not sized (no profile): its KV cache is not checked; python -m allocation profile writes the profile"
+    assert plan_fleet(measured).notes == (
+        "host npu-a: profile: bge-m3 not sized (no profile): its KV cache is not checked; python -m allocation profile writes the profile",
+    )
 
 
 def test_the_allowance_changes_no_container_input():

@@ -86,7 +86,22 @@ def test_the_plan_names_each_figure_measured_set_estimated_or_not_counted_where_
     assert by_name["estimated"][2].endswith(" GiB estimate") and by_name["estimated"][3] == "-"
     assert by_name["eager"][2] == "none (--enforce-eager)"
     assert by_name["bare"] == ["-", "-", "not counted (no profile)", "-"]
-    assert "figures" not in render_plan(deployment_of(one()), "table"), "only where a service is measured"
+
+
+
+def test_every_host_where_the_plan_counts_a_figure_names_its_sources_and_one_without_any_has_a_note_instead():
+    f = fleet([host("npu-a"), host("npu-b"), host("npu-c")], [
+        service("chat", 2, 0.9, host="npu-a", maxModelLen=32768, profile={**QWEN3, "unverified": "weights guessed"}),
+        service("bare", 1, 0.5, host="npu-b"),
+        service("eager", 1, 0.5, host="npu-c", args=["--enforce-eager"]),
+    ])  # fmt: skip
+    text = render_plan(deployment_of(f), "table")
+    assert text.count("  figures") == 1 and text.index("  figures") < text.index("npu-b (")
+    assert figures(f)[1][:3] == ["chat", "7.45 GiB unverified profile", "4.00 GiB runtimeOverheadGiB"]
+    assert figures(f)[1][3].endswith(" GiB estimate") and figures(f)[1][4] == "-"
+    assert [n.split(": ")[:2] for n in plan_fleet(f).notes] == [
+        ["host npu-a cards 0,1", "profile"], ["host npu-b", "profile"], ["host npu-c", "profile"]
+    ]
 
 
 def test_a_shortfall_of_measured_graph_pools_is_no_estimate_and_names_them_measured():

@@ -164,6 +164,15 @@ def test_expert_weights_split_over_the_expert_parallel_group_and_the_rest_over_t
     assert Decimal(ep.kv_bytes_per_card - plain.kv_bytes_per_card) == (160 << 30) // 4 - ep.weight_bytes_per_card
 
 
+def test_each_member_sized_with_an_unverified_profile_is_a_note_on_its_host_and_no_warning():
+    profile = {"weightBytes": 160 << 30, "numHiddenLayers": 4, "attention": "mla", "kvLoraRank": 512,
+               "qkRopeHeadDim": 64, "unverified": "weights guessed"}  # fmt: skip
+    plan = plan_of(two_hosts(profile=profile, maxModelLen=4096))
+    assert plan.warnings == ()
+    assert [n.split(": ")[:2] for n in plan.notes] == [["host a cards 0,1,2,3,4,5,6,7", "profile"],
+                                                       ["host b cards 0,1,2,3,4,5,6,7", "profile"]]  # fmt: skip
+
+
 def test_plan_against_treats_a_group_as_one_unit_in_one_line_and_says_nothing_when_it_is_unchanged():
     from cli.stackfile import locate, stack_values
     from views.diff import diff_plans, render_diff

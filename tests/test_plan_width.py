@@ -37,11 +37,20 @@ def test_the_port_windows_and_the_capacity_are_two_tables_per_host_with_the_same
     assert {"bge-m3", "qwen-long", "qwen-vl", "23.22", "1.63"} <= set(after)
 
 
-def test_a_long_warning_wraps_under_its_first_line_and_reads_the_same_words():
-    deployment = _deployment("prod")
-    text = render_plan(deployment, "table").split("\nwarnings\n\n")[1]
-    assert text.split() == [word for w in deployment.plan.warnings for word in f"warning: {w}".split()]
-    assert text.count("\n  warning: ") == len(deployment.plan.warnings) - 1
+def _warned():
+    """Two services on card 0 of a vLLM-Ascend 0.11 host: a long warning (b's running total), and a note."""
+    services = [service("a", 1, 0.1, devices=[0]), service("b", 1, 0.5, devices=[0])]
+    return deployment_of(fleet([host("npu-a")], services, defaults={"image": "quay.io/ascend/vllm-ascend:v0.11.0"}))
+
+
+@pytest.mark.parametrize("kind", ["note", "warning"])
+def test_a_long_note_or_warning_wraps_under_its_first_line_and_reads_the_same_words(kind):
+    deployment = _deployment("prod") if kind == "note" else _warned()
+    said = getattr(deployment.plan, f"{kind}s")
+    text = render_plan(deployment, "table").split(f"\n{kind}s\n\n")[1].split("\n\n")[0]
+    assert said and any(len(line) > WIDTH - 10 for line in said)
+    assert text.split() == [word for line in said for word in f"{kind}: {line}".split()]
+    assert text.count(f"\n  {kind}: ") == len(said) - 1
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -365,7 +365,7 @@ def test_stack_outputs_give_every_service_endpoint_and_the_whole_plan(stack):
     fleet, plan = planned(stack, values_of(stack))
     outputs = run.stack_outputs
     assert outputs["plan"] == without_nulls(plan_json(deploy(plan)))
-    assert sorted(outputs["plan"]) == ["hosts", "routers", "stack", "warnings"]
+    assert sorted(outputs["plan"]) == ["hosts", "notes", "routers", "stack", "warnings"]
     assert sorted(outputs["services"]) == sorted([ps.name for _, ps in plan.services()] + [r.service.name for r in plan.routers])
     components = run.by_name(MODEL_SERVICE)
     for hp, ps in plan.services():

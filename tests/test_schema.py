@@ -158,6 +158,13 @@ def test_the_plan_schema_refuses_a_plan_with_a_key_missing_or_of_another_type_an
     assert not PLAN.is_valid(plan)
 
 
+def test_the_plan_schema_states_the_notes_beside_the_warnings_and_a_plan_before_them_still_fits():
+    plan = json.loads(json.dumps(plan_json_of(fleets()["prod"])))
+    assert plan["notes"] and PLAN.schema["properties"]["notes"]["items"] == {"type": "string"}
+    assert PLAN.is_valid({k: v for k, v in plan.items() if k != "notes"})
+    assert not PLAN.is_valid(plan | {"notes": [1]}) and not PLAN.is_valid(plan | {"notes": "a note"})
+
+
 def test_pin_keeps_the_schema_line(tmp_path):
     stack = tmp_path / "Pulumi.prod.yaml"
     shutil.copy(ROOT / "Pulumi.prod.yaml", stack)

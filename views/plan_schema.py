@@ -150,5 +150,9 @@ def plan_schema() -> dict[str, Any]:
         "not know, and every object here allows them.",
         **_object({"stack": TEXT, "hosts": {"type": "array", "items": HOST}, "routers": {"type": "array", "items": ROUTER},
                    "warnings": TEXTS}, {"groups": {"description": "Only with a multi-host service: one entry each, by name.",
-                                                    "type": "array", "items": GROUP}}),  # fmt: skip
+                                                    "type": "array", "items": GROUP},
+                                         "notes": {"description": "Where a figure comes from when the plan cannot vouch "
+                                                   "for it (an unverified profile, an estimate, a service not sized), and "
+                                                   "how to make it sure; always written, absent from plans before it.",
+                                                   **TEXTS}}),  # fmt: skip
     }

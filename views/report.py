@@ -59,7 +59,10 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
     routers = [rd.plan.to_json() | {"endpoint": rd.endpoint, "container": rd.spec.to_json()} for rd in deployment.routers]
     # Only with a multi-host service: a stack without one prints as before.
     groups = {"groups": [g.to_json() for g in deployment.plan.groups]} if deployment.plan.groups else {}
-    return {"stack": deployment.stack, "hosts": hosts, "routers": routers} | groups | {"warnings": list(deployment.plan.warnings)}
+    plan = deployment.plan
+    return {"stack": deployment.stack, "hosts": hosts, "routers": routers} | groups | {
+        "warnings": list(plan.warnings), "notes": list(plan.notes)
+    }
 
 
 def _window_cell(kind: WindowKind, window: PortWindow | None) -> str:
@@ -156,9 +159,11 @@ FIGURE_COLUMNS = ["weights/card", "runtime overhead", "NPU graphs", "measured"]
 
 def _figure_cells(ps: ServicePlan) -> list[str]:
     """Each figure the check counts, with where it comes from: `measured` (its startup log, through
-    `calibrate`), the profile, `runtimeOverheadGiB`, `graphMemoryGiB` or an `estimate`."""
-    cap, pool, measured = ps.capacity, graph_pool(ps.instance), ps.service.measured
-    weights = "-" if cap is None else f"{gib(cap.weight_bytes_per_card)} GiB {'measured' if applied(ps.instance) else 'profile'}"
+    `calibrate`), the profile (`unverified profile` when it says so), `runtimeOverheadGiB`,
+    `graphMemoryGiB` or an `estimate`."""
+    cap, pool, measured, profile = ps.capacity, graph_pool(ps.instance), ps.service.measured, ps.service.profile
+    read = "unverified profile" if profile is not None and profile.unverified else "profile"
+    weights = "-" if cap is None else f"{gib(cap.weight_bytes_per_card)} GiB {'measured' if applied(ps.instance) else read}"
     overhead = "-" if cap is None else f"{gib(cap.overhead_bytes)} GiB " + (
         "measured" if overhead_measured(ps.instance) else "runtimeOverheadGiB"
     )
@@ -177,17 +182,24 @@ def _figure_cells(ps: ServicePlan) -> list[str]:
     return [weights, overhead, graphs, taken]
 
 
+def _counts_figures(ps: ServicePlan) -> bool:
+    """The plan counts a memory figure of the service: it is sized, measured, or has an NPU graph pool."""
+    pool = graph_pool(ps.instance)
+    return ps.capacity is not None or ps.service.measured is not None or (pool is not None and pool.bytes > 0)
+
+
 def _figure_rows(hp: HostPlan) -> list[tuple[list[str], list[list[str]]]]:
-    """Where each service's memory figures come from, as a table on a host with a service `calibrate`
-    measured (elsewhere an estimate says so in its warning's first word)."""
-    if not any(ps.service.measured for ps in hp.services):
+    """Where each service's memory figures come from, as a table on a host where the plan counts any: so
+    the plan says which figures are measured and which are the profile's, an allowance or an estimate.
+    A host without one (no profile, nothing measured) has a note instead (`planner._not_sized`)."""
+    if not any(map(_counts_figures, hp.services)):
         return []
     return [(["figures", *FIGURE_COLUMNS], [[ps.name, *_figure_cells(ps)] for ps in hp.services])]
 
 
 def _host_tables(hp: HostPlan, wide: bool) -> list[tuple[list[str], list[list[str]]]]:
     """Cards, then ports with capacity beside them (`wide`), or ports and capacity as two narrower
-    tables; then where the figures come from, on a host with a measured service."""
+    tables; then where the figures come from, on a host where the plan counts any."""
     if wide:
         return [_card_rows(hp), _port_rows(hp), *_figure_rows(hp)]
     return [_card_rows(hp), _port_rows(hp, capacity=False), *_capacity_rows(hp), *_figure_rows(hp)]
@@ -340,11 +352,16 @@ def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
     if plan.groups:
         table = _group_rows(plan)
         parts += ["### Multi-host services", _md_table(*table)] if fmt == "markdown" else ["multi-host services", text_table(*table)]
-    if plan.warnings:
-        if fmt == "markdown":
-            parts += ["### Warnings", "\n".join(f"- {markdown.text(w)}" for w in plan.warnings)]
-        else:
-            lines = [f"  warning: {w}" if wide else fit(w, "  warning: ", "    ") for w in plan.warnings]
-            parts += ["warnings", "\n".join(lines)]
+    parts += _said(plan.notes, "note", fmt, wide) + _said(plan.warnings, "warning", fmt, wide)
     return "\n\n".join(parts)
+
+
+def _said(lines: tuple[str, ...], kind: str, fmt: str, wide: bool) -> list[str]:
+    """The plan's notes or warnings (`kind`) as a section of their own, after the tables: a heading and
+    one item each, wrapped under its first words (`kind: ...`) unless `wide`; none without any."""
+    if not lines:
+        return []
+    if fmt == "markdown":
+        return [f"### {kind.capitalize()}s", "\n".join(f"- {markdown.text(line)}" for line in lines)]
+    return [f"{kind}s", "\n".join(f"  {kind}: {line}" if wide else fit(line, f"  {kind}: ", "    ") for line in lines)]
 
