@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from records.deployment import Deployment, HostDeployment
 from allocation.errors import printable
 from ops.doctor.facts import FactsError, parse_facts
-from ops.doctor.findings import Finding, host_findings, required
+from ops.doctor.findings import Finding, host_findings, planned, required
 from ops.doctor.gather import gather_script
 from ops.doctor.kube import audit_cluster
 from ops.ssh import run_script
@@ -39,7 +39,9 @@ def audit_host(hd: HostDeployment, *, timeout: float | None = None) -> HostRepor
     """Gather one host's facts in one round trip and judge them."""
     host = hd.host
     routers = [(rd.name, rd.plan.port) for rd in hd.routers]
-    result = run_script(hd, gather_script(required(hd), hd.shared_cards, routers, hd.host.board), timeout=timeout)
+    images = sorted({spec.image for _, spec, _ in planned(hd)})
+    script = gather_script(required(hd), hd.shared_cards, routers, hd.host.board, images)
+    result = run_script(hd, script, timeout=timeout)
     if not result.reachable:
         text = f"host {host.name} ({hd.docker_url}) is unreachable: {result.error}"
         return HostReport(host.name, False, (Finding("unreachable", text),))

@@ -68,6 +68,8 @@ class LiveContainer:
     id: str
     name: str
     image: str
+    """Config.Image: what the container was created with, a name (`docker run NAME`) or an image ID (the
+    docker provider, given the ID the program passes)."""
     status: str
     """created, running, paused, restarting, exited, dead."""
     health: str | None
@@ -100,6 +102,8 @@ class LiveContainer:
     stop_timeout_seconds: int | None = None
     """Config.StopTimeout, seconds; None when unset (Docker then waits its default 10 s)."""
     healthcheck: LiveHealth | None = None
+    image_id: str = ""
+    """`.Image`: the ID of the image the container runs, however it was named at creation."""
 
     @property
     def active(self) -> bool:
@@ -149,6 +153,7 @@ class LiveContainer:
             log_driver=str((host_config.get("LogConfig") or {}).get("Type") or ""),
             stop_timeout_seconds=None if config.get("StopTimeout") is None else _whole(config["StopTimeout"]),
             healthcheck=LiveHealth.from_inspect(config.get("Healthcheck")),
+            image_id=str(data.get("Image") or ""),
         )
 
     @property
@@ -217,7 +222,13 @@ class HostFacts:
     """Card -> what `npu-smi info -t device-share` said of it, its lines as printed (gathered for shared cards)."""
     router_workers: Mapping[str, str] = field(default_factory=dict)
     """Router container -> the body of its `GET /workers` (or the error fetching it)."""
+    image_ids: Mapping[str, str | None] = field(default_factory=dict)
+    """Image name of the plan -> the image ID it names on the host (`docker image inspect`), None
+    where the host answered with anything but an ID (no such image)."""
 
+
+IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+"""An image ID as `docker image inspect --format '{{.Id}}'` prints it."""
 
 _SS_USER = re.compile(r'\("(?P<name>[^"]*)",pid=(?P<pid>[0-9]{1,9})\b')
 
@@ -304,6 +315,11 @@ def parse_facts(text: str) -> HostFacts:
             if name.startswith("device-share ") and number_of(name.split()[1]) is not None
         },
         router_workers={name.split(None, 1)[1]: body for name, body in sec.items() if name.startswith("router-workers ")},
+        image_ids={
+            name.split(None, 1)[1]: body.strip() if IMAGE_ID.fullmatch(body.strip()) else None
+            for name, body in sec.items()
+            if name.startswith("image ")
+        },
     )
 
 

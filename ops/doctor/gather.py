@@ -1,10 +1,12 @@
 """The one remote script `doctor` runs per host, and the mark of its frames.
 
 It prints the host's facts in sections: `docker inspect` of every container,
-the PIDs of every running container (`docker top`), the listening TCP sockets
-(`ss -ltnpH`), `npu-smi info`, the links between cards (`npu-smi info -t topo`), the device-share mode of the shared cards, what
-each router says of its workers (`/workers`), and which paths of the host requirements
-table (`records.host_requirements`, the table the host check reads too) the host lacks.
+the PIDs of every running container (`docker top`), the image ID each of the plan's image
+names has on the host (`docker image inspect`: the docker provider creates containers by that
+ID, ops.doctor.drift), the listening TCP sockets (`ss -ltnpH`), `npu-smi info`, the links
+between cards (`npu-smi info -t topo`), the device-share mode of the shared cards, what each
+router says of its workers (`/workers`), and which paths of the host requirements table
+(`records.host_requirements`, the table the host check reads too) the host lacks.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def gather_script(
     shared_cards: Sequence[int] = (),
     routers: Sequence[tuple[str, int]] = (),
     board: str = "a2",
+    images: Sequence[str] = (),
 ) -> str:
     """POSIX sh, run with `sh -s`. The whole script is one { } group, so the shell has
     read all of it before the first command runs; stdin then goes to /dev/null and no
@@ -47,7 +50,8 @@ def gather_script(
     `cmd | f KIND ARG`. `required`: the paths of the host requirements table to look for;
     `shared_cards`: cards whose device-share mode is read too, addressed as npu-smi numbers them on
     `board` (A3: NPU card//2, chip card%2); `routers`: (container, port) of the routers whose
-    `/workers` is read."""
+    `/workers` is read; `images`: the plan's image names, each resolved to the ID it names on the
+    host (or docker's answer that there is none)."""
     sharing = "".join(
         "npu-smi info -t device-share -i {} -c {} 2>&1 | f device-share {}\n".format(*npu_chip(int(c), board), int(c))
         for c in shared_cards
@@ -55,6 +59,9 @@ def gather_script(
     sharing += "".join(
         f"{{ {_fetch(f'http://127.0.0.1:{int(port)}/workers')}; }} | f router-workers {shlex.quote(name)}\n"
         for name, port in routers
+    )
+    resolve = "".join(
+        f"        docker image inspect --format '{{{{.Id}}}}' -- {q} 2>&1 | f image {q}\n" for q in map(shlex.quote, images)
     )
     return f"""{{
 {shell_preamble(MARK)}if command -v docker >/dev/null 2>&1; then
@@ -67,7 +74,7 @@ def gather_script(
         for id in $(docker ps -q --no-trunc 2>/dev/null); do
             docker top "$id" -eo pid 2>/dev/null | f top "$id"
         done
-    fi
+{resolve}    fi
 else
     echo "no docker command on the host" | f docker-error
 fi
