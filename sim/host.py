@@ -29,8 +29,8 @@ boot stamps stale) and the boot units before and after Docker. `kill_containers`
 It creates only what is missing and removes at `stop` only what it created (the daemon's images
 and containers stay in its data-root, as /var/lib/docker does). One `SimHost` runs at a time on a
 machine (a lock file serialises test sessions), since the device files, the state folder and the
-daemon are machine-wide. Every name the tests
-import from here (the paths, the image, the errors, `free_port`) stays importable from here.
+daemon are machine-wide. Every name the tests import from here (the paths, the image, the errors,
+`free_port`) stays importable from here.
 
 Needs root, ``docker``/``dockerd`` (Debian: docker.io), ``containerd`` (containerd), ``ip``
 (iproute2), ``sshd``/``ssh``/``ssh-keygen`` (openssh-server, openssh-client) and ``/bin/busybox``
