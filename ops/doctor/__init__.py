@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from records.deployment import Deployment, HostDeployment
 from allocation.errors import printable
 from ops.doctor.facts import FactsError, HostFacts, parse_facts
-from ops.doctor.findings import Finding, host_findings, planned, required
+from ops.doctor.findings import Finding, host_findings, required
 from ops.doctor.gather import gather_script
 from ops.doctor import status
 from ops.doctor.kube import audit_cluster
@@ -44,7 +44,7 @@ def read_host(hd: HostDeployment, *, timeout: float | None = None) -> HostFacts 
     host = hd.host
     routers = [(rd.name, rd.plan.port) for rd in hd.routers]
     fixed_kv = [sd.spec.name for sd in hd.services if sd.plan.kv_cache_bytes is not None]
-    images = sorted({spec.image for _, spec, _ in planned(hd)})
+    images = sorted({spec.image for _, spec, _ in hd.containers})
     script = gather_script(required(hd), hd.shared_cards, routers, hd.host.board, images, kv_logs=fixed_kv)
     result = run_script(hd, script, timeout=timeout)
     if not result.reachable:

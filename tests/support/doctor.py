@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.doctor.facts import HostFacts, Listener, LiveContainer
-from ops.doctor.findings import host_findings, planned
+from ops.doctor.findings import host_findings
 from ops.doctor.gather import MARK
 from ops.framing import frame
 from ops.npusmi import Npu, NpuProcess, NpuSmiInfo, parse_topology
@@ -130,7 +130,7 @@ def clean_facts(plan) -> HostFacts:
         npu=npu_info(procs),
         device_share={c: DEVICE_SHARE_ON for c in plan.hosts[0].shared_cards},
         topology=FULL_MESH,
-        image_ids=host_image_ids(*(spec for _, spec, _ in planned(plan.hosts[0]))),
+        image_ids=host_image_ids(*(spec for _, spec, _ in plan.hosts[0].containers)),
     )
 
 
