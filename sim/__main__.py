@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     except FleetError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    host = SimHost()
+    host = SimHost(own_docker=False)  # the dev stack deploys to this machine's dockerd (Pulumi.dev.yaml)
     try:
         host.start()
     except SimHostError as err:

@@ -1,5 +1,5 @@
 """The npu-sim containers on the simulated host: started like the seed's compose services,
-watched, killed and started again as a reboot does, and removed after a test.
+watched, killed and started again in an order of a test's, and removed after a test.
 
 Containers are started over SSH (``DOCKER_HOST=ssh://...``), as a deployer starts them; the
 harness looks at them (state, logs, waits) and removes them on the local socket, which is the
@@ -22,7 +22,6 @@ from pathlib import Path
 from sim import npu_state
 from sim.ascend_files import CLAIMS_DIR, CONTROL_DEVICES, DCMI_DIR, DRIVER_DIR, INSTALL_INFO, NPU_SMI
 from sim.daemons import free_port
-from sim.docker_cli import local_docker
 from sim.errors import ContainerFailed, SimHostError
 from sim.npu_image import IMAGE
 
@@ -30,7 +29,8 @@ TEST_LABEL = "ascend-fleet.test"
 SESSION_LABEL = "ascend-fleet.test.session"
 
 DockerCall = Callable[..., subprocess.CompletedProcess[str]]
-"""``docker ARGS`` on the host over SSH (`SimHost.docker`): ``(*args, check=True, timeout=120)``."""
+"""``docker ARGS`` on the host: over SSH (`SimHost.docker`) or on the daemon's local socket
+(`SimHost.local_docker`); ``(*args, check=True, timeout=120)``."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,9 @@ def health_check(port: int, interval: str) -> list[str]:
 class Containers:
     """The test containers of one simulated-host session (`session` labels them)."""
 
-    def __init__(self, docker: DockerCall, session: str) -> None:
+    def __init__(self, docker: DockerCall, local_docker: DockerCall, session: str) -> None:
         self._docker = docker
+        self._local = local_docker
         self.session = session
         self._privileged_ok: bool | None = None
 
@@ -164,13 +165,13 @@ class Containers:
 
     def state(self, container: str) -> dict[str, object]:
         """``docker inspect`` .State of a container."""
-        return json.loads(local_docker("inspect", "-f", "{{json .State}}", container).stdout)
+        return json.loads(self._local("inspect", "-f", "{{json .State}}", container).stdout)
 
     def logs(self, container: str, since: str | None = None) -> str:
         """stdout and stderr of a container, interleaved: all of them, or those `since` a moment
         (RFC 3339, as ``docker logs --since`` reads it); a restarted container's log holds its
         earlier runs too."""
-        proc = local_docker("logs", *(["--since", since] if since else []), container, check=False)
+        proc = self._local("logs", *(["--since", since] if since else []), container, check=False)
         return proc.stdout + proc.stderr
 
     def wait_healthy(self, container: str, timeout: float = 60) -> None:
@@ -192,7 +193,7 @@ class Containers:
 
     def wait_exit(self, container: str, timeout: float = 60) -> int:
         """Wait for the container to stop; its exit code."""
-        proc = local_docker("wait", container, timeout=timeout)
+        proc = self._local("wait", container, timeout=timeout)
         return int(proc.stdout.strip().splitlines()[-1])
 
     def running(self, *, label: str | None = None, prefix: str | None = None) -> list[str]:
@@ -200,7 +201,7 @@ class Containers:
         args = ["ps", "--format", "{{.Names}}"]
         if label is not None:
             args += ["--filter", f"label={label}"]
-        names = local_docker(*args).stdout.split()
+        names = self._local(*args).stdout.split()
         return sorted(n for n in names if prefix is None or n.startswith(prefix))
 
     def kill(self, *, label: str | None = None, prefix: str | None = None) -> list[str]:
@@ -217,28 +218,9 @@ class Containers:
         if not names:
             # Almost always a wrong selector (a label value that is not the stack's, say).
             raise SimHostError(f"kill_containers: no running container with label {label!r} and prefix {prefix!r}")
-        local_docker("kill", *names)
-        local_docker("wait", *names)
+        self._local("kill", *names)
+        self._local("wait", *names)
         return names
-
-    def comes_back(self, names: Sequence[str]) -> list[str]:
-        """Which of these containers dockerd starts again after a reboot, as moby decides it: at
-        restore, a container whose restart manager says so (restartmanager.ShouldRestart: `always`
-        whatever happened to it, `unless-stopped` unless it was stopped by hand, `no` never;
-        `on-failure` is not modelled). "Stopped by hand" is dockerd's own `HasBeenManuallyStopped`,
-        which `docker inspect` does not show: it is read from the container's config.v2.json in
-        dockerd's root, as dockerd reads it at start. A running container was not stopped by hand
-        (starting clears the flag)."""
-        root = local_docker("info", "--format", "{{.DockerRootDir}}").stdout.strip()
-        out = []
-        for name in names:
-            info = json.loads(local_docker("inspect", "--format", "{{json .}}", name).stdout)
-            policy, running = info["HostConfig"]["RestartPolicy"]["Name"], info["State"]["Running"]
-            stored = json.loads((Path(root) / "containers" / info["Id"] / "config.v2.json").read_text())
-            by_hand = not running and stored.get("HasBeenManuallyStopped", False)
-            if policy == "always" or (policy == "unless-stopped" and not by_hand):
-                out.append(name)
-        return out
 
     def start(self, order: Sequence[str], *, wait_healthy: bool = False, timeout: float = 60) -> None:
         """``docker start`` the containers one after another in this order; with `wait_healthy`,
@@ -249,30 +231,9 @@ class Containers:
             if wait_healthy:
                 self.wait_healthy(name, timeout=timeout)
 
-    def restart(
-        self,
-        order: Sequence[str] | None = None,
-        *,
-        label: str | None = None,
-        prefix: str | None = None,
-        reboot: bool = False,
-        wait_healthy: bool = False,
-    ) -> list[str]:
-        """Kill every running container with this label and/or name prefix at once, then start
-        them again in `order` (the ones it leaves out follow by name); with `reboot`, the NPU
-        state is reset in between as a host reboot resets it (`npu_state.reboot`). The names in
-        start order.
-
-        The same with the docker CLI, e.g. from a test that drives the host like an operator::
-
-            env = sim_host.docker_env()
-            ps = ["docker", "ps", "--filter", "label=KEY", "--format", "{{.Names}}"]
-            names = subprocess.run(ps, env=env, capture_output=True, text=True).stdout.split()
-            subprocess.run(["docker", "kill", *names], env=env)  # all at once
-            sim_host.reboot()  # the NPU state of a rebooted host
-            for name in order:
-                subprocess.run(["docker", "start", name], env=env)
-        """
+    def order_of(self, order: Sequence[str] | None, *, label: str | None, prefix: str | None) -> list[str]:
+        """The running containers with this label and/or name prefix, in `order` first (the ones it
+        leaves out follow by name); an error for a name in `order` that is not among them."""
         if label is None and prefix is None:
             raise SimHostError("restart_containers needs a label or a name prefix")
         names = self.running(label=label, prefix=prefix)
@@ -283,10 +244,30 @@ class Containers:
                 f"restart_containers: {', '.join(unknown)} not among the running containers with label "
                 f"{label!r} and prefix {prefix!r}: {', '.join(names) or 'none'}"
             )
-        order += [n for n in names if n not in order]
+        return order + [n for n in names if n not in order]
+
+    def restart(
+        self,
+        order: Sequence[str] | None = None,
+        *,
+        label: str | None = None,
+        prefix: str | None = None,
+        wait_healthy: bool = False,
+    ) -> list[str]:
+        """Kill every running container with this label and/or name prefix at once, then start
+        them again in `order` (`order_of`). The names in start order.
+
+        The same with the docker CLI, e.g. from a test that drives the host like an operator::
+
+            env = sim_host.docker_env()
+            ps = ["docker", "ps", "--filter", "label=KEY", "--format", "{{.Names}}"]
+            names = subprocess.run(ps, env=env, capture_output=True, text=True).stdout.split()
+            subprocess.run(["docker", "kill", *names], env=env)  # all at once
+            for name in order:
+                subprocess.run(["docker", "start", name], env=env)
+        """
+        order = self.order_of(order, label=label, prefix=prefix)
         self.kill(label=label, prefix=prefix)
-        if reboot:
-            npu_state.reboot()
         self.start(order, wait_healthy=wait_healthy)
         return order
 
@@ -296,8 +277,8 @@ class Containers:
         Test containers: those labelled ``ascend-fleet.test=1`` and any container of
         the npu-sim image (e.g. made by a Pulumi stack under test, without our labels).
         """
-        ids = set(local_docker("ps", "-aq", "--filter", f"label={TEST_LABEL}").stdout.split())
-        ids |= set(local_docker("ps", "-aq", "--filter", f"ancestor={IMAGE}").stdout.split())
+        ids = set(self._local("ps", "-aq", "--filter", f"label={TEST_LABEL}").stdout.split())
+        ids |= set(self._local("ps", "-aq", "--filter", f"ancestor={IMAGE}").stdout.split())
         if ids:
-            local_docker("rm", "-f", *ids, check=False)
+            self._local("rm", "-f", *ids, check=False)
         npu_state.sweep_claims()

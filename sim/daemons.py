@@ -1,8 +1,9 @@
 """The daemons a simulated host runs on, and whether this machine can run them at all.
 
 `unavailable_reason` names what is missing (root, a tool, its Debian package) so the tests skip
-with a reason instead of failing half-way through `SimHost.start`. `Dockerd` reuses the docker
-daemon that is up, or starts one and stops it again. The sshd is in sim/sshd.py.
+with a reason instead of failing half-way through `SimHost.start`. `Dockerd` is this machine's
+docker daemon, for the dev stack (`python -m sim`): reused when up, or started and stopped again.
+The simulated host's own daemon is in sim/host_docker.py, the sshd in sim/sshd.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from sim.docker_cli import daemon_up
+from sim.docker_cli import MACHINE_SOCKET, daemon_up
 from sim.errors import SimHostUnavailable
 from sim.npu_image import BUSYBOX, FLOCK
 
@@ -25,6 +26,9 @@ def unavailable_reason() -> str | None:
         return "needs root (device nodes, /usr/local/Ascend, a second sshd)"
     tools = {
         "docker": "docker.io",
+        "dockerd": "docker.io",
+        "containerd": "containerd",
+        "ip": "iproute2",
         "ssh": "openssh-client",
         "ssh-keygen": "openssh-client",
     }
@@ -37,8 +41,6 @@ def unavailable_reason() -> str | None:
         missing.append(f"{FLOCK} (apt package util-linux)")
     if missing:
         return "missing " + ", ".join(missing)
-    if not daemon_up() and shutil.which("dockerd") is None:
-        return "no docker daemon on /var/run/docker.sock and no dockerd to start (apt package docker.io)"
     return None
 
 
@@ -70,22 +72,24 @@ def terminate(proc: subprocess.Popen[bytes], timeout: float = 10) -> None:
 
 
 class Dockerd:
-    """The local docker daemon: the running one, else one started here (and stopped at `stop`)."""
+    """This machine's docker daemon: the running one, else one started here (and stopped at `stop`)."""
+
+    socket = MACHINE_SOCKET
 
     def __init__(self, workdir: Path) -> None:
         self.log_file = workdir / "dockerd.log"
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def ensure(self) -> None:
+    def start(self) -> None:
         """Start dockerd unless a daemon answers; wait up to 60 s for it."""
-        if daemon_up():
+        if daemon_up(self.socket):
             return
         log = self.log_file.open("wb")
         self._proc = subprocess.Popen(
             ["dockerd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
         deadline = time.monotonic() + 60
-        while not daemon_up():
+        while not daemon_up(self.socket):
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 tail = self.log_file.read_text(errors="replace")[-3000:]
                 raise SimHostUnavailable(f"dockerd did not come up; its log ends:\n{tail}")

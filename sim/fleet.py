@@ -109,7 +109,7 @@ class SimFleet:
         name = f"{self.prefix}{index:02d}"
         folder = self.workdir / name
         folder.mkdir(exist_ok=True)
-        sshd = Sshd(folder, address_of(index), "root")
+        sshd = Sshd(folder, address_of(index), "root", self.host.dockerd.socket)
         for suffix in ("", ".pub"):  # the fleet's one client key; the host key stays the host's own
             shutil.copy2(f"{self.identity_file}{suffix}", f"{sshd.identity_file}{suffix}")
         self._sshds.append(sshd)

@@ -7,8 +7,10 @@ facade over the parts, one module each:
 - sim/sshd.py: an ``sshd`` on 127.0.0.1 with its own config, host key and a client key made
   for the run (root login by key only), so ``DOCKER_HOST=ssh://root@127.0.0.1:PORT`` works,
   and the client settings that reach it (`docker_env`, `ssh_opts`);
-- sim/daemons.py: the local dockerd (reused when running; started, and stopped again, when
-  not), and `unavailable_reason` (what this machine lacks);
+- sim/host_docker.py: the host's own containerd and dockerd (own data-root, exec-root, socket and
+  bridge), which `power_cut` kills and `boot` starts again;
+- sim/daemons.py: `unavailable_reason` (what this machine lacks), and this machine's dockerd
+  (reused when running; started, and stopped again, when not) for `own_docker=False`;
 - sim/ascend_files.py: the files an Ascend host has (``/dev/davinci0..7`` and the control
   devices, the driver and dcmi folders, the fake ``npu-smi``, ...);
 - sim/npu_state.py: the NPU state folder ``/var/lib/npu-sim`` that the npu-sim containers
@@ -18,17 +20,21 @@ facade over the parts, one module each:
 - sim/containers.py: the test containers, started, watched, killed and removed;
 - sim/docker_cli.py: the docker CLI over SSH and on the local socket; sim/errors.py.
 
-`reboot` does to the NPU state what a host reboot does (device-share off, no claims, the start
-gate's boot stamps stale), `docker_started` what the boot units after Docker do;
-`kill_containers`, `start_containers` and `restart_containers` do the containers' part.
+`reboot` is a power cut and a boot: Docker's own daemon killed with every container's process and
+started again, so what comes back is dockerd's restore's decision (restart policies, containers
+stopped by hand), between the NPU state of a new boot (device-share off, no claims, the start gate's
+boot stamps stale) and the boot units before and after Docker. `kill_containers`, `npu_reboot` and
+`start_containers` stand in for it where a test needs an order of its own.
 
-It creates only what is missing and removes at `stop` only what it created. One
-`SimHost` runs at a time on a machine (a lock file serialises test sessions), since
-the device files, the state folder and the daemon are machine-wide. Every name the tests
-import from here (the paths, the image, the errors, `free_port`) stays importable from here.
+It creates only what is missing and removes at `stop` only what it created (the daemon's images
+and containers stay in its data-root, as /var/lib/docker does). One `SimHost` runs at a time on a
+machine (a lock file serialises test sessions), since the device files, the state folder and the
+daemon are machine-wide. Every name the tests import from here (the paths, the image, the errors,
+`free_port`) stays importable from here.
 
-Needs root, ``docker``/``dockerd`` (Debian: docker.io), ``sshd``/``ssh``/``ssh-keygen``
-(openssh-server, openssh-client) and ``/bin/busybox`` (busybox-static).
+Needs root, ``docker``/``dockerd`` (Debian: docker.io), ``containerd`` (containerd), ``ip``
+(iproute2), ``sshd``/``ssh``/``ssh-keygen`` (openssh-server, openssh-client) and ``/bin/busybox``
+(busybox-static).
 """
 
 from __future__ import annotations
@@ -42,7 +48,8 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +61,7 @@ from sim.containers import Containers, SimService, http_get
 from sim.daemons import Dockerd, free_port, unavailable_reason
 from sim.docker_cli import DOCKER_SOCKET
 from sim.errors import ContainerFailed, SimHostError, SimHostUnavailable
+from sim.host_docker import HostDocker
 from sim.npu_image import IMAGE
 from sim.sshd import Sshd
 
@@ -66,25 +74,39 @@ __all__ = [
 LOCK_FILE = Path("/run/ascend-fleet-simhost.lock")
 
 
+@dataclass(frozen=True)
+class Boot:
+    """What a `SimHost.boot` did."""
+
+    started: list[str]
+    """The containers dockerd's restore started, sorted."""
+    device_share: subprocess.CompletedProcess[str] | None
+    """The device-share boot step (before docker.service), when `render` installed it."""
+    start_order: subprocess.CompletedProcess[str] | None
+    """The start-order boot step (after docker.service), when `render` installed it."""
+
+
 class SimHost:
-    """One simulated 8 x 910B3 host: sshd + dockerd + Ascend files on this machine.
+    """One simulated 8 x 910B3 host: sshd + its own dockerd + Ascend files on this machine.
 
     Use as a context manager (or call `start` and `stop`). Attributes for clients:
     `address`, `ssh_port`, `user`, `identity_file`, `known_hosts_file`,
-    `ssh_config_file`, `docker_host`, `ssh_opts`.
+    `ssh_config_file`, `docker_host`, `ssh_opts`. With `own_docker=False` (the dev stack, whose
+    `dockerHost` is this machine's socket) its containers run on this machine's dockerd, and it
+    cannot `power_cut`, `boot` or `reboot`.
     """
 
     address = "127.0.0.1"
     user = "root"
 
-    def __init__(self, workdir: Path | str | None = None, *, lock_timeout: float = 900.0) -> None:
+    def __init__(self, workdir: Path | str | None = None, *, lock_timeout: float = 900.0, own_docker: bool = True) -> None:
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="simhost-"))
         self.session = uuid.uuid4().hex[:12]
         self.lock_timeout = lock_timeout
         self.files = HostFiles()
-        self.sshd = Sshd(self.workdir, self.address, self.user)
-        self.dockerd = Dockerd(self.workdir)
-        self.containers = Containers(self.docker, self.session)
+        self.dockerd: HostDocker | Dockerd = HostDocker(self.workdir) if own_docker else Dockerd(self.workdir)
+        self.sshd = Sshd(self.workdir, self.address, self.user, self.dockerd.socket)
+        self.containers = Containers(self.docker, self.local_docker, self.session)
         self.identity_file = self.sshd.identity_file
         self.known_hosts_file = self.sshd.known_hosts_file
         self.ssh_config_file = self.sshd.config_file
@@ -108,7 +130,7 @@ class SimHost:
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             self._lock()
-            self.dockerd.ensure()
+            self.dockerd.start()
             lay_out(self.files)
             self.sshd.start(self.files)
             self.build_image()
@@ -123,7 +145,7 @@ class SimHost:
         if self._lock_fd is None:
             return
         with contextlib.suppress(Exception):
-            if docker_cli.daemon_up():
+            if docker_cli.daemon_up(self.dockerd.socket):
                 self.cleanup_containers()
         self.sshd.stop()
         self.dockerd.stop()
@@ -133,7 +155,9 @@ class SimHost:
 
     def reset(self) -> None:
         """Return to an idle host between tests: no test containers, claims, models, faults
-        or cards in device-share mode."""
+        or cards in device-share mode; the host's Docker up again if a test left it cut off."""
+        if isinstance(self.dockerd, HostDocker) and not self.dockerd.running:
+            self.dockerd.boot()
         self.cleanup_containers()
         npu_state.clear_cards()
         for model in self._models:
@@ -189,7 +213,7 @@ class SimHost:
         """Run the docker CLI on the daemon's local socket: how the harness looks at containers
         (state, logs, waits) and cleans up. What it sees is the same daemon's; a call costs tens of
         milliseconds instead of an SSH round trip, which adds up over every poll and every reset."""
-        return docker_cli.local_docker(*args, check=check, timeout=timeout)
+        return docker_cli.local_docker(*args, check=check, timeout=timeout, socket=self.dockerd.socket)
 
     # ---- host state (sim/npu_state.py) ----------------------------------
 
@@ -235,15 +259,12 @@ class SimHost:
         """Cards in device-share mode."""
         return npu_state.device_shared_cards()
 
-    def reboot(self) -> None:
-        """Do to the NPU state what a host reboot does: every card back out of device-share
-        mode (the mode is off after a reboot unless set again) and no claims left.
-
-        Containers are not touched: a reboot stops them all first (`kill_containers`) and
-        dockerd starts the ones with a restart policy again afterwards (`start_containers`),
-        or do both with `restart_containers(..., reboot=True)`. Called while containers still
-        run, their live claims stay.
-        """
+    def npu_reboot(self) -> None:
+        """Do to the NPU state what a host reboot does, without restarting Docker: every card back
+        out of device-share mode, no claims of dead ranks, the start gate's boot stamps gone
+        (`boot` does it too). For a test that starts the containers itself in an order of its own,
+        which dockerd's restore cannot be told (it starts them all at once): `kill_containers`,
+        this, `start_containers`. Called while containers still run, their live claims stay."""
         npu_state.reboot()
 
     def docker_started(self) -> subprocess.CompletedProcess[str] | None:
@@ -254,25 +275,36 @@ class SimHost:
             return None
         return self.run(ORDER_BOOT_SCRIPT, check=False, timeout=BOOT_WAIT_SECONDS + 60)
 
-    def reboot_with(self, names: Sequence[str]) -> list[str]:
-        """A reboot of the host with these containers on it, as dockerd and the boot units play it:
-        the running ones die (SIGKILL), the NPU state resets (`reboot`), the device-share boot unit
-        (ordered before docker.service) runs when installed, dockerd starts again exactly those it
-        would restore (`Containers.comes_back`: decided before the kill, which would mark them as
-        stopped by hand), all at once and in no order of ours, then the units after docker.service
-        run (`docker_started`). The names it started, sorted."""
-        back = self.containers.comes_back(names)
-        running = [n for n in names if self.containers.state(n).get("Running")]
-        if running:
-            docker_cli.local_docker("kill", *running)
-            docker_cli.local_docker("wait", *running, check=False)
-        self.reboot()
-        if Path(DEVICE_SHARE_BOOT_SCRIPT).exists():
-            self.run(DEVICE_SHARE_BOOT_SCRIPT, check=False, timeout=180)
-        if back:
-            docker_cli.local_docker("start", *back)
-        self.docker_started()
-        return sorted(back)
+    def power_cut(self) -> None:
+        """The host loses power: its dockerd, containerd and every process of every container are
+        SIGKILLed at once (sim/host_docker.py), so no container is marked stopped by hand and none
+        releases its NPU claims. Nothing answers on the daemon until `boot`."""
+        self._host_docker().power_cut()
+
+    def boot(self, before_docker: Callable[[], object] | None = None) -> Boot:
+        """The host starting again after `power_cut`, in systemd's order: the NPU state of a new
+        boot (`npu_reboot`); the units ordered Before=docker.service: the device-share boot step
+        (records.device_share `BOOT_SCRIPT`) when `render` installed it, then `before_docker`, a
+        test's own; containerd and dockerd, whose restore starts, all at once, the containers their
+        restart policies bring back; then the units After=docker.service (`docker_started`)."""
+        docker = self._host_docker()
+        npu_state.reboot()
+        share = self.run(DEVICE_SHARE_BOOT_SCRIPT, check=False, timeout=180) if Path(DEVICE_SHARE_BOOT_SCRIPT).exists() else None
+        if before_docker is not None:
+            before_docker()
+        booted = docker.boot()
+        started = docker.started_since(booted)
+        return Boot(started=started, device_share=share, start_order=self.docker_started())
+
+    def reboot(self, before_docker: Callable[[], object] | None = None) -> Boot:
+        """`power_cut`, then `boot`."""
+        self.power_cut()
+        return self.boot(before_docker)
+
+    def _host_docker(self) -> HostDocker:
+        if not isinstance(self.dockerd, HostDocker):
+            raise SimHostError("a simulated host on this machine's dockerd (own_docker=False) cannot be rebooted")
+        return self.dockerd
 
     def sweep_claims(self) -> None:
         """Delete NPU port claims whose container is gone (killed without a chance to release)."""
@@ -282,7 +314,7 @@ class SimHost:
 
     def build_image(self) -> None:
         """Build ascend-fleet/npu-sim:latest unless an image with the same content hash exists."""
-        npu_image.build_image()
+        npu_image.build_image(self.dockerd.socket)
 
     # ---- containers (sim/containers.py) ---------------------------------
 
@@ -332,14 +364,26 @@ class SimHost:
         """``docker start`` the containers in this order (`Containers.start`)."""
         self.containers.start(order, wait_healthy=wait_healthy, timeout=timeout)
 
-    def restart_containers(self, order: Sequence[str] | None = None, **options: Any) -> list[str]:
+    def restart_containers(
+        self,
+        order: Sequence[str] | None = None,
+        *,
+        label: str | None = None,
+        prefix: str | None = None,
+        reboot: bool = False,
+        wait_healthy: bool = False,
+    ) -> list[str]:
         """Kill the running containers with this `label` and/or name `prefix` at once and start
-        them again in `order`, with ``reboot=True`` rebooting the NPU state in between and
-        `wait_healthy` as `start_containers`; the options are `Containers.restart`'s."""
-        names = self.containers.restart(order, **options)
-        if options.get("reboot"):
-            self.docker_started()
-        return names
+        them again in `order` (the ones it leaves out follow by name; `wait_healthy` as
+        `start_containers`). With `reboot` the kill is a `reboot` (dockerd starts again those
+        whose restart policy says so, before the others are started in `order`). The names in
+        start order."""
+        if not reboot:
+            return self.containers.restart(order, label=label, prefix=prefix, wait_healthy=wait_healthy)
+        order = self.containers.order_of(order, label=label, prefix=prefix)
+        self.reboot()
+        self.containers.start(order, wait_healthy=wait_healthy)
+        return order
 
     def cleanup_containers(self) -> None:
         """Remove every test container, then stale NPU claims."""

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from sim.ascend_files import SIM_DIR
-from sim.docker_cli import LOCAL_DOCKER, local_docker, local_env
+from sim.docker_cli import DOCKER_SOCKET, local_argv, local_docker, local_env
 from sim.errors import SimHostError
 
 IMAGE_DIR = SIM_DIR / "npu-sim"
@@ -41,9 +41,10 @@ def flock_files() -> list[Path]:
     return with_libraries(FLOCK)
 
 
-def build_image() -> None:
-    """Build ascend-fleet/npu-sim:latest unless an image with the same content hash exists."""
-    build_scratch_image(IMAGE, IMAGE_HASH_LABEL, IMAGE_DIR, flock_files())
+def build_image(socket: Path = DOCKER_SOCKET) -> None:
+    """Build ascend-fleet/npu-sim:latest in the daemon on `socket` unless an image with the same
+    content hash is there."""
+    build_scratch_image(IMAGE, IMAGE_HASH_LABEL, IMAGE_DIR, flock_files(), socket)
 
 
 def content_hash(source_dir: Path, rootfs: list[Path]) -> str:
@@ -59,13 +60,15 @@ def content_hash(source_dir: Path, rootfs: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def build_scratch_image(image: str, hash_label: str, source_dir: Path, rootfs: list[Path]) -> None:
+def build_scratch_image(
+    image: str, hash_label: str, source_dir: Path, rootfs: list[Path], socket: Path = DOCKER_SOCKET
+) -> None:
     """Build `image` from `source_dir` (its Dockerfile and files), busybox and the files of `rootfs`
-    (copied from this machine to the same paths under rootfs/ in the context), unless an image
-    labelled with the same content hash exists."""
+    (copied from this machine to the same paths under rootfs/ in the context), in the daemon on
+    `socket`, unless an image labelled with the same content hash is there."""
     want = content_hash(source_dir, rootfs)
     label = f'{{{{ index .Config.Labels "{hash_label}" }}}}'
-    have = local_docker("image", "inspect", "-f", label, image, check=False)
+    have = local_docker("image", "inspect", "-f", label, image, check=False, socket=socket)
     if have.returncode == 0 and have.stdout.strip() == want:
         return
     with tempfile.TemporaryDirectory(prefix="sim-image-build-") as context:
@@ -78,7 +81,7 @@ def build_scratch_image(image: str, hash_label: str, source_dir: Path, rootfs: l
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path.resolve(), target)
         proc = subprocess.run(
-            [*LOCAL_DOCKER, "build", "-q", "-t", image, "--label", f"{hash_label}={want}", context],
+            [*local_argv(socket), "build", "-q", "-t", image, "--label", f"{hash_label}={want}", context],
             capture_output=True, text=True, env={**local_env(), "DOCKER_BUILDKIT": "0"}, timeout=600,
         )  # fmt: skip
     if proc.returncode != 0:

@@ -2,7 +2,9 @@
 
 The project deploys to a docker daemon reached over SSH (``ssh://user@host:port``), so the
 host needs an sshd of its own: on 127.0.0.1 with its own config, host key and a client key made
-for the run (root login by key only); ``docker system dial-stdio`` runs through it.
+for the run (root login by key only); ``docker system dial-stdio`` runs through it. Every session
+gets ``DOCKER_HOST`` of the host's own daemon (sshd_config(5) `SetEnv`), so the docker CLI a
+deployer or a host script runs there reaches that daemon, as a host's only daemon is reached.
 
 Docker's SSH helper runs the ``ssh`` binary found on PATH, and OpenSSH reads the user config
 from the passwd home directory, not ``$HOME``. `Sshd.docker_env` therefore puts a tiny ``ssh``
@@ -43,8 +45,9 @@ SERVER_OPTIONS = (
 class Sshd:
     """An sshd on `address`, the keys and client files that reach it, and an SSH master connection."""
 
-    def __init__(self, workdir: Path, address: str, user: str) -> None:
+    def __init__(self, workdir: Path, address: str, user: str, docker_socket: Path) -> None:
         self.workdir = workdir
+        self.docker_socket = docker_socket
         self.address = address
         self.user = user
         self.port = 0
@@ -143,7 +146,8 @@ class Sshd:
             f"ListenAddress {self.address}\n"
             f"HostKey {self.host_key}\n"
             f"PidFile {self.workdir / 'sshd.pid'}\n"
-            f"AuthorizedKeysFile {authorized}\n" + SERVER_OPTIONS
+            f"AuthorizedKeysFile {authorized}\n"
+            f"SetEnv DOCKER_HOST=unix://{self.docker_socket}\n" + SERVER_OPTIONS
         )
         return config
 

@@ -26,7 +26,7 @@ from ops.npusmi import parse_topology
 from ops.ssh import RemoteResult, run_script
 from tests.support.stacks import fleet, host, service
 from tests.support.pipeline import deployment_of
-from tests.support.doctor import clean_facts, gathered, inspect_of, make_fleet, with_container
+from tests.support.doctor import clean_facts, gathered, host_image_ids, inspect_of, make_fleet, with_container
 from tests.support.doctor import DEVICE_SHARE_ON, FULL_MESH, PIDS, npu_info
 from tests.support.doctor import TOPO_SCREEN
 from tests.support.doctor import findings
@@ -155,16 +155,6 @@ def test_a_privileged_container_whose_plan_is_not_privileged_is_drift(plan):
     assert found[0].message.endswith("privileged: false (plan) != true (live)")
 
 
-def test_an_image_named_with_or_without_registry_and_latest_tag_is_the_same_image():
-    values = {"defaults": {"image": "ascend-fleet/npu-sim"}}
-    plan = deployment_of(make_fleet(**values))
-    facts = with_container(
-        clean_facts(plan),
-        inspect_of(spec_of(plan, "alpha"), cid="alpha-id", pid=1000, image="docker.io/ascend-fleet/npu-sim:latest"),
-    )
-    assert findings(plan, facts) == []
-
-
 # ---- drift through the one container record ---------------------------------
 
 
@@ -187,6 +177,11 @@ def live_of(spec, **overrides) -> LiveContainer:
     return LiveContainer.from_inspect(inspect_of(spec, cid="c-id", pid=3000, **overrides))
 
 
+def differences(planned: ContainerSpec, live: LiveContainer, spec: ContainerSpec) -> list:
+    """Drift of `live` (made from `spec`) against `planned`, on a host that has `spec`'s image."""
+    return drift.differences(planned, live, host_image_ids(spec))
+
+
 def test_the_drift_table_names_every_field_of_the_container_record_and_of_its_health_check():
     """A field added to the record without a comparison (or a reason Docker cannot show it) fails here."""
     assert set(drift.FIELDS) == {f.name for f in dataclasses.fields(ContainerSpec)}
@@ -197,7 +192,7 @@ def test_the_drift_table_names_every_field_of_the_container_record_and_of_its_he
 def test_each_field_of_the_container_record_changed_is_drift_unless_docker_cannot_keep_it(plan, field):
     spec = spec_of(plan, "gamma")
     live = live_of(spec)
-    assert drift.differences(spec, live) == []
+    assert differences(spec, live, spec) == []
     if isinstance(drift.FIELDS[field], str):
         assert field in ("name", "start_timeout_seconds"), "only what docker inspect cannot show goes uncompared"
         return
@@ -205,10 +200,10 @@ def test_each_field_of_the_container_record_changed_is_drift_unless_docker_canno
     if isinstance(value, HealthCheck):
         for sub in dataclasses.fields(HealthCheck):
             planned = dataclasses.replace(spec, healthcheck=dataclasses.replace(value, **{sub.name: _changed(getattr(value, sub.name))}))
-            assert drift.differences(planned, live), f"healthcheck {sub.name} changed is not drift"
+            assert differences(planned, live, spec), f"healthcheck {sub.name} changed is not drift"
         return
     other = ("/bin/sh", "-c") if field == "entrypoint" else _changed(value)  # set, where the plan had none
-    assert drift.differences(dataclasses.replace(spec, **{field: other}), live), f"{field} changed is not drift"
+    assert differences(dataclasses.replace(spec, **{field: other}), live, spec), f"{field} changed is not drift"
 
 
 def test_a_hand_edit_of_max_model_len_in_the_command_is_drift_naming_the_flag_and_both_values():
@@ -218,7 +213,8 @@ def test_a_hand_edit_of_max_model_len_in_the_command_is_drift_naming_the_flag_an
     edited[edited.index("--max-model-len") + 1] = "30000"
     inspect = inspect_of(spec, cid="q-id", pid=3000)
     inspect["Config"]["Cmd"] = edited
-    [found] = [f for f in host_findings(plan.hosts[0], HostFacts(containers=(LiveContainer.from_inspect(inspect),))) if f.kind == "drift"]
+    facts = HostFacts(containers=(LiveContainer.from_inspect(inspect),), image_ids=host_image_ids(spec))
+    [found] = [f for f in host_findings(plan.hosts[0], facts) if f.kind == "drift"]
     assert found.key.startswith("command (argument ") and "after --max-model-len" in found.key
     assert found.message.endswith(": 25000 (plan) != 30000 (live)")
 

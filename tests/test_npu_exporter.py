@@ -22,7 +22,7 @@ from records.runtime import named
 from tests.support.stacks import fleet, host, service
 from tests.support.provider_readback import FORCE_NEW, attribute
 from tests.support.pulumi_harness import ASCEND_HOST, CONTAINER, PROVIDER, REMOTE_IMAGE, fake_image_id, run_program
-from tests.support.doctor import clean_facts, inspect_of, make_fleet, with_container
+from tests.support.doctor import clean_facts, host_image_ids, inspect_of, make_fleet, with_container
 from tests.support.stacks import values
 from tests.support.pipeline import deployment_of
 
@@ -177,9 +177,9 @@ def test_doctor_reports_a_stopped_exporter_and_an_entrypoint_changed_by_hand():
     stopped = LiveContainer.from_inspect(inspect_of(hd.exporter, cid="e", pid=0, status="exited", health=None))
     assert "stopped" in [f.kind for f in host_findings(hd, HostFacts(containers=(stopped,))) if f.container == NAME]
     inspect = inspect_of(hd.exporter, cid="e", pid=7)
-    assert drift.differences(hd.exporter, LiveContainer.from_inspect(inspect)) == []
+    assert drift.differences(hd.exporter, LiveContainer.from_inspect(inspect), host_image_ids(hd.exporter)) == []
     inspect["Config"]["Entrypoint"] = ["/bin/bash", "-c", "cat /usr/local/agreement.txt; exec /bin/bash"]
-    [(key, _, live)] = drift.differences(hd.exporter, LiveContainer.from_inspect(inspect))
+    [(key, _, live)] = drift.differences(hd.exporter, LiveContainer.from_inspect(inspect), host_image_ids(hd.exporter))
     assert key == "entrypoint" and "agreement.txt" in live
 
 
@@ -187,7 +187,7 @@ def test_doctor_ignores_an_image_s_own_entrypoint_where_the_plan_sets_none():
     sd = two_hosts().hosts[0].services[0]
     inspect = inspect_of(sd.spec, cid="x", pid=7)
     inspect["Config"]["Entrypoint"] = ["/bin/sh", "-c"]
-    assert drift.differences(sd.spec, LiveContainer.from_inspect(inspect)) == []
+    assert drift.differences(sd.spec, LiveContainer.from_inspect(inspect), host_image_ids(sd.spec)) == []
 
 
 # ---- the program under the mocks ---------------------------------------------------------------

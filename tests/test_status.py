@@ -203,7 +203,9 @@ def test_status_reads_every_host_in_the_one_gather_round_trip_doctor_makes(monke
 
     monkeypatch.setattr(doctor, "run_script", fake_run_script)
     text, code = doctor.run_status(deployment, "json")
-    assert scripts == [gather_script(required(deployment.hosts[0]), deployment.hosts[0].shared_cards, [], "a2")]
+    hd = deployment.hosts[0]
+    images = sorted({spec.image for _, spec, _ in hd.containers})
+    assert scripts == [gather_script(required(hd), hd.shared_cards, [], "a2", images)]
     assert code == 1 and [c["state"] for c in json.loads(text)["hosts"][0]["containers"]] == ["missing"] * 3
 
 

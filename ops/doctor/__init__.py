@@ -44,7 +44,8 @@ def read_host(hd: HostDeployment, *, timeout: float | None = None) -> HostFacts 
     host = hd.host
     routers = [(rd.name, rd.plan.port) for rd in hd.routers]
     fixed_kv = [sd.spec.name for sd in hd.services if sd.plan.kv_cache_bytes is not None]
-    script = gather_script(required(hd), hd.shared_cards, routers, hd.host.board, kv_logs=fixed_kv)
+    images = sorted({spec.image for _, spec, _ in hd.containers})
+    script = gather_script(required(hd), hd.shared_cards, routers, hd.host.board, images, kv_logs=fixed_kv)
     result = run_script(hd, script, timeout=timeout)
     if not result.reachable:
         return Finding("unreachable", f"host {host.name} ({hd.docker_url}) is unreachable: {result.error}")

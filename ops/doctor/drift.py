@@ -7,6 +7,14 @@ neither, so a field added to the record is compared from its first day.
 Where Docker keeps each (Docker Engine API, `GET /containers/{id}/json`; how the docker provider
 fills them: kreuzwerker/terraform-provider-docker `internal/provider/resource_docker_container_funcs.go`,
 `resourceDockerContainerCreate`):
+- image: `Config.Image`, what the container was created with, and `.Image`, the ID it runs. The
+  program hands the provider the image's ID (components/model_service.py), which it sends as
+  `Config.Image` unchanged (v4.5.0 lines 49 and 69-70: `image := d.Get("image")`,
+  `container.Config{Image: image, ...}`), so a container the program made keeps `sha256:...` there;
+  `docker run NAME` keeps the name. The plan names its image, so the gather script asks the host
+  which ID that name has now (`HostFacts.image_ids`): a container created by that ID, or running
+  it, is the plan's; any other ID is drift, shown beside the planned one. A name the host was not
+  asked about is compared as a name.
 - command: `Config.Cmd`. Entrypoint: `Config.Entrypoint`, compared only when the plan sets one (the
   NPU exporter's); otherwise the image's own shows there and cannot be told from a hand-set one
   without the image.
@@ -31,6 +39,7 @@ Every value shown is bounded and escaped: what a host prints is hostile.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shlex
 from typing import Any, Callable, Iterable, Mapping
 
@@ -59,6 +68,23 @@ def _image_ref(image: str) -> str:
     if ":" not in last and "@" not in last:
         ref += ":latest"
     return ref
+
+
+def _image(spec: ContainerSpec, live: LiveContainer, image_ids: Mapping[str, str | None] | None = None) -> list[Difference]:
+    """The image the container was created with or runs, against the ID the plan's image name has
+    on the host (`image_ids`); by name, when the host was not asked or has no such image."""
+    image_ids = image_ids or {}
+    planned_id = image_ids.get(spec.image)
+    if planned_id is not None and planned_id in (live.image, live.image_id):
+        return []
+    if planned_id is None and _image_ref(spec.image) == _image_ref(live.image):
+        return []
+    if spec.image not in image_ids:
+        planned = spec.image
+    else:
+        planned = f"{spec.image} = {planned_id}" if planned_id else f"{spec.image} (no such image on the host)"
+    runs = live.image if live.image_id in ("", live.image) else f"{live.image} = {live.image_id}"
+    return [("image", shown(planned), shown(runs))]
 
 
 def _one(key: str, planned: Any, live: Any, show: Callable[[Any], str] = str) -> list[Difference]:
@@ -161,7 +187,7 @@ def _healthcheck(spec: ContainerSpec, live: LiveContainer) -> list[Difference]:
 
 FIELDS: dict[str, Compare | str] = {
     "name": "the container is found by it: under another name it is `missing`",
-    "image": lambda s, c: [] if _image_ref(s.image) == _image_ref(c.image) else [("image", shown(s.image), shown(c.image))],
+    "image": _image,
     "command": _command,
     "entrypoint": lambda s, c: [] if s.entrypoint is None else _one("entrypoint", s.entrypoint, c.entrypoint, shlex.join),
     "env": lambda s, c: _keys("env", s.env, c.env),
@@ -185,12 +211,16 @@ FIELDS: dict[str, Compare | str] = {
 """Each field of ContainerSpec: how it is compared, or why it is not."""
 
 
-def differences(spec: ContainerSpec, live: LiveContainer) -> list[Difference]:
+def differences(
+    spec: ContainerSpec, live: LiveContainer, image_ids: Mapping[str, str | None] | None = None
+) -> list[Difference]:
     """(key, planned, live) of everything that differs, in the record's field order (a comparison
-    two fields share, the ports, once)."""
+    two fields share, the ports, once). `image_ids`: the host's IDs of the plan's image names
+    (`HostFacts.image_ids`)."""
+    table: dict[str, Compare | str] = {**FIELDS, "image": functools.partial(_image, image_ids=image_ids)}
     seen: list[Compare] = []
     for field in dataclasses.fields(spec):
-        compare = FIELDS[field.name]
+        compare = table[field.name]
         if not isinstance(compare, str) and compare not in seen:
             seen.append(compare)
     return [d for compare in seen for d in compare(spec, live)]

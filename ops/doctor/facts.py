@@ -68,6 +68,8 @@ class LiveContainer:
     id: str
     name: str
     image: str
+    """Config.Image: what the container was created with, a name (`docker run NAME`) or an image ID (the
+    docker provider, given the ID the program passes)."""
     status: str
     """created, running, paused, restarting, exited, dead."""
     health: str | None
@@ -104,6 +106,8 @@ class LiveContainer:
     """State.StartedAt, RFC 3339 as Docker prints it (`status` shows the uptime from it)."""
     finished_at: str = ""
     """State.FinishedAt: when it last stopped; Docker's zero time `0001-01-01T00:00:00Z` if never."""
+    image_id: str = ""
+    """`.Image`: the ID of the image the container runs, however it was named at creation."""
 
     @property
     def active(self) -> bool:
@@ -155,6 +159,7 @@ class LiveContainer:
             healthcheck=LiveHealth.from_inspect(config.get("Healthcheck")),
             started_at=str(state.get("StartedAt") or ""),
             finished_at=str(state.get("FinishedAt") or ""),
+            image_id=str(data.get("Image") or ""),
         )
 
     @property
@@ -228,7 +233,13 @@ class HostFacts:
     uptimes on the host's clock, never this machine's."""
     kv_logs: Mapping[str, str] = field(default_factory=dict)
     """Container -> the last KV cache line of its log (`ops.doctor.kv_log`), empty when it has none."""
+    image_ids: Mapping[str, str | None] = field(default_factory=dict)
+    """Image name of the plan -> the image ID it names on the host (`docker image inspect`), None
+    where the host answered with anything but an ID (no such image)."""
 
+
+IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+"""An image ID as `docker image inspect --format '{{.Id}}'` prints it."""
 
 _SS_USER = re.compile(r'\("(?P<name>[^"]*)",pid=(?P<pid>[0-9]{1,9})\b')
 
@@ -317,6 +328,11 @@ def parse_facts(text: str) -> HostFacts:
         router_workers={name.split(None, 1)[1]: body for name, body in sec.items() if name.startswith("router-workers ")},
         clock=_epoch(sec.get("clock", "")),
         kv_logs={name.split(None, 1)[1]: body for name, body in sec.items() if name.startswith("kv-log ")},
+        image_ids={
+            name.split(None, 1)[1]: body.strip() if IMAGE_ID.fullmatch(body.strip()) else None
+            for name, body in sec.items()
+            if name.startswith("image ")
+        },
     )
 
 

@@ -292,7 +292,7 @@ def _judge_drift(view: HostView) -> list[Finding]:
     out = []
     for name, spec, _ in view.hd.containers:
         live = view.live.get(name)
-        for key, want, actual in differences(spec, live) if live is not None else ():
+        for key, want, actual in differences(spec, live, view.facts.image_ids) if live is not None else ():
             text = f"container {name}: {key}: {want} (plan) != {actual} (live)"
             out.append(Finding("drift", text, service=name, container=live.name, key=key))
     return out

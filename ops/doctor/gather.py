@@ -1,9 +1,11 @@
 """The one remote script `doctor` runs per host, and the mark of its frames.
 
 It prints the host's facts in sections: `docker inspect` of every container,
-the PIDs of every running container (`docker top`), the listening TCP sockets
-(`ss -ltnpH`), `npu-smi info`, the links between cards (`npu-smi info -t topo`), the device-share mode of the shared cards, what
-each router says of its workers (`/workers`), the host's clock, the KV cache each service with
+the PIDs of every running container (`docker top`), the image ID each of the plan's image
+names has on the host (`docker image inspect`: the docker provider creates containers by that
+ID, ops.doctor.drift), the listening TCP sockets (`ss -ltnpH`), `npu-smi info`, the links
+between cards (`npu-smi info -t topo`), the device-share mode of the shared cards, what each
+router says of its workers (`/workers`), the host's clock, the KV cache each service with
 `kvCacheGiB` logged at start (`ops.doctor.kv_log`), and which paths of the host requirements
 table (`records.host_requirements`, the table the host check reads too) the host lacks.
 """
@@ -42,6 +44,7 @@ def gather_script(
     shared_cards: Sequence[int] = (),
     routers: Sequence[tuple[str, int]] = (),
     board: str = "a2",
+    images: Sequence[str] = (),
     kv_logs: Sequence[str] = (),
 ) -> str:
     """POSIX sh, run with `sh -s`. The whole script is one { } group, so the shell has
@@ -50,7 +53,8 @@ def gather_script(
     `cmd | f KIND ARG`. `required`: the paths of the host requirements table to look for;
     `shared_cards`: cards whose device-share mode is read too, addressed as npu-smi numbers them on
     `board` (A3: NPU card//2, chip card%2); `routers`: (container, port) of the routers whose
-    `/workers` is read; `kv_logs`: containers whose log's KV cache line is read."""
+    `/workers` is read; `images`: the plan's image names, each resolved to the ID it names on the
+    host (or docker's answer that there is none); `kv_logs`: containers whose log's KV cache line is read."""
     sharing = "".join(
         "npu-smi info -t device-share -i {} -c {} 2>&1 | f device-share {}\n".format(*npu_chip(int(c), board), int(c))
         for c in shared_cards
@@ -58,6 +62,9 @@ def gather_script(
     sharing += "".join(
         f"{{ {_fetch(f'http://127.0.0.1:{int(port)}/workers')}; }} | f router-workers {shlex.quote(name)}\n"
         for name, port in routers
+    )
+    resolve = "".join(
+        f"        docker image inspect --format '{{{{.Id}}}}' -- {q} 2>&1 | f image {q}\n" for q in map(shlex.quote, images)
     )
     return f"""{{
 {shell_preamble(MARK)}if command -v docker >/dev/null 2>&1; then
@@ -70,7 +77,7 @@ def gather_script(
         for id in $(docker ps -q --no-trunc 2>/dev/null); do
             docker top "$id" -eo pid 2>/dev/null | f top "$id"
         done
-{kv_log_script(kv_logs)}    fi
+{resolve}{kv_log_script(kv_logs)}    fi
 else
     echo "no docker command on the host" | f docker-error
 fi

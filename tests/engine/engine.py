@@ -365,6 +365,16 @@ def plan_of(project: Project, values: dict[str, Any]) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
+def doctor_findings(project: Project) -> list[dict[str, Any]]:
+    """Every finding of `python -m allocation doctor` on the stack's file, as its JSON lists them."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "allocation", "doctor", "--config", str(project.stack_file), "--format", "json"],
+        cwd=project.root, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    return [finding for host in json.loads(proc.stdout)["hosts"] for finding in host["findings"]]
+
+
 def plan_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[set[str], set[str], set[str], set[str]]:
     """(added, removed, re-created, updated in place) services as the plan diff that `plan --against`
     prints reports them (views.diff); a capacity-only change touches no container."""

@@ -1,9 +1,10 @@
 """The real Pulumi engine and providers deploy the prod layout to the simulated 910B host.
 
 One stack lives through the whole module, as a fleet does: `pulumi up`, a second preview
-that must change nothing, drift made by hand and repaired, day-2 changes of the stack file
-(each checked against what the plan diff says it re-creates), a model that fails to load,
-and `pulumi destroy`. The tests run in file order and each starts from the state the one
+that must change nothing, a reboot of the host, drift made by hand and repaired, day-2 changes
+of the stack file (each checked against what the plan diff says it re-creates), a model that
+fails to load, and `pulumi destroy`. `doctor` finds nothing after the `up`, the reboot and each
+day-2 change. The tests run in file order and each starts from the state the one
 before left; each asserts on what the engine reported (its event log or `preview --json`)
 and on the host itself (`docker inspect`, the simulator's NPU state, files on the host).
 
@@ -33,7 +34,7 @@ from tests.engine.engine import (
     urn_name,
     urn_type,
 )
-from tests.engine.engine import get, health, inspect, plan_diff, plan_of, sim_stack_values, stack_has_resources
+from tests.engine.engine import doctor_findings, get, health, inspect, plan_diff, plan_of, sim_stack_values, stack_has_resources
 from tests.engine.engine import STACK
 from tests.support.pulumi_harness import REMOTE_COMMAND
 
@@ -106,6 +107,12 @@ def test_pulumi_up_of_the_prod_layout_starts_every_service_healthy_and_exports_t
     assert outputs["plan"] == plan_of(project, project.values())
 
 
+def test_doctor_finds_nothing_after_up(project):
+    """The containers are created by image ID (components/model_service.py), which the provider keeps
+    as Config.Image: doctor compares it with the ID the plan's image name has on the host."""
+    assert doctor_findings(project) == []
+
+
 # --- 2. a second preview --------------------------------------------------------
 
 
@@ -116,7 +123,21 @@ def test_a_second_preview_changes_nothing(project):
     project.run("preview", "--expect-no-changes")
 
 
-# --- 3. drift by hand ------------------------------------------------------------
+# --- 3. a reboot -------------------------------------------------------------------
+
+
+def test_after_a_reboot_dockerd_brings_back_every_service_and_doctor_and_preview_find_nothing(project, host):
+    """A real one: the host's dockerd killed with its containers and started again (sim/README.md)."""
+    boot = host.reboot()
+    assert boot.started == sorted(SERVICES)
+    assert boot.device_share is not None and boot.device_share.returncode == 0, boot.device_share
+    for name in SERVICES:
+        host.wait_healthy(name, timeout=180)
+    assert doctor_findings(project) == []
+    assert set(preview_steps(project.preview_json()).values()) == {"same"}
+
+
+# --- 4. drift by hand ------------------------------------------------------------
 
 
 def test_a_container_stopped_by_hand_shows_as_drift_on_refresh_and_up_re_creates_it(project, host):
@@ -147,7 +168,7 @@ def test_a_container_removed_by_hand_shows_as_drift_on_refresh_and_up_creates_it
     assert set(preview_steps(project.preview_json()).values()) == {"same"}
 
 
-# --- 4. day-2 changes -------------------------------------------------------------
+# --- 5. day-2 changes -------------------------------------------------------------
 
 
 def day2(project: Project, host: SimHost, change) -> Outcome:
@@ -165,6 +186,7 @@ def day2(project: Project, host: SimHost, change) -> Outcome:
     assert stack_containers(host) == names
     for name in names:
         assert health(host, name) == "healthy", host.logs(name)
+    assert doctor_findings(project) == []
     return up
 
 
@@ -218,7 +240,7 @@ def test_renaming_a_service_with_previous_names_re_creates_nothing_and_keeps_its
     assert inspect(host, "qwen-vl")["Id"] == before
 
 
-# --- 5. a model that fails to load --------------------------------------------------
+# --- 6. a model that fails to load --------------------------------------------------
 
 
 def test_a_model_that_fails_to_load_fails_up_within_its_start_timeout_and_leaves_the_others_running(project, host):
@@ -256,7 +278,7 @@ def test_up_with_the_model_repaired_replaces_the_failed_container(project, host)
     assert set(preview_steps(project.preview_json()).values()) == {"same"}
 
 
-# --- 6. pulumi destroy -----------------------------------------------------------------
+# --- 7. pulumi destroy -----------------------------------------------------------------
 
 
 def test_destroy_leaves_no_container_and_no_device_share_boot_unit(project, host):

@@ -1,6 +1,6 @@
 """Fixtures for tests against the simulated 910B host (sim/host.py).
 
-`sim_host` gives a running `SimHost` (sshd on loopback, dockerd, Ascend device files,
+`sim_host` gives a running `SimHost` (sshd on loopback, its own dockerd, Ascend device files,
 the npu-sim image) shared by the session and reset to idle after every test: test
 containers removed, NPU port claims and fault marks cleared, models deleted.
 

@@ -2,7 +2,9 @@
 
 The planned containers are started with the `docker run` arguments that
 views/exports/render.py builds from the deployment's container specs, so what runs is what the plan says;
-doctor then has to find it clean, and find each problem made by hand after.
+doctor then has to find it clean, and find each problem made by hand after. They are started by the
+image's name, as the render script does, or by its ID, as the docker provider does (the program
+hands it `RemoteImage.image_id`, components/model_service.py, and dockerd keeps that as `Config.Image`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from sim.host import CLAIMS_DIR, DCMI_DIR, IMAGE, SimHost, free_port
 from tests.simhost.probes import probed_often
 from tests.support.sim_stacks import run_args
 from tests.support.pipeline import deployment_of
+from tests.support.rolling import derived_image
 
 pytestmark = pytest.mark.simhost
 
@@ -90,9 +93,19 @@ def findings_of(report: dict[str, Any], host: str) -> list[dict[str, Any]]:
     return next(h for h in report["hosts"] if h["name"] == host)["findings"]
 
 
+def image_id(sim: SimHost, image: str) -> str:
+    return sim.docker("image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
+
+
 @pytest.fixture
 def deployed(sim_host: SimHost, tmp_path: Path):
-    """The stack's three planned containers running healthy on the simulated host."""
+    """The stack's three planned containers running healthy on the simulated host, created by name."""
+    return deploy(sim_host, tmp_path)
+
+
+def deploy(sim_host: SimHost, tmp_path: Path, image: str | None = None):
+    """The stack's three planned containers running healthy on the simulated host, created from
+    `image` if given, else by the plan's image name."""
     models = {EMBED: sim_host.make_model("doc-bge-m3"), VL: sim_host.make_model("doc-qwen")}
     config = write_stack(tmp_path, sim_host, models)
     fleet, _ = load_fleet(config=str(config))
@@ -103,7 +116,7 @@ def deployed(sim_host: SimHost, tmp_path: Path):
     # doc-long on cards of its own beside doc-embed; doc-vl after doc-embed on the shared card.
     for started in ((LONG, EMBED), (VL,)):
         for name in started:
-            sim_host.docker(*run_args(sim_host, specs[name]))
+            sim_host.docker(*run_args(sim_host, specs[name], image=image))
         for name in started:
             sim_host.wait_healthy(name, timeout=60)
     return config, specs, models
@@ -200,3 +213,24 @@ def test_doctor_finds_the_running_plan_clean_then_reports_each_hand_made_problem
     # loaded machine; "timed out" above says which path was taken.
     assert 2 <= seconds < 100, f"doctor took {seconds:.1f}s with unreachable hosts"
     print(f"doctor with two unreachable hosts took {seconds:.2f}s")
+
+
+def test_containers_created_by_the_planned_images_id_as_the_provider_creates_them_are_clean_and_another_id_is_drift(
+    sim_host: SimHost, tmp_path: Path
+) -> None:
+    planned = image_id(sim_host, IMAGE)
+    config, specs, _ = deploy(sim_host, tmp_path, image=planned)
+    assert sim_host.docker("inspect", "--format", "{{.Config.Image}}", EMBED).stdout.strip() == planned
+
+    report, code, _ = doctor_json(config)
+    assert (findings_of(report, "sim"), code) == ([], 0)
+
+    # doc-long re-created from another release of the image: another ID.
+    other = image_id(sim_host, derived_image("ascend-fleet/npu-sim:doctor-e2e-other"))
+    sim_host.docker("rm", "-f", LONG)
+    sim_host.docker(*run_args(sim_host, specs[LONG], image=other))
+    sim_host.wait_healthy(LONG)
+    report, code, _ = doctor_json(config)
+    [found] = findings_of(report, "sim")
+    assert (found["kind"], found["service"], found["key"], code) == ("drift", LONG, "image", 1)
+    assert found["message"] == f"container {LONG}: image: {IMAGE} = {planned} (plan) != {other} (live)"

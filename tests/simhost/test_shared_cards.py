@@ -5,13 +5,15 @@ unless the card is in device-share mode (vllm-ascend issues 632, 248, 2698), the
 after a reboot, and Docker starts every container at once after a reboot, so two instances
 would load on one card together (vllm-ascend issues 5917, 5707). The simulated host behaves
 the same way (sim/README.md). The containers are started by the `render --format docker-run`
-script, which runs the same device-share script the Pulumi program runs over SSH.
+script, which runs the same device-share script the Pulumi program runs over SSH; the reboots are
+real restarts of the host's dockerd (`SimHost.reboot`).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 from records.device_share import BOOT_SCRIPT
 from sim.host import SimHost
@@ -46,19 +48,16 @@ def test_prod_shares_card_0_only_in_device_share_mode_and_restarts_in_order(sim_
     again = subprocess.run(["sh", "-c", script], env=sim_host.docker_env(), capture_output=True, text=True)
     assert again.returncode == 0 and "card 0: device-share already on" in again.stdout
 
-    # A reboot: the mode is off and every container is killed; the boot unit's script runs
-    # before Docker, then Docker starts all of them at once. bge-m3, first on card 0 when the
-    # render script started them, loads first again (records.card_order) and keeps loading until
-    # qwen-vl has been seen waiting for it.
-    sim_host.kill_containers(label=LABEL)
-    sim_host.reboot()
-    assert sim_host.device_shared_cards() == []
-    boot = sim_host.run(BOOT_SCRIPT)
-    assert boot.returncode == 0, boot.stdout + boot.stderr
-    assert sim_host.device_shared_cards() == [0]
+    # A reboot: the power goes with every container running; at boot the mode is off, the boot
+    # unit's script (ordered before docker.service) switches card 0 back on, then Docker's restore
+    # starts all three at once. bge-m3, first on card 0 when the render script started them, loads
+    # first again (records.card_order) and keeps loading until qwen-vl has been seen waiting for it.
     since = now()
     with stretched_loads("bge-m3", "qwen-vl"):
-        sim_host.start_containers(["qwen-vl", "qwen-long", "bge-m3"])
+        boot = sim_host.reboot()
+        assert boot.started == ["bge-m3", "qwen-long", "qwen-vl"]
+        assert boot.device_share is not None and "card 0: device-share on" in boot.device_share.stdout, boot.device_share
+        assert sim_host.device_shared_cards() == [0]
         wait_for_any_log(sim_host, ("bge-m3", "qwen-vl"), WAITING, since=since)
     for name in ("bge-m3", "qwen-vl", "qwen-long"):
         sim_host.wait_healthy(name, timeout=120)
@@ -75,9 +74,13 @@ def test_after_a_reboot_without_the_boot_unit_doctor_reports_the_shared_card(sim
     sim_host.wait_healthy("bge-m3", timeout=120)
     assert allocation("doctor", "--config", str(config)).returncode in (0, 1)
 
-    sim_host.kill_containers(label=LABEL)
-    sim_host.reboot()  # and the unit never ran
-    sim_host.start_containers(["bge-m3", "qwen-long", "qwen-vl"])
+    unit = Path(BOOT_SCRIPT)
+    aside = unit.rename(unit.with_name(f"{unit.name}.aside"))
+    try:
+        boot = sim_host.reboot()  # and the unit never ran: card 0 comes up out of device-share mode
+    finally:
+        aside.rename(unit)
+    assert boot.device_share is None and boot.started == ["bge-m3", "qwen-long", "qwen-vl"]
     wait_for_any_log(sim_host, ["qwen-vl"], DCMI_BUSY)
     report = allocation("doctor", "--config", str(config), "--format", "json")
     assert report.returncode == 1

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sim.host import CLAIMS_DIR, IMAGE, SimHost, SimHostError
+from sim.host_docker import DATA_DIR
 
 # The simulator's own test: `make test` leaves it out (pytest.ini, marker `simulator`).
 pytestmark = pytest.mark.simulator
@@ -25,6 +26,15 @@ def test_the_ssh_opts_reach_the_host_with_strict_host_key_checking(sim_host: Sim
     proc = subprocess.run([*ssh, "docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()
+
+
+def test_ssh_sessions_and_the_local_socket_reach_the_hosts_own_dockerd_not_this_machines(sim_host: SimHost) -> None:
+    root = "docker info --format '{{.DockerRootDir}}'"
+    over_ssh = subprocess.run(["ssh", *sim_host.ssh_opts, "-p", str(sim_host.ssh_port), f"root@{sim_host.address}", root],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert over_ssh.stdout.strip() == str(DATA_DIR / "docker"), over_ssh.stderr
+    assert sim_host.docker("info", "--format", "{{.DockerRootDir}}").stdout.strip() == str(DATA_DIR / "docker")
+    assert sim_host.local_docker("info", "--format", "{{.DockerRootDir}}").stdout.strip() == str(DATA_DIR / "docker")
 
 
 def test_an_unknown_host_key_is_refused(sim_host: SimHost, tmp_path: Path) -> None:

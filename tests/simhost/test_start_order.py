@@ -5,8 +5,9 @@ reboot Docker starts both at once. The start gate (records.containers `START_GAT
 deploy-time order that the start-order step wrote on the host (records.card_order) and waits for
 its predecessors: these tests let qwen-vl reach its gate before bge-m3 even starts, and check that
 card 0 is still first claimed by bge-m3, reboot after reboot; that a neighbour stopped by hand
-blocks no one; and that the gate's holder keeps a card's locks past the start timeout while the
-model still loads. Loads are stretched (tests/simhost/loads.py) so the order is seen, not timed.
+blocks no one after a real reboot of the host's dockerd (whose restore leaves it down); and that
+the gate's holder keeps a card's locks past the start timeout while the model still loads. Loads
+are stretched (tests/simhost/loads.py) so the order is seen, not timed.
 """
 
 from __future__ import annotations
@@ -61,10 +62,12 @@ def wait_until(sim: SimHost, what: str, found: Callable[[], object], names: Sequ
 
 
 def power_cycle(sim: SimHost) -> None:
-    """A reboot up to Docker's restarts: every container killed, the NPU state and the gate's boot
-    stamps of a new boot, the device-share unit (ordered before docker.service) run."""
+    """A reboot up to Docker's restarts, with the containers left for the test to start in its own
+    order (dockerd's restore would start them all at once, in no order a test can choose): every
+    container killed, the NPU state and the gate's boot stamps of a new boot, the device-share unit
+    (ordered before docker.service) run."""
     sim.kill_containers(label=LABEL)
-    sim.reboot()
+    sim.npu_reboot()
     share = sim.run(DEVICE_SHARE_BOOT, check=False)
     assert share.returncode == 0, share.stdout + share.stderr
 
@@ -105,11 +108,11 @@ def test_after_each_reboot_card_0_loads_in_deploy_time_order_though_qwen_vl_reac
 def test_a_neighbour_stopped_by_hand_never_blocks_qwen_vl_after_a_reboot(sim_host: SimHost, tmp_path, boot_files):
     start_prod(sim_host, tmp_path)
     sim_host.docker("stop", "bge-m3")
-    power_cycle(sim_host)
     since = now()
-    # Docker restarts only what was running (restart: unless-stopped): not bge-m3.
-    sim_host.start_containers(["qwen-vl", "qwen-long"])
-    docker_restarted(sim_host)
+    boot = sim_host.reboot()
+    # Docker's restore starts only what was not stopped by hand (restart: unless-stopped): not bge-m3.
+    assert boot.started == ["qwen-long", "qwen-vl"]
+    assert boot.start_order is not None and "settled" in boot.start_order.stdout, boot.start_order
     sim_host.wait_healthy("qwen-vl", timeout=120)
     assert "cards 0,1,2,3 locked; vllm serve starts" in sim_host.logs("qwen-vl", since)
     assert sim_host.state("bge-m3")["Running"] is False

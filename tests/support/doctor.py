@@ -4,6 +4,7 @@ gathered command output (npu-smi screens, `docker inspect`, the router's /worker
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -37,18 +38,35 @@ def make_fleet(**extra: Any):
 
 
 
+def image_id(name: str) -> str:
+    """The ID a host gives the image `name` here: one per name, as `docker image inspect` prints it."""
+    return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+
+
+def host_image_ids(*specs) -> dict[str, str | None]:
+    """What the gather script learns of the specs' image names (`HostFacts.image_ids`): each one's ID."""
+    return {spec.image: image_id(spec.image) for spec in specs}
+
+
 def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str | None = "healthy",
-               env: dict[str, str] | None = None, image: str | None = None, devices=None,
+               env: dict[str, str] | None = None, image: str | None = None, runs: str | None = None, devices=None,
                ports: dict | None = None, labels: dict | None = None, name: str | None = None,
                privileged: bool | None = None, log_opts: dict | None = None, restart: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """A `docker inspect` object of the container a spec describes, with overrides."""
+    """A `docker inspect` object of the container a spec describes, with overrides, created the way the
+    docker provider creates it: by the ID of the spec's image (components/model_service.py passes
+    `RemoteImage.image_id`), which the provider sends as `Config.Image` as it is given
+    (kreuzwerker/terraform-provider-docker v4.5.0 `internal/provider/resource_docker_container_funcs.go`
+    lines 49 and 69-70, `resourceDockerContainerCreate`: `image := d.Get("image").(string)`,
+    `config := &container.Config{Image: image, ...}`). `image`: created with another name or ID instead;
+    `runs`: the ID it runs (`.Image`; default the ID `image` names)."""
+    created = image or image_id(spec.image)
     full_env = {"PATH": "/usr/local/sbin:/usr/bin", "LANG": "C.UTF-8", **spec.env, **(env or {})}
     return {
         "Id": cid,
         "Name": f"/{name or spec.name}",
-        "Image": "sha256:" + "0" * 64,
+        "Image": runs or (created if created.startswith("sha256:") else image_id(created)),
         "Config": {
-            "Image": image or spec.image,
+            "Image": created,
             "Cmd": list(spec.command),
             "Entrypoint": None if spec.entrypoint is None else list(spec.entrypoint),
             "Env": [f"{k}={v}" for k, v in full_env.items()],
@@ -112,6 +130,7 @@ def clean_facts(plan) -> HostFacts:
         npu=npu_info(procs),
         device_share={c: DEVICE_SHARE_ON for c in plan.hosts[0].shared_cards},
         topology=FULL_MESH,
+        image_ids=host_image_ids(*(spec for _, spec, _ in plan.hosts[0].containers)),
     )
 
 

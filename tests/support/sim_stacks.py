@@ -80,13 +80,15 @@ def start_prod(sim: SimHost, tmp_path) -> dict:
 
 
 def run_args(
-    sim: SimHost, spec, *, env: dict[str, str] | None = None, volume: tuple[str, str] | None = None, options: tuple[str, ...] = ()
+    sim: SimHost, spec, *, env: dict[str, str] | None = None, volume: tuple[str, str] | None = None,
+    options: tuple[str, ...] = (), image: str | None = None,
 ) -> list[str]:
     """`docker run` args of a spec, labelled for the fixture's cleanup, health probed every second
     (tests/simhost/probes.py; doctor judges against those specs, `probed_deployment`). The extra label
     is not in the spec (doctor compares only the spec's labels). `env`: values of the spec's own keys
     changed by hand; `volume`: (old, new) `--volume` argument, a mount changed by hand; `options`: more
-    `docker run` options (what a simulated host needs that a real one would not)."""
+    `docker run` options (what a simulated host needs that a real one would not); `image`: the image to
+    create it from instead of the spec's name (an ID, as the docker provider creates it)."""
     args = docker_run_args(probed_often(spec))
     for key, value in (env or {}).items():
         args = [f"--env={key}={value}" if a.startswith(f"--env={key}=") else a for a in args]
@@ -96,7 +98,7 @@ def run_args(
     end = args.index("--")  # options end there; the image follows
     assert args[end + 1] == spec.image
     test_labels = [f"--label={k}={v}" for k, v in sim.labels().items()]
-    return ["run", *args[:end], *test_labels, *options, *args[end:]]
+    return ["run", *args[:end], *test_labels, *options, "--", image or spec.image, *args[end + 2 :]]
 
 
 STAGING_HOSTS = ("npu-s1", "npu-s2", "npu-s3")
