@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -98,7 +99,10 @@ def dry_run(tmp_path: Path, target: str) -> str:
     """The commands `make TARGET` would run in a fresh clone (no .venv yet)."""
     for name in ("Makefile", "requirements.txt", "requirements-dev.txt", "requirements-bench.txt"):
         shutil.copy(ROOT / name, tmp_path / name)
-    result = subprocess.run(["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    # Under `make test` (as .ci/run runs it) the parent's MAKEFLAGS and MAKELEVEL would reach this make,
+    # which then prints "Entering directory" lines and takes the parent's variables.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    result = subprocess.run(["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -32,8 +32,11 @@ SUMMARY = (
 
 
 def kept_vllm_container(sim: SimHost, name: str, printed: str) -> None:
-    """A stopped container of the vLLM image that serves bge-m3, whose log holds `printed`."""
-    script = f"printf '%s' {shlex.quote(printed)}; exec vllm serve {BGE} --served-model-name bge-m3 --port 7107"
+    """A stopped container of the vLLM image that serves bge-m3, whose log holds `printed`, a few seconds
+    after its start as vLLM's startup lines come: dockerd stamps `State.StartedAt` once the task has
+    started (moby v20.10.24 `daemon/start.go` `containerStart`, then `SetRunning`), so a line printed at
+    once can carry an earlier time than the start, and `calibrate` reads the log since that start."""
+    script = f"sleep 3; printf '%s' {shlex.quote(printed)}; exec vllm serve {BGE} --served-model-name bge-m3 --port 7107"
     labels = [f"--label={k}={v}" for k, v in sim.labels().items()]
     sim.local_docker("run", "-d", "--name", name, *labels, "-v", f"{BGE}:{BGE}:ro", COMPOSE_IMAGE, "sh", "-c", script)
     sim.wait_exit(name, timeout=120)

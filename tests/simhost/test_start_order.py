@@ -32,7 +32,9 @@ from tests.support.pipeline import deployment_of
 
 PROD = ("bge-m3", "qwen-vl", "qwen-long")
 WAITS_FOR_BGE = "waiting for bge-m3, which loads before qwen-vl on card 0"
-TOO_LITTLE_FREE = "Free memory on device"
+# vllm-ascend's refusal (worker.py `_init_device`); its successful start logs "Free memory on device ..." too
+# (worker.py l. 546, the stand-in's startup lines), so the needle is the refusal's own words.
+TOO_LITTLE_FREE = "is less than desired GPU memory utilization"
 STILL_LOADING = "ascend-fleet: start gate: still loading after"
 REBOOTS = 5
 
