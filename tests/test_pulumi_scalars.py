@@ -7,15 +7,18 @@ spelling (re-recorded by `tests/data/record_pulumi_readings.py`, which names the
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import yaml
 
 from allocation.errors import ConfigError
 from cli import yaml12
 from cli.pulumi_scalars import Refused, Timestamp, program_value, top_level_text
 from cli.stackfile import load_fleet
 
+ROOT = Path(__file__).resolve().parent.parent
 RECORDED = json.loads(Path(__file__).with_name("data").joinpath("pulumi_readings.json").read_text())
 READINGS = {r["spelling"]: r for r in RECORDED["readings"]}
 PLAIN = [s for s in READINGS if not s.startswith("!!")]
@@ -144,3 +147,39 @@ def test_an_arg_a_name_or_an_address_the_pulumi_cli_reads_otherwise_is_refused_w
     path.write_text(path.read_text().replace(old, new, 1))
     with pytest.raises(ConfigError, match=r"line \d+: the plain value .* by the Pulumi CLI"):
         load_fleet(config=str(path))
+
+
+def go_float_text(value: float) -> str:
+    """`strconv.FormatFloat(value, 'g', -1, 64)`, how the Pulumi CLI's YAML encoder (gopkg.in/yaml.v3
+    `encode.go` `floatv`) writes a float back: the shortest digits, `%e` below 1e-4 or from 1e6 on
+    (golang/go `src/strconv/ftoa.go` `formatDigits`: "if precision was the shortest possible, use
+    precision 6 for this decision")."""
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    text, point = "".join(map(str, digits)), len(digits) + exponent
+    if point - 1 < -4 or point - 1 >= 6:
+        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
+        return f"{'-' * sign}{mantissa}e{point - 1:+03d}"
+    return ("-" if sign else "") + format(Decimal(repr(abs(value))).normalize(), "f")
+
+
+def test_go_float_text_is_gos_shortest_g_format():
+    cases = {0.9: "0.9", 0.95: "0.95", 1.0: "1", 100000.0: "100000", 1e6: "1e+06", 1234567.0: "1.234567e+06",
+             0.0001: "0.0001", 0.00001: "1e-05", -2.5: "-2.5"}  # fmt: skip
+    assert {v: go_float_text(v) for v in cases} == cases
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("Pulumi.*.yaml")), ids=lambda p: p.name)
+def test_every_float_of_a_committed_stack_file_is_written_as_the_pulumi_cli_writes_it_back(path: Path):
+    """`pulumi stack init` and `pulumi config set` write the whole file again, every object value through
+    the CLI's YAML encoder (pulumi/pulumi `sdk/go/common/resource/config/object.go` `MarshalYAML`): a
+    float spelt otherwise (`0.90`) comes back `0.9`, a diff nobody made beside the salt the first operator
+    commits (docs/getting-started.md, section 4)."""
+    floats = [n for n in _scalars(yaml.compose(path.read_text())) if n.tag == "tag:yaml.org,2002:float" and not n.style]
+    assert floats and [n.value for n in floats if n.value != go_float_text(float(n.value))] == []
+
+
+def _scalars(node: yaml.Node) -> list[yaml.ScalarNode]:
+    if isinstance(node, yaml.ScalarNode):
+        return [node]
+    children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
+    return [s for child in children for s in _scalars(child)]
