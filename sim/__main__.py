@@ -13,15 +13,16 @@ import sys
 
 from allocation.errors import FleetError
 from cli.stackfile import load_fleet
-from sim.host import SimHost, SimHostError
+from sim.host import LOCK_WAIT_SECONDS, SimHost, SimHostError
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Keep a simulated Ascend 910B host (8 cards) up on this machine for the dev stack, until Ctrl-C.
 It starts an sshd on 127.0.0.1 (docker over SSH), uses or starts dockerd, lays out the Ascend
 device files and driver folders, builds the ascend-fleet/npu-sim image and creates the model
-folders of Pulumi.dev.yaml; then it prints how to reach the host. Run `pulumi up -s dev` in
-another terminal. Ctrl-C removes the sim containers and everything it created. Needs root.
-See sim/README.md."""
+folders of Pulumi.dev.yaml; then it prints how to reach the host. One simulated host runs on a
+machine at a time: while another (a test run) holds the lock, it says so and waits, up to
+{LOCK_WAIT_SECONDS / 60:.0f} minutes. Run `pulumi up -s dev` in another terminal. Ctrl-C removes the sim
+containers and everything it created. Needs root. See sim/README.md."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -45,6 +45,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -72,6 +73,8 @@ __all__ = [
 ]  # fmt: skip
 
 LOCK_FILE = Path("/run/ascend-fleet-simhost.lock")
+LOCK_WAIT_SECONDS = 900.0
+"""How long `start` waits for the lock before it gives up (`python -m sim` waits so long too)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ class SimHost:
     address = "127.0.0.1"
     user = "root"
 
-    def __init__(self, workdir: Path | str | None = None, *, lock_timeout: float = 900.0, own_docker: bool = True) -> None:
+    def __init__(self, workdir: Path | str | None = None, *, lock_timeout: float = LOCK_WAIT_SECONDS, own_docker: bool = True) -> None:
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="simhost-"))
         self.session = uuid.uuid4().hex[:12]
         self.lock_timeout = lock_timeout
@@ -169,11 +172,20 @@ class SimHost:
     def _lock(self) -> None:
         fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + self.lock_timeout
+        waiting = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if not waiting:  # else a wait for a test run's host looks like a hang (`python -m sim`)
+                    waiting = True
+                    print(
+                        f"waiting for {LOCK_FILE}: another simulated host holds it (a test run on this machine?); "
+                        f"giving up after {self.lock_timeout:.0f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 if time.monotonic() > deadline:
                     os.close(fd)
                     raise SimHostError(f"another simulated host holds {LOCK_FILE} for more than {self.lock_timeout:.0f}s")
