@@ -319,6 +319,15 @@ def test_every_pulumi_step_installs_the_cli_version_of_the_one_file_the_sdk_pin_
     assert f"--version {version}" in guide and f"pulumi-v{version}-linux-x64.tar.gz" in guide
 
 
+def test_the_getting_started_page_names_the_plugin_versions_requirements_txt_pins():
+    guide = " ".join((REPO / "docs" / "getting-started.md").read_text().split())
+    pins = pinned_versions()
+    assert f"docker {pins['pulumi-docker']}, command {pins['pulumi-command']}" in guide
+    assert f"pulumi plugin install resource docker {pins['pulumi-docker']}" in guide
+    assert f"pulumi plugin install resource command {pins['pulumi-command']}" in guide
+    assert f"expected to have version >={pins['pulumi-docker']}" in guide
+
+
 def fork_runs(job: dict[str, Any], step: dict[str, Any]) -> bool:
     """Whether a fork's pull request runs the step: unless its job or itself is conditioned on the
     pull request coming from this repository (directly, or through the job's `SAME_REPO` env)."""
