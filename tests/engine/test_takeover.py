@@ -131,11 +131,14 @@ def test_an_image_the_host_lacks_is_pulled_while_the_old_containers_serve_untouc
             wait_for("the image's own layer held at the gate", lambda: layer in gate.held or running.done(), every=0.2)
             assert layer in gate.held, f"`pulumi up` ended without downloading the image's layer:\n{running.result().explain()}"
             # The pull is under way and cannot finish: the old deployment is as compose left it.
-            assert [restart_policy(host, n) for n in OLD] == [(True, "always"), (True, "always")]
+            during_pull = {n: restart_policy(host, n) for n in OLD}
+            assert during_pull == dict.fromkeys(OLD, (True, "always")), f"(running, restart) while pulling: {during_pull}"
             for port in API_PORTS:
                 serving(host, port)
-            assert "npu-a-takeover" not in steps_started(log)
-            assert not set(PLANNED) & set(host.local_docker("ps", "-a", "--format", "{{.Names}}").stdout.split())
+            started = steps_started(log)
+            assert f"npu-a-{gated_image.image}" in started and "npu-a-takeover" not in started, sorted(started)
+            made = set(PLANNED) & set(host.local_docker("ps", "-a", "--format", "{{.Names}}").stdout.split())
+            assert not made, f"containers created while pulling: {made}"
         finally:
             gate.open()
         up = running.result()
