@@ -41,7 +41,8 @@ test-sim: $(DEV_STAMP)
 
 # The real Pulumi engine against the simulated host (docs/testing.md, "Verifying with the real engine"):
 # needs pulumi, its Python language host and the docker and command plugins; skips without
-# them unless ASCEND_FLEET_REQUIRE_ENGINE=1.
+# them unless ASCEND_FLEET_REQUIRE_ENGINE=1. Its pull test also needs Debian's docker-registry
+# (.ci/run test-engine installs it) and fails, naming it, without it.
 test-engine: $(DEV_STAMP)
 	$(VENV)/bin/python -m pytest tests/engine -v --durations=0
 

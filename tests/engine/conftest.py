@@ -4,7 +4,10 @@ Without the Pulumi CLI, the Python language host, the docker and command resourc
 or the simulated host's prerequisites (root, sshd, dockerd, busybox), every test here is
 skipped with the reason; with ASCEND_FLEET_REQUIRE_ENGINE=1 it fails instead, as
 ASCEND_FLEET_REQUIRE_SIMHOST=1 does for tests/simhost. `make test` does not collect this
-folder (pytest.ini); `make test-engine` runs it.
+folder (pytest.ini); `make test-engine` runs it. The registry of the pull test
+(tests/engine/registry.py) is a tool of the suite like the others, but not one whose absence
+skips: where the engine and the simulated host are, a missing registry fails that test, naming
+its Debian package.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from sim.host import SimHost, SimHostUnavailable, unavailable_reason
+from tests.engine import registry as registries
 from tests.engine.engine import installed_plugins, missing_tools
 
 REQUIRE_ENV = "ASCEND_FLEET_REQUIRE_ENGINE"
@@ -53,3 +58,17 @@ def engine_host(engine_env, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield host
     finally:
         host.stop()
+
+
+@pytest.fixture
+def registry(engine_host, tmp_path: Path) -> Iterator[registries.LocalRegistry]:
+    """An image registry on loopback (tests/engine/registry.py), stopped after the test."""
+    missing = registries.missing()
+    if missing:
+        pytest.fail(f"the real-engine suite needs an image registry: {missing}", pytrace=False)
+    registry = registries.LocalRegistry(tmp_path)
+    try:
+        registry.start()
+        yield registry
+    finally:
+        registry.stop()

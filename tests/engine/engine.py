@@ -124,6 +124,14 @@ class Outcome:
         )
 
 
+def steps_started(log: Path) -> set[str]:
+    """The names of the resources whose step has started, by an event log written so far (its last
+    line may still be half-written)."""
+    lines = log.read_text().splitlines(keepends=True) if log.exists() else []
+    events = [json.loads(line) for line in lines if line.endswith("\n") and line.strip()]
+    return {urn_name(e["resourcePreEvent"]["metadata"]["urn"]) for e in events if "resourcePreEvent" in e}
+
+
 def urn_type(urn: str) -> str:
     """The resource type of a URN (`urn:pulumi:stack::project::parent$type::name`)."""
     return urn.split("::")[2].split("$")[-1]
@@ -215,7 +223,7 @@ class Project:
     def run(self, command: str, *args: str, expect_success: bool = True, timeout: float = 1200) -> Outcome:
         """`pulumi COMMAND --stack S --yes ARGS` with an event log; fail with its output unless
         it exited as expected."""
-        log = self.root.parent / f"events-{len(self.history)}-{command}.jsonl"
+        log = self.event_log(command)
         argv = ["pulumi", command, "--stack", self.stack, "--non-interactive", "--event-log", str(log), *args]
         if command in ("up", "refresh", "destroy"):
             argv.append("--yes")
@@ -232,6 +240,13 @@ class Project:
         if not expect_success and proc.returncode == 0:
             raise EngineFailed("expected a failure, but it succeeded\n" + outcome.explain())
         return outcome
+
+    def event_log(self, command: str) -> Path:
+        """Where the next `run` of `command` writes its event log. The CLI writes each event there as
+        it happens (the Automation API reads it so: `_watch_logs` in pulumi/pulumi
+        sdk/python/lib/pulumi/automation/_stack.py), so a test may read it while the command runs
+        (`steps_started`)."""
+        return self.root.parent / f"events-{len(self.history)}-{command}.jsonl"
 
     def preview_json(self, *args: str) -> dict[str, Any]:
         """`pulumi preview --json`: the engine's plan as one JSON document (steps, changeSummary)."""

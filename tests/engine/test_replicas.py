@@ -16,12 +16,9 @@ fixture forwards the gateway's SSH port to it and trusts the same host key under
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
-import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +31,7 @@ from sim.host import CLAIMS_DIR, IMAGE, SimHost
 from sim.router_image import build_router_image
 from tests.engine.engine import CONTAINER, REPLACE_OPS, Project, apply_and_preview, container_changes, preview_steps, urn_name, urn_type
 from tests.engine.engine import get, health, inspect, plan_diff, plan_of, stack_has_resources
+from tests.support.forward import Forward
 from tests.support.rolling import LOCAL_DOCKER, SERVICE, Watch, derived_image, host_address
 
 pytestmark = pytest.mark.engine
@@ -44,41 +42,6 @@ MODEL = "/srv/models/engine-emb"
 NEW_IMAGE = "ascend-fleet/npu-sim:engine-roll"
 ROUTER = f"{SERVICE}-router"
 START_TIMEOUT = 150
-
-
-class Forward:
-    """A TCP forwarder from `listen` to `target`, in threads, for the life of the module."""
-
-    def __init__(self, listen: tuple[str, int], target: tuple[str, int]) -> None:
-        self.target = target
-        self.server = socket.create_server(listen)
-        self.server.settimeout(0.5)
-        self.stopped = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                client, _ = self.server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                sink.sendall(data)
-        with contextlib.suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.server.close()
 
 
 def replicated_values(host: SimHost, gateway: str, known_hosts: Path) -> dict[str, Any]:
