@@ -22,11 +22,12 @@ from allocation import names as naming
 from allocation.config_errors import field_aliases, suggest, unknown_keys, validation_problems
 from allocation.config_types import (  # re-exported: every layer imports these from allocation.config
     FRACTION_SCALE, AnyPort, Fraction, FractionOrAuto, Model, Name, Port, PortCount, PortRange, PowerOfTwo,
-    _RouterPins, _WindowPins, units,
+    _RouterPins, _WindowPins, card_count_problems, units,
 )
 from allocation.errors import ConfigError, listing
 from allocation.scalars import Flag, Number, Whole, holds_number, top_level_value
 from allocation.group_config import DataParallel, MemberPins, nic_env_problems
+from allocation.disaggregated_config import Disaggregated, owned_arg_problems
 from allocation.host_config import A3_CHIPS, DEFAULT_DOCKER_ENGINE, DockerEngine, Host, npu_chip  # re-exported
 from allocation.profile_config import LINEAR_FIELDS, Measured, ModelProfile  # re-exported
 from allocation.values import (
@@ -44,7 +45,7 @@ from allocation.defaults import (
     REQUEST_TIMEOUT_SECONDS,
 )
 from allocation.target import DEFAULT_TARGET, Kubernetes, Target
-from allocation.windows import DP_RPC, EPHEMERAL, KINDS, ROUTER_KINDS, WindowKind
+from allocation.windows import DP_RPC, EPHEMERAL, KINDS, KV_PORT, ROUTER_KINDS, WindowKind
 from allocation.vllm_args import ArgsError, read_args
 
 NAMESPACE = "ascend-fleet"
@@ -315,6 +316,44 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     them. Not with `replicas`, `host`, `devices`, the window pins (pin members under
     `dataParallel.memberPins`) or `memoryFraction: auto`. Planned, not yet deployed by this version:
     `pulumi up` and `render` refuse it."""
+    # Left out of the fleet's hash while unset, so shard files cut before it still match (FleetConfig.fleet_hash).
+    disaggregated: Disaggregated | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Serve the model with prefill and decode apart: `prefill` and `decode` instances, each role with its own
+    `tensorParallelSize`, `memoryFraction` and `replicas`, the KV cache passed by the Mooncake connector, one
+    proxy in front ([Prefill and decode apart](disaggregated.md)). The plan sets each instance's
+    `--kv-transfer-config` (its `kvPort` block, `engine_id`, the KV pool's `lookup_rpc_port`) and the proxy's
+    port; `args` may set none of them. Not with `tensorParallelSize`, `memoryFraction`, `replicas`, `host`,
+    `devices`, the window pins (pin each instance under its role's `replicaPins`), `dataParallel`,
+    `kvCacheGiB` or `hcclPortRanges: false`. Planned, not yet deployed by this version: `pulumi up` and
+    `render` refuse it."""
+
+    @model_validator(mode="after")
+    def _disaggregated_agrees(self) -> Service:
+        """A disaggregated service's sizes and pins live in its roles, every instance gets HCCL windows of
+        its own, and its `args` set none of the options its plan owns."""
+        pd = self.disaggregated
+        if pd is None:
+            return self
+        problems = pd.problems()
+        own = {k: getattr(self, f) for k, f in (("tensorParallelSize", "tensor_parallel_size"), ("memoryFraction",
+               "memory_fraction"), ("replicas", "replicas")) if f in self.model_fields_set}  # fmt: skip
+        own |= {"host": self.host, "devices": self.devices, "dataParallel": self.data_parallel, "kvCacheGiB": self.kv_cache_gi_b}
+        own |= {k.key: getattr(self, k.key) for k in KINDS}
+        pinned = [k for k, v in own.items() if v is not None]
+        if pinned:
+            problems.append(
+                f"a disaggregated service sizes and pins each role under disaggregated.prefill and disaggregated.decode "
+                f"(tensorParallelSize, memoryFraction, replicas, replicaPins): it takes no {', '.join(pinned)} of its own"
+            )
+        if not self.hccl_port_ranges:
+            problems.append(
+                "hcclPortRanges false: every prefill and decode instance needs HCCL windows of its own, or two on one host "
+                "both bind HCCL's default 16666 (vllm-ascend issue 4725)"
+            )
+        problems += owned_arg_problems(self.args)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _data_parallel_agrees(self) -> Service:
@@ -367,12 +406,7 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
                 )
             if self.replica_pins is not None and len(self.replica_pins) > self.replicas:
                 problems.append(f"replicaPins has {len(self.replica_pins)} entries for {self.replicas} replicas")
-        for i, rp in enumerate(self.replica_pins or (), start=1):
-            if rp.devices is not None and len(rp.devices) != self.tensor_parallel_size:
-                problems.append(
-                    f"replicaPins entry {i}: devices {rp.devices} pins {len(rp.devices)} cards but "
-                    f"tensorParallelSize is {self.tensor_parallel_size}"
-                )
+        problems += card_count_problems(self.replica_pins, self.tensor_parallel_size)
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -394,7 +428,11 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
         return naming.original_name(self.name, self.previous_names)
 
     def names(self, name: str | None = None) -> list[str]:
-        """The service's name and those of its replicas and router; `name`: under that name."""
+        """The service's name and those of its replicas and router, members, or role instances and proxy;
+        `name`: under that name."""
+        if self.disaggregated is not None:
+            roles = {role: r.replicas for role, r in self.disaggregated.roles()}
+            return naming.disaggregated_names(name or self.name, roles)
         members = self.data_parallel.hosts if self.data_parallel else 0
         return naming.implied_names(name or self.name, self.replicas, members)
 
@@ -468,11 +506,12 @@ def _policy_fields() -> dict[str, Any]:
         fields[k.base_key] = (Port, Field(default=k.base, description=f"First port of the `{k.key}` windows: {k.doc}."))
         if k.count_key:
             fields[k.count_key] = (PortCount, Field(default=k.size, description=f"Ports per `{k.key}` window."))
-    # A group's own window, left out of the fleet's hash at its default (FleetConfig.fleet_hash).
-    fields[DP_RPC.base_key] = (Port, Field(
-        default=DP_RPC.base, exclude_if=lambda v: v == DP_RPC.base,
-        description=f"First port of the `{DP_RPC.key}` windows: {DP_RPC.doc}.",
-    ))  # fmt: skip
+    # A group's and a role instance's own windows, left out of the fleet's hash at their defaults (FleetConfig.fleet_hash).
+    for k in (DP_RPC, KV_PORT):
+        fields[k.base_key] = (Port, Field(
+            default=k.base, exclude_if=lambda v, base=k.base: v == base,
+            description=f"First port of the `{k.key}` windows: {k.doc}.",
+        ))  # fmt: skip
     return fields
 
 
@@ -777,6 +816,15 @@ class FleetConfig(Model):
         return self
 
     @model_validator(mode="after")
+    def _disaggregated_defaults(self) -> FleetConfig:
+        """The defaults' `args` reach every service: with a disaggregated service in the stack they set none of
+        the options its plan owns."""
+        problems = owned_arg_problems(self.defaults.args) if any(s.disaggregated for s in self.services) else []
+        if problems:
+            raise ValueError("defaults: " + "; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
     def _args_read_as_vllm_reads_them(self) -> FleetConfig:
         """Each service's `args` (the defaults' then its own) are read once here as vLLM reads them
         (`allocation.vllm_args`), so every later reader of them can trust they read."""
@@ -849,6 +897,12 @@ def _host_references(s: Service) -> list[tuple[str, str, list[int]]]:
             refs.append((f"dataParallel.memberPins entry {i}: ", mp.host, mp.devices or []))
     if s.router is not None and s.router.host is not None:
         refs.append(("router.host: ", s.router.host, []))
+    for role, r in s.disaggregated.roles() if s.disaggregated else ():
+        for i, rp in enumerate(r.replica_pins or (), start=1):
+            if rp.host is not None:
+                refs.append((f"disaggregated.{role}.replicaPins entry {i}: ", rp.host, rp.devices or []))
+    if s.disaggregated is not None and s.disaggregated.proxy.host is not None:
+        refs.append(("disaggregated.proxy.host: ", s.disaggregated.proxy.host, []))
     return refs
 
 

@@ -156,6 +156,15 @@ class _Pinned(Model):
         return (value, value + size - 1) if value is not None else None
 
 
+def card_count_problems(pins: list[Any] | None, tp: int, where: str = "") -> list[str]:
+    """Each `replicaPins` entry (under `where`, e.g. `prefill.`) whose `devices` are not `tp` cards, one problem each."""
+    return [
+        f"{where}replicaPins entry {i}: devices {p.devices} pins {len(p.devices)} cards but {where}tensorParallelSize is {tp}"
+        for i, p in enumerate(pins or (), start=1)
+        if p.devices is not None and len(p.devices) != tp
+    ]
+
+
 _WindowPins: type[_Pinned] = create_model("_WindowPins", __base__=_Pinned, **_pin_fields(KINDS))
 _RouterPins: type[Model] = create_model("_RouterPins", __base__=Model, **_pin_fields(ROUTER_KINDS))
 

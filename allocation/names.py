@@ -19,6 +19,9 @@ SERVICE, REPLICA, ROUTER = "service", "replica", "router"
 or the router in front of a replicated service's replicas."""
 GROUP, MEMBER = "group", "member"
 """The plan JSON's `kind` of a multi-host service (its `groups` entry) and of each of its members."""
+DISAGGREGATED, ROLE, PROXY = "disaggregated", "role", "proxy"
+"""The plan JSON's `kind` of a disaggregated service (its `disaggregated` entry), of each prefill or decode
+instance, and of its proxy."""
 KINDS = (SERVICE, REPLICA, ROUTER)
 
 _ROUTER_SUFFIX = "-router"
@@ -74,6 +77,24 @@ def member_name(service: str, index: int) -> str:
 def member_names(service: str, members: int) -> list[str]:
     """The members of a multi-host service over `members` hosts, the leader first."""
     return [member_name(service, i) for i in range(members)]
+
+
+def role_name(service: str, role: str) -> str:
+    """The instances of role `role` (`prefill`, `decode`) of a disaggregated service are named as the replicas
+    of a service of this name: `<service>-<role>`, or `<service>-<role>-1` ... with more than one."""
+    return f"{service}-{role}"
+
+
+def proxy_name(service: str) -> str:
+    """The proxy in front of a disaggregated service's instances."""
+    return f"{service}-proxy"
+
+
+def disaggregated_names(service: str, roles: dict[str, int]) -> list[str]:
+    """Every name a disaggregated service gives a resource: its own, each role's instances (`roles`: role ->
+    replicas) and its proxy."""
+    instances = [n for role, replicas in roles.items() for n in container_names(role_name(service, role), replicas)]
+    return [service, *instances, proxy_name(service)]
 
 
 def original_name(name: str, previous: Sequence[str] | None) -> str:

@@ -6,7 +6,7 @@ A plan is made once for the whole stack; each Pulumi component, exporter and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from decimal import Decimal
 from typing import Any, Callable, Mapping
@@ -14,11 +14,13 @@ from typing import Any, Callable, Mapping
 from allocation import names
 from allocation.capacity import GIB, Capacity, fixed_kv_bytes
 from allocation.config import FleetConfig, Host, Service
+from allocation.disaggregated import RoleInstance
+from allocation.disaggregated_config import CONNECTOR
 from allocation.group import Member
 from allocation.instance import Instance
 from allocation.measured import measured_json
 from allocation.resolved import Resolved, ResolvedRouter
-from allocation.windows import API, DP_RPC, ENDPOINT, KINDS, MEMBER_KINDS, METRICS, ROUTER_KINDS, PortWindow
+from allocation.windows import API, DP_RPC, ENDPOINT, KINDS, KV_PORT, MEMBER_KINDS, METRICS, PROXY, ROUTER_KINDS, PortWindow
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,128 @@ class GroupPlan:
 
 
 @dataclass(frozen=True)
+class RolePlan(ServicePlan):
+    """One prefill or decode instance of a disaggregated service on its host: a service's plan, its
+    `kvPort` block among its windows, and the host whose address its peers and the proxy reach."""
+
+    host: Host | None = None  # always given (allocation.planner)
+
+    @property
+    def role_instance(self) -> RoleInstance:
+        assert isinstance(self.instance, RoleInstance)
+        return self.instance
+
+    @property
+    def kv_ports(self) -> PortWindow:
+        """Its handshake block: `kv_port` to `kv_port + kv_block - 1`."""
+        return self.assignment.windows[KV_PORT.key]
+
+    @property
+    def lookup_rpc_port(self) -> int:
+        """The KV pool's `lookup_rpc_port`: its `kv_port`, unique on its host since the blocks there are
+        disjoint. vllm-ascend@v0.20.2rc1 reads it as a number that names an IPC socket, not a TCP port
+        (`kv_pool/ascend_store/pool_scheduler.py` `get_zmq_rpc_path_lookup`:
+        `ipc://{VLLM_RPC_BASE_PATH}/lookup_rpc_port_{port}_dp_rank{rank}`), and asks that each instance have
+        its own (`docs/source/user_guide/feature_guide/kv_pool.md`)."""
+        return self.kv_ports[0]
+
+    @property
+    def url(self) -> tuple[str, int]:
+        """Where the proxy reaches it: its host's address and API port (the instance is on the host network)."""
+        assert self.host is not None
+        return self.host.url_address(), self.assignment.api_port
+
+
+@dataclass(frozen=True)
+class DisaggregatedPlan:
+    """A disaggregated service as planned: its prefill and decode instances (the very plans of the host
+    plans), in instance order, and its proxy's host and port."""
+
+    service: Service
+    prefill: tuple[RolePlan, ...]
+    decode: tuple[RolePlan, ...]
+    proxy_host: Host
+    proxy_windows: Mapping[str, PortWindow]
+
+    @property
+    def name(self) -> str:
+        return self.service.name
+
+    @property
+    def instances(self) -> tuple[RolePlan, ...]:
+        return (*self.prefill, *self.decode)
+
+    @property
+    def proxy_port(self) -> int:
+        return self.proxy_windows[PROXY.key][0]
+
+    @property
+    def endpoint(self) -> str:
+        """The OpenAI-compatible base URL: the proxy's (it serves `/v1/completions` and `/v1/chat/completions`)."""
+        return f"http://{self.proxy_host.url_address()}:{self.proxy_port}/v1"
+
+    def kv_transfer_config(self, rp: RolePlan) -> dict[str, Any]:
+        """`--kv-transfer-config` of instance `rp`, as vllm-ascend@v0.20.2rc1's tutorials write it
+        (`pd_disaggregation_mooncake_single_node.md`): the connector, its `kv_role`, `kv_port` (an integer:
+        vLLM's `KVTransferConfig.kv_port`), `engine_id`, and both roles' sizes, which the connector asserts
+        (`mooncake_connector.py` `_get_prefill_decode_size`); each instance is an engine of data-parallel size
+        1, so `dp_size` is 1, as the tutorial's 1P1D (and its 2P1D, "different ports for each P process").
+        With the KV pool, a `MultiConnector` of it and `AscendStoreConnector` (`kv_pool.md`), `engine_id` on
+        the outer config only: vLLM's `MultiConnector` passes it to each child and refuses a child that repeats it
+        (`KVTransferConfig(**ktc, engine_id=engine_id)`, `multi_connector.py`)."""
+        ri = rp.role_instance
+        sizes = {role: {"dp_size": 1, "tp_size": r.tensor_parallel_size} for role, r in self._pd.roles()}
+        mooncake = {"kv_connector": CONNECTOR, "kv_role": ri.kv_role, "kv_port": rp.kv_ports[0]}
+        extra = {"kv_connector_extra_config": sizes}
+        pool = self._pd.kv_pool
+        if pool is None:
+            return mooncake | {"engine_id": ri.engine_id} | extra
+        store = {"kv_connector": "AscendStoreConnector", "kv_role": ri.kv_role, "kv_connector_extra_config": {
+            "lookup_rpc_port": rp.lookup_rpc_port, "backend": pool.backend,
+        }}  # fmt: skip
+        return {"kv_connector": "MultiConnector", "kv_role": ri.kv_role, "engine_id": ri.engine_id,
+                "kv_connector_extra_config": {"connectors": [mooncake | extra, store]}}  # fmt: skip
+
+    def proxy_args(self) -> tuple[str, ...]:
+        """The flags of vllm-ascend@v0.20.2rc1's `examples/disaggregated_prefill_v1/
+        load_balance_proxy_server_example.py` (`--port`, `--host`, `--prefiller-hosts`/`--prefiller-ports`,
+        `--decoder-hosts`/`--decoder-ports`, each of the last four `nargs="+"`), in instance order."""
+        out = ["--host", "0.0.0.0", "--port", str(self.proxy_port)]
+        for flag, plans in (("prefiller", self.prefill), ("decoder", self.decode)):
+            out += [f"--{flag}-hosts", *(rp.url[0] for rp in plans), f"--{flag}-ports", *(str(rp.url[1]) for rp in plans)]
+        return tuple(out)
+
+    @property
+    def _pd(self):
+        assert self.service.disaggregated is not None
+        return self.service.disaggregated
+
+    def role_json(self, rp: RolePlan) -> dict[str, Any]:
+        """An instance's entry: a service's keys, then its role, its block and ids, its `--kv-transfer-config`."""
+        ri = rp.role_instance
+        pool = {"lookupRpcPort": rp.lookup_rpc_port} if self._pd.kv_pool is not None else {}
+        return rp.to_json() | {KV_PORT.key: rp.kv_ports[0], "role": ri.role, "kvPortBlock": list(rp.kv_ports),
+                               "engineId": ri.engine_id, **pool, "kvTransferConfig": self.kv_transfer_config(rp)}  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "service": self.name,
+            "name": self.name,
+            "kind": names.DISAGGREGATED,
+            "previousNames": list(self.service.previous_names or ()),
+            "connector": self._pd.connector.name,
+            "kvPool": self._pd.kv_pool is not None,
+            "prefill": [self.role_json(rp) for rp in self.prefill],
+            "decode": [self.role_json(rp) for rp in self.decode],
+            "proxy": {
+                "name": names.proxy_name(self.name), "kind": names.PROXY, "host": self.proxy_host.name,
+                PROXY.key: self.proxy_port, "args": list(self.proxy_args()),
+            },
+            "endpoint": self.endpoint,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
 class HostPlan:
     host: Host
     budget: Decimal
@@ -222,6 +346,10 @@ class HostPlan:
     """The shard that deploys this host, in a fleet deployed as shards (allocation.shards)."""
     members: tuple[MemberPlan, ...] = ()
     """The members of multi-host services on this host, by name; each holds its cards alone."""
+    roles: tuple[RolePlan, ...] = ()
+    """The prefill and decode instances of disaggregated services on this host, by name."""
+    proxies: Mapping[str, Mapping[str, PortWindow]] = field(default_factory=dict)
+    """The windows of each disaggregated service's proxy on this host, by the service's name."""
 
     def card_load(self) -> dict[int, list[ServicePlan]]:
         """Services per card, every card of the host present."""
@@ -314,6 +442,8 @@ class Plan:
     """One per replicated service, by service name."""
     groups: tuple[GroupPlan, ...] = ()
     """One per multi-host service, by service name; its members are those of the host plans."""
+    disaggregated: tuple[DisaggregatedPlan, ...] = ()
+    """One per disaggregated service, by service name; its instances are those of the host plans."""
     notes: tuple[str, ...] = ()
     """Where a figure comes from when the plan cannot vouch for it (`allocation.outcome.Outcome.notes`)."""
 

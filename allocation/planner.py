@@ -16,13 +16,15 @@ from allocation.capacity import auto_fraction, fixed_kv_fraction, gib, runtime_t
 from allocation.config import FRACTION_SCALE, FleetConfig, Host, Service
 from allocation.errors import AllocationError, listing
 from allocation.graph_room import graph_room
+from allocation.disaggregated import RoleInstance, role_instances
+from allocation.disaggregated_config import CONNECTOR, SUPPORTED
 from allocation.group import Group, Member, groups_of
 from allocation.measured import stale
 from allocation.instance import Instance, instances
 from allocation.outcome import Outcome, T, card_words, where
 from allocation.placeable import Placement
 from allocation.placement import Placer
-from allocation.plan import GroupPlan, HostPlan, MemberPlan, Plan, ServicePlan, RouterPlan
+from allocation.plan import DisaggregatedPlan, GroupPlan, HostPlan, MemberPlan, Plan, RolePlan, ServicePlan, RouterPlan
 from allocation.ports import assign_ports
 from allocation.resolved import resolve, resolve_router
 from allocation.shards import assign_shards, split_services
@@ -33,7 +35,8 @@ def _instances(fleet: FleetConfig) -> Outcome[tuple[list[Instance], frozenset[st
     """Every instance of every service, each `memoryFraction: auto` and each `kvCacheGiB`'s fraction
     replaced by the fraction chosen for it; and the instances for which no fraction fits, each a problem."""
     out, unsized, problems = [], set(), list[str]()
-    for service in (s for s in fleet.services if s.data_parallel is None):  # a multi-host one is a group
+    # A multi-host service is a group; a disaggregated one, its role instances (`_roles`).
+    for service in (s for s in fleet.services if s.data_parallel is None and s.disaggregated is None):
         for i in instances(service, fleet.defaults):
             choose = auto_fraction if i.auto_fraction else fixed_kv_fraction if service.kv_cache_gi_b is not None else None
             if choose is not None:
@@ -89,7 +92,7 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
     shard_of = kept(assign_shards(fleet))
     groups = groups_of(fleet.services, fleet.defaults)
     placer = Placer(fleet, shard_of=shard_of)
-    placed = kept(placer.run(every, groups))
+    placed, roles_on, proxies_on = _apart(fleet, kept(placer.run([*every, *kept(_roles(fleet))], groups)))
     members = _members_by_host(placer.members, groups)
     replicas = _replicas(placed)
     kept(split_services(fleet, shard_of, replicas))
@@ -104,7 +107,8 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         placed_here = sorted(per_host[host.name], key=lambda p: p.instance.name)
         mine = router_hosts.get(host.name, [])
         exporter = fleet.metrics.npu_exporter_port
-        ports = kept(assign_ports(host, placed_here, fleet.ports, mine, exporter, members.get(host.name, ())))
+        here = (members.get(host.name, ()), roles_on.get(host.name, []), proxies_on.get(host.name, []))
+        ports = kept(assign_ports(host, placed_here, fleet.ports, mine, exporter, *here))
         assignments, windows = ports.assignments, ports.routers
         router_windows |= {s.name: (host.name, windows[s.name]) for s in mine}
         planned = []
@@ -120,15 +124,89 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
         unchecked = kept(graph_room(host, planned))
         kept(_not_sized(host, planned, unchecked))
         joined = tuple(kept(_member_plans(fleet, host, members.get(host.name, ()), ports.members)))
-        host_plans.append(HostPlan(host, fleet.budget(host), tuple(planned), shard_of.get(host.name), joined))
+        roled = tuple(kept(_role_plans(fleet, host, here[1], ports.roles)))
+        host_plans.append(HostPlan(host, fleet.budget(host), tuple(planned), shard_of.get(host.name), joined, roled, ports.proxies))
     if problems:
         raise AllocationError(f"stack {fleet.stack}: cannot allocate the fleet: " + listing(problems) + ".")
     kept(_crowded(fleet, replicas))
     routers = _routers(fleet, host_plans, router_windows)
     return Plan(
         fleet=fleet, hosts=tuple(host_plans), warnings=tuple(warnings), routers=routers, groups=_groups(host_plans),
-        notes=tuple(notes),
+        notes=tuple(notes), disaggregated=_disaggregated(fleet, host_plans),
     )
+
+
+def _roles(fleet: FleetConfig) -> Outcome[list[RoleInstance]]:
+    """Every prefill and decode instance of the fleet; a problem for each disaggregated service whose image
+    is not a vllm-ascend version the plan follows (`allocation.disaggregated_config.SUPPORTED`)."""
+    out, problems = role_instances(fleet.services, fleet.defaults), list[str]()
+    (first, last), seen = SUPPORTED, set()
+    for ri in out:
+        version = ri.resolved.vllm_ascend_version
+        if ri.parent.name in seen or (version is not None and first <= version <= last):
+            continue
+        seen.add(ri.parent.name)
+        runs = f"vLLM-Ascend {version[0]}.{version[1]}" if version else "a vLLM-Ascend version the plan cannot read"
+        problems.append(
+            f"service {ri.parent.name}: disaggregated: its image {ri.resolved.image} runs {runs}, and the plan of "
+            f"{CONNECTOR}'s ports and ids follows vLLM-Ascend {first[0]}.{first[1]} to {last[0]}.{last[1]} only "
+            f"(read at each tag from v{first[0]}.{first[1]}.0rc1 to v{last[0]}.{last[1]}.0rc1): use such an image, "
+            "or set vllmAscendVersion when its tag does not say"
+        )
+    return Outcome(out, tuple(problems))
+
+
+def _apart(
+    fleet: FleetConfig, placed: list[Placement]
+) -> tuple[list[Placement[Instance]], dict[str, list[Placement[RoleInstance]]], dict[str, list[Service]]]:
+    """The placements of instances, those of prefill and decode instances by host, and by host the
+    disaggregated services whose proxy runs there: `proxy.host`, else its first prefill instance's host (a
+    service whose first prefill instance found no room has no proxy: already a problem)."""
+    roles: dict[str, list[Placement[RoleInstance]]] = {}
+    first: dict[str, str] = {}
+    for p in placed:
+        if isinstance(p.instance, RoleInstance):
+            roles.setdefault(p.host.name, []).append(p)
+            if p.instance.role == "prefill" and p.instance.index <= 1:
+                first[p.instance.parent.name] = p.host.name
+    proxies: dict[str, list[Service]] = {}
+    for s in fleet.services:
+        if s.disaggregated is not None and (host := s.disaggregated.proxy.host or first.get(s.name)) is not None:
+            proxies.setdefault(host, []).append(s)
+    return [p for p in placed if not isinstance(p.instance, RoleInstance)], roles, proxies
+
+
+def _role_plans(
+    fleet: FleetConfig, host: Host, placed: list[Placement[RoleInstance]], assignments: list
+) -> Outcome[list[RolePlan]]:
+    """The plans of the prefill and decode instances on `host` (in name order, as `assign_ports` returns
+    their assignments), each sized on its cards."""
+    out, problems, warnings, notes = [], list[str](), list[str](), list[str]()
+    for p, a in zip(sorted(placed, key=lambda p: p.instance.name), assignments):
+        ri = p.instance if host.board == "a2" else replace(p.instance, resolved=resolve(p.instance.parent, fleet.defaults, host.board))
+        sized = size_service(fleet, host, ri, a.cards)
+        problems += sized.problems
+        warnings += sized.warnings
+        notes += sized.notes
+        out.append(RolePlan(ri, a, sized.value, host=host))
+    return Outcome(out, tuple(problems), tuple(warnings), tuple(notes))
+
+
+def _disaggregated(fleet: FleetConfig, host_plans: list[HostPlan]) -> tuple[DisaggregatedPlan, ...]:
+    """One plan per disaggregated service with a proxy, by name, holding its instances' plans (those of the
+    host plans) and its proxy's host and windows."""
+    plans: dict[str, list[RolePlan]] = {}
+    proxies = {s: (hp.host, w) for hp in host_plans for s, w in hp.proxies.items()}
+    for hp in host_plans:
+        for rp in hp.roles:
+            plans.setdefault(rp.role_instance.parent.name, []).append(rp)
+    out = []
+    for s in sorted((s for s in fleet.services if s.name in proxies), key=lambda s: s.name):
+        mine = sorted(plans.get(s.name, ()), key=lambda rp: rp.instance.index)
+        prefill = tuple(rp for rp in mine if rp.role_instance.role == "prefill")
+        decode = tuple(rp for rp in mine if rp.role_instance.role == "decode")
+        out.append(DisaggregatedPlan(s, prefill, decode, *proxies[s.name]))
+    return tuple(out)
 
 
 def _members_by_host(placed: list[Placement[Member]], groups: list[Group]) -> dict[str, list[tuple[Placement, tuple]]]:

@@ -24,7 +24,11 @@ from allocation.config import Host, Ports, PortRange, Service
 from allocation.placeable import Placeable, Placement
 from allocation.outcome import Outcome
 from allocation.plan import Assignment
-from allocation.windows import HCCL_DEFAULT_NPU_PORT, KINDS, MAX_PORT, ROUTER_KINDS, PortWindow, WindowKind, window_text
+from allocation import names
+from allocation.windows import (
+    HCCL_DEFAULT_NPU_PORT, KINDS, KV_PORT, MAX_PORT, PROXY, ROLE_KINDS, ROUTER_KINDS, PortWindow, WindowKind, transport_range,
+    window_text,
+)
 
 
 @dataclass
@@ -44,6 +48,20 @@ class Occupied:
         i = bisect.bisect_left(self.starts, first)
         self.starts.insert(i, first)
         self.windows.insert(i, (first, last, owner))
+
+    def fill(self, first: int, last: int, owner: str) -> None:
+        """Takes for `owner` every port of `first`-`last` nothing has taken yet."""
+        i = max(bisect.bisect_right(self.starts, first) - 1, 0)
+        gaps, at = [], first
+        for a, b, _ in self.windows[i:]:
+            if a > last:
+                break
+            if a > at:
+                gaps.append((at, a - 1))
+            at = max(at, b + 1)
+        gaps += [(at, last)] if at <= last else []
+        for gap in gaps:
+            self.add(*gap, owner)
 
     def first_free(self, base: int, size: int, avoid: PortWindow | None = None) -> PortWindow | None:
         """The first aligned window of `size` ports from `base` that touches nothing taken (nor `avoid`)."""
@@ -71,6 +89,7 @@ def _merged(ranges: list[PortRange]) -> list[PortWindow]:
 
 KEPT_DEFAULT = "HCCL's default NPU port (kept by services with hcclPortRanges: false)"
 EXPORTER_OWNER = "the NPU exporter's port (ascend-fleet:metrics.npuExporterPort)"
+TRANSPORT_OWNER = "AscendDirectTransport's random ports (a prefill or decode instance runs on the host)"
 
 
 @dataclass
@@ -132,6 +151,11 @@ class _Owner:
     windows: dict[str, PortWindow] = field(default_factory=dict)
     avoid: PortWindow | None = None
     """Ports none of its windows may take: the ephemeral range, for a member on the host network."""
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    """Its own size of a kind whose size is the owner's (a role instance's `kvPort` block)."""
+
+    def size(self, kind: WindowKind, policy: Ports) -> int:
+        return self.sizes.get(kind.key) or policy.size(kind)
 
 
 @dataclass(frozen=True)
@@ -142,6 +166,10 @@ class HostPorts:
     assignments: list[Assignment]
     routers: dict[str, Mapping[str, PortWindow]]
     members: list[Assignment] = field(default_factory=list)
+    roles: list[Assignment] = field(default_factory=list)
+    """The prefill and decode instances placed here, in name order."""
+    proxies: dict[str, Mapping[str, PortWindow]] = field(default_factory=dict)
+    """Each disaggregated service's proxy here, by the service's name."""
 
 
 def assign_ports(
@@ -151,57 +179,99 @@ def assign_ports(
     routers: Sequence[Service] = (),
     exporter_port: int | None = None,
     members: Sequence[tuple[Placement, tuple[WindowKind, ...]]] = (),
+    roles: Sequence[Placement] = (),
+    proxies: Sequence[Service] = (),
 ) -> Outcome[HostPorts]:
     """Port windows for the instances placed on one host, and the windows of each router on it,
     handed out after every instance's windows, so a new router moves no service. `members`: the
     members of multi-host services placed here, each with the kinds it binds (`Member.kinds`),
     handed out with the instances in name order, on the host network, so outside `policy.ephemeral`.
+    `roles`: the prefill and decode instances placed here (`allocation.disaggregated.RoleInstance`), handed
+    out as members are, with their `kvPort` block of `kv_block` ports; on a host with one, AscendDirectTransport's
+    random ports (`transport_range`) are taken first, so no window of any service lies there. `proxies`: the
+    disaggregated services whose proxy runs here, handed out after the routers.
     `exporter_port`, the host's NPU exporter, is taken first like a reserved port. A window that
     found no room, or clashes, is a problem and missing from its mapping."""
     taken, problems = Occupied(), list[str]()
     ephemeral = policy.ephemeral.window
 
     def claim(window: PortWindow, owner: str, avoid: PortWindow | None = None) -> None:
-        other = taken.clash(*window)
-        if window[1] > MAX_PORT:
-            problems.append(f"host {host.name}: {owner} {window_text(window)} runs past port {MAX_PORT}")
-        elif avoid is not None and window[0] <= avoid[1] and avoid[0] <= window[1]:
-            problems.append(
-                f"host {host.name}: {owner} {window_text(window)} lies in the ephemeral ports {window_text(avoid)} "
-                "(ascend-fleet:ports.ephemeral), where the kernel gives the host network's random ports out; "
-                "pin it outside them"
-            )
-        elif other is not None:
-            clash = f"{other[2]} {window_text(other[:2])}"
-            problems.append(f"host {host.name}: {owner} {window_text(window)} overlaps {clash}")
-        else:
-            taken.add(*window, owner)
+        problems.extend(_claim(host.name, taken, window, owner, avoid))
 
-    for first, last in _merged([*policy.reserved, *host.reserved_ports]):
-        taken.add(first, last, "reserved ports")
-    if exporter_port is not None and taken.clash(exporter_port, exporter_port) is None:
-        taken.add(exporter_port, exporter_port, EXPORTER_OWNER)
+    _take_first(taken, host, policy, exporter_port, transport=bool(roles))
     placed = sorted(placed, key=lambda p: p.instance.name)
+    roles = sorted(roles, key=lambda p: p.instance.name)
     members = sorted(members, key=lambda m: m[0].instance.name)
-    if any(not p.instance.hccl_ranges for p in (*placed, *(m for m, _ in members))):
+    if any(not p.instance.hccl_ranges for p in (*placed, *(m for m, _ in members), *roles)):
         claim((HCCL_DEFAULT_NPU_PORT, HCCL_DEFAULT_NPU_PORT), KEPT_DEFAULT)
     instances = [_Owner(p.instance.name, KINDS, p.instance.hccl_ranges, p.instance.pinned) for p in placed]
     joined = [_Owner(p.instance.name, kinds, p.instance.hccl_ranges, p.instance.pinned, avoid=ephemeral) for p, kinds in members]
     routed = [_Owner(s.name, ROUTER_KINDS, True, s.pinned) for s in sorted(routers, key=lambda s: s.name)]
-    in_order = sorted((*instances, *joined), key=lambda o: o.name)
-    # Pins first, the routers' too, before anything is handed out.
-    for owner in (*in_order, *routed):
+    proxies = sorted(proxies, key=lambda s: s.name)
+    roled, proxied = _disaggregated_owners(roles, proxies, ephemeral)
+    in_order = sorted((*instances, *joined, *roled), key=lambda o: o.name)
+    # Pins first, the routers' and proxies' too, before anything is handed out.
+    for owner in (*in_order, *routed, *proxied):
         for kind in owner.kinds:
-            window = owner.pinned(kind, policy.size(kind))
+            window = owner.pinned(kind, owner.size(kind, policy))
             if window is not None:
                 owner.windows[kind.key] = window
                 claim(window, f"{kind.key} of {owner.name}", owner.avoid)
-    for owner in (*in_order, *routed):
+    for owner in (*in_order, *routed, *proxied):
         problems += _hand_out(host.name, owner, policy, taken)
     assignments = [Assignment(host.name, p.cards, MappingProxyType(o.windows)) for p, o in zip(placed, instances)]
     member_assignments = [Assignment(host.name, p.cards, MappingProxyType(o.windows)) for (p, _), o in zip(members, joined)]
     routed_windows = {o.name: MappingProxyType(o.windows) for o in routed}
-    return Outcome(HostPorts(assignments, routed_windows, member_assignments), tuple(problems))
+    role_assignments = [Assignment(host.name, p.cards, MappingProxyType(o.windows)) for p, o in zip(roles, roled)]
+    proxy_windows = {s.name: MappingProxyType(o.windows) for s, o in zip(proxies, proxied)}
+    ported = HostPorts(assignments, routed_windows, member_assignments, role_assignments, proxy_windows)
+    return Outcome(ported, tuple(problems))
+
+
+def _claim(host: str, taken: Occupied, window: PortWindow, owner: str, avoid: PortWindow | None) -> list[str]:
+    """Takes a pinned `window` for `owner`; else says why not: past 65535, in `avoid` (the ephemeral ports), or
+    over what is taken."""
+    other = taken.clash(*window)
+    if window[1] > MAX_PORT:
+        return [f"host {host}: {owner} {window_text(window)} runs past port {MAX_PORT}"]
+    if avoid is not None and window[0] <= avoid[1] and avoid[0] <= window[1]:
+        return [
+            f"host {host}: {owner} {window_text(window)} lies in the ephemeral ports {window_text(avoid)} "
+            "(ascend-fleet:ports.ephemeral), where the kernel gives the host network's random ports out; "
+            "pin it outside them"
+        ]
+    if other is not None:
+        return [f"host {host}: {owner} {window_text(window)} overlaps {other[2]} {window_text(other[:2])}"]
+    taken.add(*window, owner)
+    return []
+
+
+def _take_first(taken: Occupied, host: Host, policy: Ports, exporter_port: int | None, transport: bool) -> None:
+    """What no window is handed out over: the reserved ports, the exporter's and, on a host with a prefill or
+    decode instance (`transport`), AscendDirectTransport's random ports, where nothing else was taken."""
+    for first, last in _merged([*policy.reserved, *host.reserved_ports]):
+        taken.add(first, last, "reserved ports")
+    if exporter_port is not None and taken.clash(exporter_port, exporter_port) is None:
+        taken.add(exporter_port, exporter_port, EXPORTER_OWNER)
+    if transport:
+        taken.fill(*transport_range(host.npus), TRANSPORT_OWNER)
+
+
+def _disaggregated_owners(
+    roles: Sequence[Placement], proxies: Sequence[Service], ephemeral: PortWindow
+) -> tuple[list[_Owner], list[_Owner]]:
+    """The owners of the windows of prefill and decode instances (each with its `kvPort` block's size) and of
+    proxies, in the order given; on the host network, so outside the ephemeral ports."""
+    roled = [
+        _Owner(p.instance.name, ROLE_KINDS, p.instance.hccl_ranges, p.instance.pinned, avoid=ephemeral,
+               sizes={KV_PORT.key: p.instance.kv_block})
+        for p in roles
+    ]  # fmt: skip
+    proxied = [
+        _Owner(names.proxy_name(s.name), (PROXY,), True, s.disaggregated.proxy.pinned, avoid=ephemeral)  # type: ignore[union-attr]
+        for s in proxies
+    ]
+    return roled, proxied
 
 
 def _hand_out(host: str, owner: _Owner, policy: Ports, taken: Occupied) -> list[str]:
@@ -211,7 +281,7 @@ def _hand_out(host: str, owner: _Owner, policy: Ports, taken: Occupied) -> list[
     for kind in owner.kinds:
         if kind.key in owner.windows or (kind.hccl_range and not owner.hccl_ranges):
             continue
-        base, size = policy.base(kind), policy.size(kind)
+        base, size = policy.base(kind), owner.size(kind, policy)
         window = taken.first_free(base, size, owner.avoid)
         if window is None:
             outside = f" outside the ephemeral ports {window_text(owner.avoid)}" if owner.avoid else ""

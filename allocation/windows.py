@@ -134,3 +134,31 @@ EPHEMERAL = (32768, 60999)
 """Linux's default `net.ipv4.ip_local_port_range` (torvalds/linux `Documentation/networking/
 ip-sysctl.rst`: "The default values are 32768 and 60999 respectively"): the ports the kernel hands
 to `bind(port 0)` and outgoing connections, where vLLM's own random ports land."""
+KV_PORT = WindowKind(
+    "kvPort", None, "kv-port", "KV port", "port", "kvPortBase", 28000, 1, None, False, None, True,
+    "the first of a prefill or decode instance's Mooncake handshake ports (`kv_port` of `--kv-transfer-config`); the "
+    "instance binds one per card of its block (its tensorParallelSize); the default base is vllm-ascend's advice for "
+    "8-NPU hosts, clear of AscendDirectTransport's random ports",
+)  # fmt: skip
+"""A disaggregated role instance's handshake block: vllm-ascend@v0.20.2rc1 `vllm_ascend/distributed/
+kv_transfer/kv_p2p/mooncake_connector.py` (`MooncakeConnectorWorker.__init__`) binds
+`kv_port + data_parallel_rank x TP x PP x PCP + device_index`, so an instance owns DP x TP x PP x PCP
+ports from `kv_port`; its size is the instance's (`allocation.disaggregated.RoleInstance.kv_block`),
+not the kind's."""
+ROLE_KINDS: tuple[WindowKind, ...] = (*KINDS, KV_PORT)
+"""The windows of a prefill or decode instance: a service's, and its KV handshake block."""
+PROXY = WindowKind(
+    "proxyPort", None, "proxy-port", "proxy", "port", "apiBase", 8000, 1, None, False, None, True,
+    "the port of a disaggregated service's proxy (`--port` of vllm-ascend's "
+    "`load_balance_proxy_server_example.py`); the service's endpoint",
+)  # fmt: skip
+"""The one window of a disaggregated service's proxy, handed out like a router's, after every instance's."""
+TRANSPORT_BASE, TRANSPORT_PER_NPU = 20000, 1000
+
+
+def transport_range(npus: int) -> PortWindow:
+    """The ports AscendDirectTransport picks at random on a host of `npus` NPUs, `[20000, 20000 + npus x
+    1000)` (vllm-ascend PR 6455, `docs/source/tutorials/features/pd_disaggregation_mooncake_multi_node.md`
+    "kv_port Configuration Guide", from v0.15.0rc1; Mooncake's `ascend_direct_transport.cpp`): a
+    window there may be taken from under its owner at any start of a Mooncake instance on the host."""
+    return TRANSPORT_BASE, TRANSPORT_BASE + npus * TRANSPORT_PER_NPU - 1
