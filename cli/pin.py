@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from allocation.errors import ConfigError
-from allocation.plan import GroupPlan, Plan, RouterPlan, ServicePlan
-from allocation.windows import KINDS, MEMBER_KINDS, ROUTER_KINDS
+from allocation.plan import DisaggregatedPlan, GroupPlan, Plan, RouterPlan, ServicePlan
+from allocation.windows import KINDS, MEMBER_KINDS, PROXY, ROLE_KINDS, ROUTER_KINDS
 from cli.stack_editor import set_service_keys
 
 
@@ -62,13 +62,33 @@ def _group_pins(group: GroupPlan) -> dict[str, Any]:
     return {"dataParallel": dp.model_dump(by_alias=True, exclude={"member_pins"}) | {"memberPins": each}}
 
 
+def _disaggregated_pins(d: DisaggregatedPlan) -> dict[str, Any]:
+    """A disaggregated service's pins: its `disaggregated` as configured, with each instance's host, cards and
+    windows (its `kvPort` among them) under its role's `replicaPins`, in order, and the proxy's host and port."""
+    pd = d.service.disaggregated
+    assert pd is not None
+    out: dict[str, Any] = {}
+    for (role, r), plans in zip(pd.roles(), (d.prefill, d.decode)):
+        each = [
+            {"host": rp.assignment.host_name, "devices": list(rp.assignment.cards)}
+            | {k.key: k.value(rp.assignment.windows[k.key]) for k in ROLE_KINDS if k.key in rp.assignment.windows}
+            for rp in plans
+        ]
+        shown = r.model_dump(by_alias=True, exclude={"replica_pins", "memory_fraction"})
+        out[role] = shown | {"memoryFraction": float(r.memory_fraction), "replicaPins": each}
+    rest = pd.model_dump(by_alias=True, exclude_none=True, exclude={"prefill", "decode", "proxy"})
+    return {"disaggregated": out | rest | {"proxy": {"host": d.proxy_host.name, PROXY.key: d.proxy_port}}}
+
+
 def stack_pins(plan: Plan) -> dict[str, dict[str, Any]]:
     """Every configured service's pins, by its name in the stack file, in the file's order: a service
     of its own from its plan, a replicated one from its router, which holds its replicas' plans, a
-    multi-host one from its group, which holds its members' plans."""
+    multi-host one from its group, which holds its members' plans, a disaggregated one from its plan,
+    which holds its instances'."""
     keys = {ps.service.name: pins_of(ps) for _, ps in plan.services() if not ps.service.replicated}
     keys |= {r.service.name: _replicated_pins(r) for r in plan.routers}
     keys |= {g.name: _group_pins(g) for g in plan.groups}
+    keys |= {d.name: _disaggregated_pins(d) for d in plan.disaggregated}
     return {s.name: keys[s.name] for s in plan.fleet.services}
 
 

@@ -54,6 +54,7 @@ def trusted(deployment: Deployment) -> Deployment:
 def deployable(deployment: Deployment) -> Deployment:
     """The deployment, unless the plan holds a multi-host service: planned, but not deployed by this
     version (docs/multi-host.md), so `pulumi up` and `render` stop before anything is half deployed."""
+    refuse_disaggregated(deployment)
     groups = deployment.plan.groups
     if groups:
         members = "; ".join(f"{g.name} on {', '.join(mp.host.name for mp in g.members)}" for g in groups)
@@ -66,3 +67,18 @@ def deployable(deployment: Deployment) -> Deployment:
         )
     return deployment
 
+
+
+def refuse_disaggregated(deployment: Deployment) -> None:
+    """Stops `pulumi up` and `render` when the plan holds a disaggregated service: planned, but not deployed by
+    this version (docs/disaggregated.md), and the rest of the stack without it would be half a fleet."""
+    planned = deployment.plan.disaggregated
+    if planned:
+        where = "; ".join(f"{d.name} ({', '.join(f'{rp.name} on {rp.assignment.host_name}' for rp in d.instances)}, "
+                          f"proxy on {d.proxy_host.name})" for d in planned)  # fmt: skip
+        raise ConfigError(
+            f"stack {deployment.stack}: planned, not yet deployed by this version: the disaggregated service(s) {where}. "
+            "`plan` shows each prefill and decode instance's cards, ports, kvPort block and engine id, but neither "
+            "`pulumi up` nor `render` deploys prefill and decode apart yet, and deploying the stack without it would "
+            "deploy half a fleet: remove disaggregated (or the service) to deploy the rest, see docs/disaggregated.md."
+        )

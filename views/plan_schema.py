@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from allocation import names
-from allocation.windows import DP_RPC, KINDS, MEMBER_KINDS, ROUTER_KINDS
+from allocation.windows import DP_RPC, KINDS, KV_PORT, MEMBER_KINDS, PROXY, ROUTER_KINDS
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 INT = {"type": "integer"}
@@ -110,6 +110,9 @@ HOST = _object(
     {"npuExporter": CONTAINER, "mustStop": MUST_STOP, "shard": SHARD, "members": {
         "description": "Only on a host that runs a member of a multi-host service: the members' names (under `groups`).",
         **TEXTS,
+    }, "roles": {
+        "description": "Only on a host that runs a prefill or decode instance: their names (under `disaggregated`).",
+        **TEXTS,
     }},
 )  # fmt: skip
 ROUTER = _object(
@@ -141,6 +144,30 @@ GROUP = _object(
 )  # fmt: skip
 
 
+ROLE = _object(
+    {
+        "name": TEXT, "kind": _kind(names.ROLE), "previousNames": TEXTS, "replicaOf": TEXT, "host": TEXT, "devices": CARDS,
+        "tensorParallelSize": INT, "memoryFraction": NUMBER, "gpuMemoryUtilization": NUMBER,
+        **{k.key: _window(k.shape) for k in KINDS}, "capacity": CAPACITY, KV_PORT.key: PORT,
+        "role": {"enum": ["prefill", "decode"]}, "kvPortBlock": RANGE, "engineId": TEXT,
+        "kvTransferConfig": {"description": "Its `--kv-transfer-config`, as vLLM reads it.", "type": "object"},
+    },
+    {"lookupRpcPort": {"description": "Only with the KV pool: the `lookup_rpc_port` of its AscendStoreConnector.", **INT}},
+    description="One prefill or decode instance of a disaggregated service on its host: a service's keys, its "
+    "`kvPort` (the first of the `kvPortBlock` handshake ports it binds, one per card) and `engineId`.",
+)  # fmt: skip
+DISAGGREGATED = _object(
+    {
+        "service": TEXT, "name": TEXT, "kind": _kind(names.DISAGGREGATED), "previousNames": TEXTS, "connector": TEXT,
+        "kvPool": FLAG, "prefill": {"type": "array", "items": ROLE}, "decode": {"type": "array", "items": ROLE},
+        "proxy": _object({"name": TEXT, "kind": _kind(names.PROXY), "host": TEXT, PROXY.key: PORT, "args": TEXTS}),
+        "endpoint": TEXT,
+    },
+    description="A disaggregated service (`disaggregated`): its prefill and decode instances in order, and its proxy "
+    "(`args`: the flags of vllm-ascend's example proxy).",
+)  # fmt: skip
+
+
 def plan_schema() -> dict[str, Any]:
     """The schema of `python -m allocation plan --format json` (docs/plan-json.md says what each key means)."""
     return {
@@ -151,6 +178,8 @@ def plan_schema() -> dict[str, Any]:
         **_object({"stack": TEXT, "hosts": {"type": "array", "items": HOST}, "routers": {"type": "array", "items": ROUTER},
                    "warnings": TEXTS}, {"groups": {"description": "Only with a multi-host service: one entry each, by name.",
                                                     "type": "array", "items": GROUP},
+                                         "disaggregated": {"description": "Only with a disaggregated service: one entry "
+                                                           "each, by name.", "type": "array", "items": DISAGGREGATED},
                                          "notes": {"description": "Where a figure comes from when the plan cannot vouch "
                                                    "for it (an unverified profile, an estimate, a service not sized), and "
                                                    "how to make it sure; always written, absent from plans before it.",

@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from allocation import names
 from views import markdown
 from allocation.capacity import GIB, Capacity, gib, runtime_total
 from allocation.config import units
@@ -18,7 +19,7 @@ from allocation.placement import fmt_units
 from allocation.graph_estimate import graph_pool
 from allocation.measured import applied, overhead_measured
 from allocation.plan import HostPlan, MemberPlan, Plan, ServicePlan
-from allocation.windows import DP_RPC, KINDS, ROUTER_KINDS, PortWindow, WindowKind, window_text
+from allocation.windows import DP_RPC, KINDS, KV_PORT, PROXY, ROUTER_KINDS, PortWindow, WindowKind, window_text
 
 FORMATS = ("table", "markdown", "json")
 WIDTH = 120
@@ -55,11 +56,15 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
             | ({} if hd.plan.shard is None else {"shard": hd.plan.shard})
             # Only on a host that runs a member of a multi-host service (its plan is under `groups`).
             | ({"members": [mp.name for mp in hd.plan.members]} if hd.plan.members else {})
+            # Only on a host that runs a prefill or decode instance (its plan is under `disaggregated`).
+            | ({"roles": [rp.name for rp in hd.plan.roles]} if hd.plan.roles else {})
         )
     routers = [rd.plan.to_json() | {"endpoint": rd.endpoint, "container": rd.spec.to_json()} for rd in deployment.routers]
     # Only with a multi-host service: a stack without one prints as before.
     groups = {"groups": [g.to_json() for g in deployment.plan.groups]} if deployment.plan.groups else {}
     plan = deployment.plan
+    # Only with a disaggregated service, likewise.
+    groups |= {"disaggregated": [d.to_json() for d in plan.disaggregated]} if plan.disaggregated else {}
     return {"stack": deployment.stack, "hosts": hosts, "routers": routers} | groups | {
         "warnings": list(plan.warnings), "notes": list(plan.notes)
     }
@@ -74,11 +79,11 @@ def _window_cell(kind: WindowKind, window: PortWindow | None) -> str:
 def _card_rows(hp: HostPlan) -> tuple[list[str], list[list[str]]]:
     headers = ["card"] + [str(c) for c in range(hp.host.npus)]
     rows = []
-    for ps in (*hp.services, *hp.members):
+    for ps in (*hp.services, *hp.members, *hp.roles):
         cells = [f"{ps.memory_fraction}" if c in ps.assignment.cards else "." for c in range(hp.host.npus)]
         rows.append([ps.name, *cells])
     load = hp.card_load()
-    for mp in hp.members:
+    for mp in (*hp.members, *hp.roles):
         for c in mp.assignment.cards:
             load[c] = [*load[c], mp]
     used = [fmt_units(sum(units(s.memory_fraction) for s in load[c])) for c in range(hp.host.npus)]
@@ -108,12 +113,12 @@ def _capacity_cells(cap: Capacity | None) -> list[str]:
 
 def _port_rows(hp: HostPlan, capacity: bool = True) -> tuple[list[str], list[list[str]]]:
     """The port windows of each service, with the capacity columns beside them when `capacity` (wide)."""
-    sized = capacity and any(ps.capacity for ps in (*hp.services, *hp.members))
+    sized = capacity and any(ps.capacity for ps in (*hp.services, *hp.members, *hp.roles))
     headers = ["service", "cards", "TP", "HBM/card", *(k.column for k in KINDS)]
     headers += CAPACITY_COLUMNS if sized else []
     total = runtime_total(hp.host) or hp.host.hbm_gi_b * GIB
     rows = []
-    for ps in hp.services:
+    for ps in (*hp.services, *hp.roles):  # a prefill or decode instance's row is a service's
         a, fraction = ps.assignment, ps.memory_fraction
         rows.append(
             [
@@ -125,11 +130,14 @@ def _port_rows(hp: HostPlan, capacity: bool = True) -> tuple[list[str], list[lis
                 *(_capacity_cells(ps.capacity) if sized else []),
             ]
         )
-    if hp.members:
-        headers.insert(4 + len(KINDS), DP_RPC.column)
-        for row in rows:
-            row.insert(4 + len(KINDS), "-")
-        rows += [_member_row(mp, sized, total) for mp in hp.members]
+    rows += [_member_row(mp, sized, total) for mp in hp.members]
+    # A column of its own only on a host with a member (DP RPC) or a prefill or decode instance (KV port).
+    extra = [kind for kind, present in ((DP_RPC, hp.members), (KV_PORT, hp.roles)) if present]
+    windows = {p.name: p.assignment.windows for p in (*hp.services, *hp.members, *hp.roles)}
+    at = 4 + len(KINDS)
+    headers[at:at] = [kind.column for kind in extra]
+    for row in rows:
+        row[at:at] = [_window_cell(kind, windows[row[0]].get(kind.key)) for kind in extra]
     return headers, rows
 
 
@@ -142,16 +150,17 @@ def _member_row(mp: MemberPlan, sized: bool, total: int) -> list[str]:
         mp.name, window_text((a.cards[0], a.cards[-1])) if contiguous else ",".join(map(str, a.cards)),
         f"{len(mp.member.ranks)}x{mp.service.tensor_parallel_size}",
         f"{fraction} ({gib(int(fraction * total))} GiB)",
-        *(_window_cell(k, a.windows.get(k.key)) for k in (*KINDS, DP_RPC)),
+        *(_window_cell(k, a.windows.get(k.key)) for k in KINDS),
         *(_capacity_cells(mp.capacity) if sized else []),
     ]  # fmt: skip
 
 
 def _capacity_rows(hp: HostPlan) -> list[tuple[list[str], list[list[str]]]]:
     """The capacity columns as a table of their own, none when no service on the host is sized."""
-    if not any(ps.capacity for ps in (*hp.services, *hp.members)):
+    every = (*hp.services, *hp.members, *hp.roles)
+    if not any(ps.capacity for ps in every):
         return []
-    return [(["service", *CAPACITY_COLUMNS], [[ps.name, *_capacity_cells(ps.capacity)] for ps in (*hp.services, *hp.members)])]
+    return [(["service", *CAPACITY_COLUMNS], [[ps.name, *_capacity_cells(ps.capacity)] for ps in every])]
 
 
 FIGURE_COLUMNS = ["weights/card", "runtime overhead", "NPU graphs", "measured"]
@@ -218,6 +227,7 @@ def _host_title(hp: HostPlan) -> str:
     takeover = f", takes over from {', '.join(hp.host.replaces)}" if hp.host.replaces else ""
     takeover += f", shard {hp.shard}" if hp.shard is not None else ""
     takeover += f", members {', '.join(mp.name for mp in hp.members)} (host network)" if hp.members else ""
+    takeover += f", prefill/decode {', '.join(rp.name for rp in hp.roles)} (host network)" if hp.roles else ""
     unit = hp.device_share_cards()
     if hp.host.card_sharing == "deviceShare" and unit != shared:
         sharing += f", device-share mode on cards {','.join(map(str, unit))} (both chips of each NPU)"
@@ -320,6 +330,20 @@ def _group_rows(plan: Plan) -> tuple[list[str], list[list[str]]]:
     return ["service", "shape", "member", "role", "host", "ranks", "DP address"], rows
 
 
+def _disaggregated_rows(plan: Plan) -> tuple[list[str], list[list[str]]]:
+    """One row per prefill or decode instance of each disaggregated service (its KV handshake block and
+    engine id, and with the KV pool its lookup_rpc_port), then its proxy's."""
+    rows = []
+    for d in plan.disaggregated:
+        pool = d.service.disaggregated is not None and d.service.disaggregated.kv_pool is not None
+        for rp in d.instances:
+            ri = rp.role_instance
+            rows.append([d.name, ri.role, rp.name, rp.assignment.host_name, f"{rp.url[0]}:{rp.url[1]}",
+                         window_text(rp.kv_ports), ri.engine_id, str(rp.lookup_rpc_port) if pool else "-"])  # fmt: skip
+        rows.append([d.name, PROXY.column, names.proxy_name(d.name), d.proxy_host.name, d.endpoint, "-", "-", "-"])
+    return ["service", "role", "instance", "host", "serves", "KV ports", "engine id", "lookup_rpc_port"], rows
+
+
 def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
     """The plan as `fmt`; table and markdown fit WIDTH columns for the committed stacks, or keep one wide
     table of ports and capacity per host and unwrapped lines when `wide` (the output before `--wide` existed)."""
@@ -329,6 +353,7 @@ def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
     services = sum(len(hp.services) for hp in plan.hosts)
     summary = f"stack {plan.stack}: {len(plan.hosts)} host(s), {services} service(s)"
     summary += f", {len(plan.groups)} multi-host service(s)" if plan.groups else ""
+    summary += f", {len(plan.disaggregated)} disaggregated service(s)" if plan.disaggregated else ""
     parts = [f"## Allocation plan: {markdown.text(summary)}" if fmt == "markdown" else summary]
     for hd in deployment.hosts:
         hp = hd.plan
@@ -352,6 +377,9 @@ def render_plan(deployment: Deployment, fmt: str, wide: bool = False) -> str:
     if plan.groups:
         table = _group_rows(plan)
         parts += ["### Multi-host services", _md_table(*table)] if fmt == "markdown" else ["multi-host services", text_table(*table)]
+    if plan.disaggregated:
+        table = _disaggregated_rows(plan)
+        parts += ["### Disaggregated services", _md_table(*table)] if fmt == "markdown" else ["disaggregated services", text_table(*table)]
     parts += _said(plan.notes, "note", fmt, wide) + _said(plan.warnings, "warning", fmt, wide)
     return "\n\n".join(parts)
 

@@ -211,6 +211,8 @@ class PlanDiff:
     groups: tuple[str, ...] = ()
     """One line per multi-host service added, removed or changed: its members are one unit, so a change
     to any of them restarts all of them (vLLM's leader cannot take a restarted follower back)."""
+    disaggregated: tuple[str, ...] = ()
+    """One line per disaggregated service added, removed or changed, naming what the change restarts."""
 
     def counts(self) -> dict[str, int]:
         out = {"changed": 0, "added": 0, "removed": 0, "unchanged": 0}
@@ -220,7 +222,7 @@ class PlanDiff:
 
     @property
     def has_changes(self) -> bool:
-        return bool(self.hosts) or bool(self.groups) or any(not s.unchanged for s in self.services)
+        return bool(self.hosts) or bool(self.groups) or bool(self.disaggregated) or any(not s.unchanged for s in self.services)
 
     def takeovers(self) -> list[HostDiff]:
         """Hosts where `pulumi up` first disables containers outside the plan."""
@@ -262,17 +264,15 @@ def diff_plans(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, against
         stack_is_new=old is None,
         against=against,
         groups=_group_lines(old or {}, new),
+        disaggregated=_disaggregated_lines(old or {}, new),
     )
 
 
 def _group_lines(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, ...]:
     """A line per multi-host service (`groups`) added, removed or with a member that changed: every key
     of it or of a member but the capacity check counts, and any such change restarts the whole group."""
-    before = {g["name"]: g for g in old.get("groups", ())}
-    after = {g["name"]: g for g in new.get("groups", ())}
     lines = []
-    for name in sorted(before.keys() | after.keys()):
-        was, now = before.get(name), after.get(name)
+    for name, was, now in _by_name(old, new, "groups"):
         if was is None or now is None:
             g = now or was
             where = ", ".join(f"{m['name']} on {m['host']}" for m in g["members"])  # type: ignore[index]
@@ -282,6 +282,40 @@ def _group_lines(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, .
         if changed:
             members = ", ".join(m["name"] for m in now["members"])
             lines.append(f"multi-host service {name}: {changed}; a change to any member restarts every member: {members}")
+    return tuple(lines)
+
+
+def _by_name(old: Mapping[str, Any], new: Mapping[str, Any], key: str) -> list[tuple[str, Any, Any]]:
+    """The entries of list `key` in both plans, by name: (name, the old entry or None, the new one or None)."""
+    before = {e["name"]: e for e in old.get(key, ())}
+    after = {e["name"]: e for e in new.get(key, ())}
+    return [(name, before.get(name), after.get(name)) for name in sorted(before.keys() | after.keys())]
+
+
+def _disaggregated_lines(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, ...]:
+    """A line per disaggregated service (`disaggregated`) added, removed or changed, naming what restarts: each
+    prefill or decode instance whose entry changed (any key but the capacity check's, its `kvTransferConfig`
+    among them, which carries both roles' sizes, so a change to either role's tensorParallelSize restarts every
+    instance of both), and the proxy when its entry changed (its flags name every instance's address and port)."""
+    lines = []
+    for name, was, now in _by_name(old, new, "disaggregated"):
+        if was is None or now is None:
+            d = now or was
+            where = ", ".join(f"{i['name']} on {i['host']}" for i in (*d["prefill"], *d["decode"]))  # type: ignore[index]
+            lines.append(f"disaggregated service {name} {'added' if was is None else 'removed'}: {where}, proxy on {d['proxy']['host']}")  # type: ignore[index]
+            continue
+        old_entries = {i["name"]: i for i in (*was["prefill"], *was["decode"], was["proxy"])}
+        parts, restarts = [], []
+        for entry in (*now["prefill"], *now["decode"], now["proxy"]):
+            prior = old_entries.get(entry["name"], {})
+            keys = sorted(k for k in prior.keys() | entry.keys() if k != "capacity" and prior.get(k) != entry.get(k))
+            if keys:
+                parts.append(f"{entry['name']}: {', '.join(keys)}")
+                restarts.append(entry["name"])
+        gone = sorted(old_entries.keys() - {e["name"] for e in (*now["prefill"], *now["decode"], now["proxy"])})
+        parts += [f"{n}: removed" for n in gone]
+        if parts:
+            lines.append(f"disaggregated service {name}: {'; '.join(parts)}; restarts {', '.join(restarts) or 'nothing'}")
     return tuple(lines)
 
 

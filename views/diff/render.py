@@ -66,7 +66,9 @@ def _restart_title(diff: PlanDiff) -> str:
     count = len(diff.recreated())
     if not count:
         # A multi-host service is planned, not deployed yet (records.pipeline.deployable): none of it runs.
-        return "Will restart: no running container" + (" (a multi-host service is not deployed yet)." if diff.groups else ".")
+        # A disaggregated service likewise (records.pipeline.deployable).
+        planned = "a multi-host service" if diff.groups else "a disaggregated service" if diff.disaggregated else None
+        return "Will restart: no running container" + (f" ({planned} is not deployed yet)." if planned else ".")
     if any(s.exporter for s in diff.recreated()):
         return f"Will restart: {count} container(s), each at the cost beside it:"
     return f"Will restart: {count} container(s), each down for its model load:"
@@ -92,6 +94,7 @@ def _render_table(diff: PlanDiff) -> str:
         return "\n".join(lines) + "\n"
     lines += _shown([f"Takes over first: host {h.name} {h.takeover()}." for h in diff.takeovers()])
     lines += _shown([f"Restarts as one: {line}." for line in diff.groups])
+    lines += _shown([f"Prefill and decode: {line}." for line in diff.disaggregated])
     lines.append(_restart_title(diff))
     restarts = _restart_rows(diff)
     if restarts:
@@ -134,7 +137,9 @@ def _render_json(diff: PlanDiff) -> str:
             for h in diff.hosts
         ],
         "services": [_service_json(s) for s in diff.services],
-    } | ({"groups": list(diff.groups)} if diff.groups else {})  # only with a multi-host service, as the plan
+    } | ({"groups": list(diff.groups)} if diff.groups else {}) | (  # only with a multi-host service, as the plan
+        {"disaggregated": list(diff.disaggregated)} if diff.disaggregated else {}  # likewise
+    )
     return json.dumps(doc, indent=2) + "\n"
 
 
@@ -149,6 +154,7 @@ def _render_markdown(diff: PlanDiff) -> str:
     for h in diff.takeovers():
         lines += [f"**Takes over first:** host {markdown.code(h.name)} {markdown.text(h.takeover())}.", ""]
     lines += [line for g in diff.groups for line in (f"**Restarts as one:** {markdown.text(g)}.", "")]
+    lines += [line for d in diff.disaggregated for line in (f"**Prefill and decode:** {markdown.text(d)}.", "")]
     lines += [f"**{_restart_title(diff)}**", ""]
     restarts = _restart_rows(diff)
     if restarts:
