@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, create_model
+from pydantic.json_schema import WithJsonSchema
 
 from allocation.config_types import Fraction, Model, Name, PowerOfTwo, _pin_fields, _Pinned, card_count_problems
 from allocation.group_config import _once_each
@@ -87,10 +88,21 @@ class Role(Model):
         return problems + card_count_problems(self.replica_pins, self.tensor_parallel_size, f"{role}.")
 
 
+def _planned_connector(name: str) -> str:
+    """Only the connector whose ports and ids the plan knows."""
+    if name != CONNECTOR:
+        raise ValueError(
+            f"{name!r} is not a connector this version plans: only {CONNECTOR} (vllm-ascend's Mooncake connector, whose "
+            "handshake ports, engine ids and sizes the plan owns, read at vllm-ascend v0.15.0rc1 to v0.21.0rc1); the "
+            "layerwise and hybrid Mooncake connectors and others are not planned yet"
+        )
+    return name
+
+
 class Connector(Model):
     """`disaggregated.connector`: how the instances pass the KV cache."""
 
-    name: Literal["MooncakeConnectorV1"] = CONNECTOR
+    name: Annotated[str, AfterValidator(_planned_connector), WithJsonSchema({"enum": [CONNECTOR]})] = CONNECTOR
     """`kv_connector`: `MooncakeConnectorV1`, vllm-ascend's Mooncake connector (vllm-ascend v0.15 to v0.21;
     other images are refused); the only one planned."""
 

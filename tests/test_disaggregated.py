@@ -1,0 +1,212 @@
+"""A disaggregated service (prefill and decode apart, vllm-ascend's Mooncake connector): each mistake in its
+config refused at the edge in one paragraph; the committed 1P1D example's exact plan (cards, windows,
+kvPort blocks, engine ids, proxy); the plan JSON against its schema; `pin` and `plan --against`; and
+`pulumi up` and `render` refusing it until the deployment side lands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from allocation.config import parse_fleet
+from allocation.errors import AllocationError, ConfigError
+from cli.pin import stack_pins
+from cli.stackfile import load_fleet
+from records.pipeline import deployable
+from views.diff.compare import diff_plans
+from views.plan_schema import plan_schema
+from views.report import plan_json, render_plan
+from tests.support.pipeline import deployment_of, plan_of
+from tests.support.stacks import host
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = str(ROOT / "examples" / "Pulumi.pd-1p1d.yaml")
+ROLES = {"prefill": {"tensorParallelSize": 4}, "decode": {"tensorParallelSize": 4}}
+
+
+def pd(**extra) -> dict:
+    return {"name": "pd", "model": "/models/pd", "disaggregated": {**ROLES, **extra.pop("disaggregated", {})}, **extra}
+
+
+def values(*services, **fleet) -> dict:
+    return {"hosts": [host("a", address="10.0.0.1"), host("b", address="10.0.0.2")], "services": list(services or [pd()]), **fleet}
+
+
+def refusal(vals) -> str:
+    with pytest.raises(ConfigError) as err:
+        parse_fleet("test", vals)
+    text = str(err.value)
+    assert "\n" not in text and "Traceback" not in text
+    return text
+
+
+def example():
+    return deployment_of(load_fleet(None, EXAMPLE)[0])
+
+
+def example_values() -> dict:
+    """The example's `ascend-fleet:` values, namespace stripped."""
+    config = yaml.safe_load(Path(EXAMPLE).read_text())["config"]
+    return {k.removeprefix("ascend-fleet:"): v for k, v in config.items()}
+
+
+@pytest.mark.parametrize(
+    ("vals", "words"),
+    [
+        (values(pd(tensorParallelSize=4)), "takes no tensorParallelSize of its own"),
+        (values(pd(memoryFraction=0.5, host="a")), "takes no memoryFraction, host of its own"),
+        (values(pd(replicas=2)), "takes no replicas"),
+        (values(pd(apiPort=9000)), "takes no apiPort"),
+        (values(pd(dataParallel={"size": 2, "perHost": 1})), "takes no dataParallel"),
+        (values(pd(hcclPortRanges=False)), "both bind HCCL's default 16666 (vllm-ascend issue 4725)"),
+        (values(pd(disaggregated={"connector": {"name": "NixlConnector"}})),
+         "disaggregated.connector.name: 'NixlConnector' is not a connector this version plans: only MooncakeConnectorV1"),
+        (values(pd(disaggregated={"prefill": {"tensorParallelSize": 3}})), "disaggregated.prefill.tensorParallelSize"),
+        (values(pd(disaggregated={"prefill": {"memoryFraction": "auto"}})), "disaggregated.prefill.memoryFraction"),
+        (values(pd(disaggregated={"decode": {"tensorParallelSize": 2, "replicas": 1, "replicaPins": [{}, {}]}})),
+         "decode.replicaPins has 2 entries for 1 replicas"),
+        (values(pd(disaggregated={"decode": {"tensorParallelSize": 2, "replicaPins": [{"devices": [0]}]}})),
+         "decode.replicaPins entry 1: devices [0] pins 1 cards but decode.tensorParallelSize is 2"),
+        (values(pd(disaggregated={"decode": {"replicaPins": [{"host": "c"}]}})),
+         "disaggregated.decode.replicaPins entry 1: unknown host 'c'"),
+        (values(pd(disaggregated={"proxy": {"host": "c"}})), "disaggregated.proxy.host: unknown host 'c'"),
+        (values(pd(disaggregated={"kvPool": {"backend": "redis"}})), "disaggregated.kvPool.backend"),
+        (values(pd(disaggregated={"prefill": {"replicaPins": [{"kvPort": 1000}]}})), "replicaPins[0].kvPort"),
+        (values(pd(args=["--kv-transfer-config", "{}"])), "'--kv-transfer-config' sets --kv-transfer-config, which a disaggregated"),
+        (values(pd(args=["--kv-transfer-config.kv_port=30000"])), "sets --kv-transfer-config"),
+        (values(pd(args=["--kv_transfer_config={}"])), "sets --kv-transfer-config"),
+        (values(pd(args=["--kv-events-config", "{}"])), "tcp://*:5557"),
+        (values(pd(args=["-pp", "2"])), "'-pp' sets -pp"),
+        (values(pd(args=["--prefill-context-parallel", "2"])), "sets --prefill-context-parallel-size"),
+        (values(pd(), defaults={"args": ["--kv-transfer-config", "{}"]}), "defaults: args: '--kv-transfer-config'"),
+        (values(pd(), {"name": "pd-prefill", "model": "/m"}), "its container pd-prefill has the name of another service"),
+    ],
+)
+def test_each_mistake_in_a_disaggregated_service_is_one_paragraph_naming_it(vals, words):
+    assert words in refusal(vals)
+
+
+def test_a_service_without_disaggregated_may_still_carry_its_own_kv_transfer_config():
+    fleet = parse_fleet("test", values({"name": "solo", "model": "/m", "args": ["--kv-transfer-config", "{}"]}))
+    assert fleet.services[0].disaggregated is None
+
+
+def test_an_image_outside_the_read_versions_is_refused_in_one_paragraph_naming_them():
+    for image in ("quay.io/ascend/vllm-ascend:v0.13.0", "quay.io/ascend/vllm-ascend:v0.22.1rc1", "registry.local/my-vllm:latest"):
+        with pytest.raises(AllocationError) as err:
+            plan_of(values(pd(image=image)))
+        assert "follows vLLM-Ascend 0.15 to 0.21 only" in str(err.value) and "\n" not in str(err.value)
+    assert plan_of(values(pd(image="quay.io/ascend/vllm-ascend:v0.21.0rc1"))).disaggregated
+
+
+def test_the_example_puts_prefill_on_cards_0_to_3_and_decode_on_4_to_7_with_every_port_and_id_planned():
+    plan = example().plan
+    (d,) = plan.disaggregated
+    hccl = {"hcclNpuSocketPortRange": (16666, 16681), "hcclHostSocketPortRange": (61008, 61023), "hcclIfBasePort": (61032, 61063)}
+    assert {rp.name: (rp.assignment.host_name, rp.assignment.cards, dict(rp.assignment.windows)) for rp in d.instances} == {
+        "qwen-pd-prefill": ("npu-a", (0, 1, 2, 3), {
+            "apiPort": (8001, 8001), "hcclNpuSocketPortRange": (16682, 16697), "hcclHostSocketPortRange": (61072, 61087),
+            "hcclIfBasePort": (61096, 61127), "vllmPort": (62016, 62031), "kvPort": (28004, 28007)}),
+        "qwen-pd-decode": ("npu-a", (4, 5, 6, 7), {
+            "apiPort": (8000, 8000), **hccl, "vllmPort": (62000, 62015), "kvPort": (28000, 28003)}),
+    }  # fmt: skip
+    prefill, decode = d.instances
+    # Both roles on one host bind distinct HCCL NPU windows, never both HCCL's default 16666 (vllm-ascend issue 4725).
+    assert prefill.assignment.windows["hcclNpuSocketPortRange"] != decode.assignment.windows["hcclNpuSocketPortRange"]
+    assert d.kv_transfer_config(prefill) == {
+        "kv_connector": "MooncakeConnectorV1", "kv_role": "kv_producer", "kv_port": 28004, "engine_id": "qwen-pd-prefill",
+        "kv_connector_extra_config": {"prefill": {"dp_size": 1, "tp_size": 4}, "decode": {"dp_size": 1, "tp_size": 4}},
+    }  # fmt: skip
+    assert d.kv_transfer_config(decode)["kv_role"] == "kv_consumer"
+    assert d.proxy_args() == ("--host", "0.0.0.0", "--port", "8002", "--prefiller-hosts", "10.20.0.11", "--prefiller-ports",
+                              "8001", "--decoder-hosts", "10.20.0.11", "--decoder-ports", "8000")  # fmt: skip
+    assert d.endpoint == "http://10.20.0.11:8002/v1"
+    lines = [" ".join(line.split()) for line in render_plan(example(), "table").splitlines()]
+    assert lines[0] == "stack pd-1p1d: 1 host(s), 0 service(s), 1 disaggregated service(s)"
+    assert "qwen-pd-prefill 0,1,2,3 4 0.9 (54.86 GiB) 8001 16682-16697 61072-61087 61096-61127 62016-62031 28004-28007" in lines
+    assert "qwen-pd prefill qwen-pd-prefill npu-a 10.20.0.11:8001 28004-28007 qwen-pd-prefill -" in lines
+    assert "qwen-pd proxy qwen-pd-proxy npu-a http://10.20.0.11:8002/v1 - - -" in lines
+
+
+def test_the_kv_pool_gives_each_instance_a_multi_connector_with_its_own_lookup_rpc_port():
+    plan = plan_of(values(pd(disaggregated={"kvPool": {}, "prefill": {"tensorParallelSize": 4, "replicas": 2}})))
+    (d,) = plan.disaggregated
+    config = d.kv_transfer_config(d.prefill[0])
+    assert config["kv_connector"] == "MultiConnector" and config["engine_id"] == "pd-prefill-1"
+    mooncake, store = config["kv_connector_extra_config"]["connectors"]
+    assert "engine_id" not in mooncake and mooncake["kv_port"] == d.prefill[0].kv_ports[0]
+    assert store == {"kv_connector": "AscendStoreConnector", "kv_role": "kv_producer",
+                     "kv_connector_extra_config": {"lookup_rpc_port": d.prefill[0].lookup_rpc_port, "backend": "mooncake"}}  # fmt: skip
+    on_host: dict[str, list[int]] = {}
+    for rp in d.instances:
+        on_host.setdefault(rp.assignment.host_name, []).append(rp.lookup_rpc_port)
+    assert all(len(set(ports)) == len(ports) for ports in on_host.values())
+
+
+def test_a_kv_port_pinned_in_the_transports_random_ports_is_refused_naming_the_range():
+    vals = values(pd(disaggregated={"prefill": {"tensorParallelSize": 4, "replicaPins": [{"host": "a", "kvPort": 20001}]}}))
+    with pytest.raises(AllocationError) as err:
+        plan_of(vals)
+    assert "kvPort of pd-prefill 20001-20004 overlaps AscendDirectTransport's random ports" in str(err.value)
+    assert "20000-27999" in str(err.value)
+
+
+def test_on_a_16_npu_host_the_kv_block_leaves_the_random_ports_and_the_ephemeral_ports_behind():
+    plan = plan_of({"hosts": [host("a3", address="10.0.0.3", board="a3", npus=16)], "services": [pd()]})
+    # Handed out in name order, decode first: past 20000-35999 (16 NPUs) and past the ephemeral 32768-60999.
+    assert [rp.kv_ports for rp in plan.disaggregated[0].instances] == [(61004, 61007), (61000, 61003)]
+
+
+def test_a_kv_block_that_would_run_past_65535_is_refused():
+    vals = values(pd(disaggregated={"prefill": {"tensorParallelSize": 4, "replicaPins": [{"kvPort": 65534}]}}))
+    with pytest.raises(AllocationError) as err:
+        plan_of(vals)
+    assert "kvPort of pd-prefill 65534-65537 runs past port 65535" in str(err.value)
+
+
+def test_the_plan_json_carries_the_instances_and_the_proxy_and_validates_against_its_schema():
+    doc = json.loads(json.dumps(plan_json(example())))
+    jsonschema.validate(doc, plan_schema())
+    (d,) = doc["disaggregated"]
+    assert [(i["name"], i["kind"], i["kvPort"], i["kvPortBlock"], i["engineId"]) for i in (*d["prefill"], *d["decode"])] == [
+        ("qwen-pd-prefill", "role", 28004, [28004, 28007], "qwen-pd-prefill"),
+        ("qwen-pd-decode", "role", 28000, [28000, 28003], "qwen-pd-decode"),
+    ]
+    assert doc["hosts"][0]["roles"] == ["qwen-pd-decode", "qwen-pd-prefill"] and d["proxy"]["proxyPort"] == 8002
+
+
+def test_pin_freezes_every_instance_and_the_proxy_so_the_plan_of_the_pinned_stack_is_the_same():
+    before = plan_of(load_fleet(None, EXAMPLE)[0])
+    pins = stack_pins(before)["qwen-pd"]["disaggregated"]
+    assert pins["prefill"]["replicaPins"] == [{"host": "npu-a", "devices": [0, 1, 2, 3], "apiPort": 8001,
+        "hcclNpuSocketPortRange": [16682, 16697], "hcclHostSocketPortRange": [61072, 61087], "hcclIfBasePort": 61096,
+        "vllmPort": 62016, "kvPort": 28004}]  # fmt: skip
+    assert pins["proxy"] == {"host": "npu-a", "proxyPort": 8002}
+    values_ = example_values()
+    values_["services"][0]["disaggregated"] = pins
+    after = plan_of(parse_fleet("pd-1p1d", values_))
+    assert [d.to_json() for d in after.disaggregated] == [d.to_json() for d in before.disaggregated]
+
+
+def test_plan_against_names_what_a_change_to_either_role_restarts():
+    old = json.loads(json.dumps(plan_json(example())))
+    values_ = example_values()
+    values_["services"][0]["disaggregated"]["decode"] = {"tensorParallelSize": 2, "replicaPins": [{"devices": [4, 5]}]}
+    new = json.loads(json.dumps(plan_json(deployment_of(parse_fleet("pd-1p1d", values_)))))
+    (line,) = diff_plans(old, new).disaggregated
+    # The decode role's size is in every instance's --kv-transfer-config, so the prefill instance restarts too.
+    assert line == ("disaggregated service qwen-pd: qwen-pd-prefill: kvTransferConfig; qwen-pd-decode: devices, kvPortBlock, "
+                    "kvTransferConfig, tensorParallelSize; restarts qwen-pd-prefill, qwen-pd-decode")  # fmt: skip
+    assert diff_plans(old, old).disaggregated == ()
+
+
+def test_pulumi_up_and_render_refuse_a_disaggregated_service_in_one_paragraph():
+    with pytest.raises(ConfigError) as err:
+        deployable(example())
+    text = str(err.value)
+    assert text.startswith("stack pd-1p1d: planned, not yet deployed by this version: the disaggregated service(s) qwen-pd")
+    assert "qwen-pd-prefill on npu-a, qwen-pd-decode on npu-a, proxy on npu-a" in text and "\n" not in text
