@@ -161,7 +161,7 @@ class HostDeployment:
         ports |= set(() if self.exporter is None else self.exporter.ports)
         return host_check_script(
             self.host, [(s.plan, s.spec) for s in self.services], stack=self.stack, ports=sorted(ports),
-            shared_cards=self.device_share_cards, engine=self.docker_engine,
+            shared_cards=self.device_share_cards, engine=self.docker_engine, members=self.plan.members,
         )  # fmt: skip
 
     @cached_property
