@@ -287,9 +287,10 @@ def _render(args: argparse.Namespace) -> int:
     one_stream = args.format in ("docker-run", "kubernetes") or (args.format == "compose" and args.output is None)
     if not one_stream and (args.output is None or not str(args.output)):
         raise ConfigError(f"render --format {args.format} writes several files: give the directory with --output DIR")
-    deployment = deployable(_deployment(args)[0])  # a multi-host service stops every format, nothing written
-    if args.format == "kubernetes":
+    deployment = _deployment(args)[0]
+    if args.format == "kubernetes":  # a multi-host service stops it, nothing written (views.exports.kubernetes)
         return _render_kubernetes(args, deployment)
+    deployment = deployable(deployment)  # a multi-host service stops every other format, nothing written
     if one_stream:
         print(render(deployment, args.format), end="")  # one stream, every host: as it always was
         return 0

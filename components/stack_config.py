@@ -98,6 +98,10 @@ def fleet_deployment() -> Deployment:
     for warning in deployment.plan.warnings:
         pulumi.log.warn(warning)
     with _as_run_error():
+        if deployment.plan.fleet.target == "kubernetes":
+            from views.exports.kubernetes import refuse_groups  # before any resource, as one paragraph
+
+            refuse_groups(deployment)
         deployment = _this_stacks_slice(deployable(deployment))
         # Only the docker target reaches hosts over SSH; a cluster is reached through its kubeconfig.
         return trusted(deployment) if deployment.plan.fleet.target == "docker" else deployment
