@@ -33,6 +33,7 @@ def docker_run_args(spec: ContainerSpec) -> list[str]:
     """`docker run` arguments (after `docker run`) that create the container of a spec."""
     hc = spec.healthcheck
     args = ["-d", "--name", spec.name, "--restart", spec.restart, "--ipc", spec.ipc_mode]
+    args += [] if spec.network_mode is None else ["--network", spec.network_mode]
     args += ["--shm-size", f"{spec.shm_size_mib}m", "--log-driver", spec.log_driver]
     args += ["--stop-timeout", str(spec.stop_grace_seconds)]
     args += ["--init"] if spec.init else []
@@ -106,6 +107,10 @@ def _volume(mount: Mount, short: bool) -> dict | str:
 def compose_service(spec: ContainerSpec, short_binds: bool = False) -> dict:
     hc = spec.healthcheck
     entrypoint = {} if spec.entrypoint is None else {"entrypoint": list(spec.entrypoint)}
+    # On the host network (a multi-host service's member) nothing is published: no `ports:`.
+    network = {"ports": [f"{port}:{port}" for port in spec.ports]} if spec.network_mode is None else {
+        "network_mode": spec.network_mode
+    }
     return {
         "container_name": spec.name,
         "image": spec.image,
@@ -114,7 +119,7 @@ def compose_service(spec: ContainerSpec, short_binds: bool = False) -> dict:
         "environment": dict(spec.env),
         "devices": [f"{d}:{d}" for d in spec.device_files],
         "volumes": [_volume(m, short_binds) for m in spec.mounts],
-        "ports": [f"{port}:{port}" for port in spec.ports],
+        **network,
         "ipc": spec.ipc_mode,
         "shm_size": f"{spec.shm_size_mib}m",
         "stop_grace_period": f"{spec.stop_grace_seconds}s",
