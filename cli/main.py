@@ -287,7 +287,8 @@ def _render(args: argparse.Namespace) -> int:
     one_stream = args.format in ("docker-run", "kubernetes") or (args.format == "compose" and args.output is None)
     if not one_stream and (args.output is None or not str(args.output)):
         raise ConfigError(f"render --format {args.format} writes several files: give the directory with --output DIR")
-    deployment = deployable(_deployment(args)[0])  # a multi-host service stops every format, nothing written
+    # A multi-host service stops the Kubernetes format before anything is written.
+    deployment = deployable(_deployment(args)[0], "kubernetes" if args.format == "kubernetes" else None)
     if args.format == "kubernetes":
         return _render_kubernetes(args, deployment)
     if one_stream:

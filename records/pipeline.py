@@ -51,18 +51,17 @@ def trusted(deployment: Deployment) -> Deployment:
     return deployment
 
 
-def deployable(deployment: Deployment) -> Deployment:
-    """The deployment, unless the plan holds a multi-host service: planned, but not deployed by this
-    version (docs/multi-host.md), so `pulumi up` and `render` stop before anything is half deployed."""
+def deployable(deployment: Deployment, target: str | None = None) -> Deployment:
+    """The deployment, unless it holds a multi-host service and goes to Kubernetes (`target`, else the
+    stack's): the docker target deploys a group's members (records.group), the Kubernetes target does
+    not yet, so `pulumi up` and `render --format kubernetes` stop there before anything is half deployed."""
     groups = deployment.plan.groups
-    if groups:
+    if groups and (target or deployment.plan.fleet.target) == "kubernetes":
         members = "; ".join(f"{g.name} on {', '.join(mp.host.name for mp in g.members)}" for g in groups)
         raise ConfigError(
-            f"stack {deployment.stack}: planned, not yet deployed by this version: the multi-host service(s) "
-            f"{members} (dataParallel). `plan` shows each member's hosts, cards and ports, but neither "
-            "`pulumi up` nor `render` deploys a service over several hosts yet, and deploying the stack without "
-            "it would deploy half a fleet: remove dataParallel (or the service) to deploy the rest, see "
-            "docs/multi-host.md."
+            f"stack {deployment.stack}: planned, not yet deployed by this version on the Kubernetes target: the "
+            f"multi-host service(s) {members} (dataParallel), which `target: docker` deploys; deploying the stack "
+            "to Kubernetes without them would deploy half a fleet: remove dataParallel (or the service) to deploy "
+            "the rest, see docs/multi-host.md."
         )
     return deployment
-

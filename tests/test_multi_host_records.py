@@ -11,6 +11,7 @@ from pathlib import Path
 from cli.stackfile import StackFile, stack_values
 from records.containers import HOST_NETWORK, START_GATE
 from records.group import DIGEST_LABEL
+from views.endpoints import endpoints
 from tests.support.pipeline import deployment_of
 from tests.support.stacks import host, service
 
@@ -114,3 +115,13 @@ def test_a_single_host_services_container_prints_no_network_mode():
     sd = next(d.services())
     assert sd.spec.network_mode is None and "networkMode" not in sd.spec.to_json() and sd.spec.ports == (8000,)
     assert d.groups == ()
+
+
+def test_the_endpoints_command_lists_a_group_at_its_leaders_endpoint_among_the_services():
+    found = [(e.service, e.kind, e.host, e.endpoint) for e in endpoints(example())]
+    assert found == [
+        ("bge-m3", "service", "npu-c", "http://10.20.0.13:8000/v1"),
+        ("deepseek-r1", "group", "npu-a", "http://10.20.0.11:8000/v1"),
+        ("qwen-chat", "service", "npu-d", "http://10.20.0.14:8000/v1"),
+        ("qwen3-moe", "group", "npu-c", "http://10.20.0.13:8001/v1"),
+    ]
