@@ -22,6 +22,7 @@ from ruamel.yaml.representer import SafeRepresenter
 from allocation.config import Mount
 from records.containers import ContainerSpec, created_on_host
 from records.deployment import Deployment, HostDeployment
+from records.group import MemberDeployment
 from records.runtime import DISABLE, named
 from records.ssh_argv import script_argv
 
@@ -162,9 +163,15 @@ def _docker_run_script(deployment: Deployment) -> str:
             lines += _on_host(hd, rd.build_script, " >/dev/null")
             lines += _on_host(hd, rd.workers_script)
             lines += _replace(rd.spec)
+        for md in hd.members:
+            lines += [_comment(_member_note(md)), *_replace(md.spec)]
         if hd.exporter is not None:
             lines += [_comment("NPU exporter (metrics.npuExporter)"), *_replace(hd.exporter)]
     return "\n".join(lines) + "\n"
+
+
+def _member_note(md: MemberDeployment) -> str:
+    return f"{md.plan.role} of {md.group.name} on the host network: started with the other members, in any order"
 
 
 def _on_host(hd: HostDeployment, script: str, redirect: str = "") -> list[str]:
@@ -205,6 +212,8 @@ def _compose_document(deployment: Deployment, hd: HostDeployment, file: str | No
         services[rd.spec.name] = compose_service(rd.spec, short)
         if rd.first in container:  # the router exits when no replica answers
             services[rd.spec.name]["depends_on"] = {container[rd.first]: {"condition": "service_healthy"}}
+    for md in hd.members:  # no depends_on: a member's group spans hosts, each its own compose file
+        services[md.spec.name] = compose_service(md.spec, short)
     if hd.exporter is not None:
         services[hd.exporter.name] = compose_service(hd.exporter, short)
     project = f"ascend-fleet-{deployment.stack}".lower()
