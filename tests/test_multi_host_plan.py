@@ -186,7 +186,7 @@ def test_plan_against_treats_a_group_as_one_unit_in_one_line_and_says_nothing_wh
     values["hosts"][1]["nic"] = {"interface": "eth9"}  # npu-b: only the follower's NIC variables change
     diff = diff_plans(old, plan_json_of(values), against="main")
     assert diff.groups == (
-        "multi-host service deepseek-r1: deepseek-r1-node1: env; a change to any member restarts every member: "
+        "multi-host service deepseek-r1: deepseek-r1-node1: env, container env; a change to any member restarts every member: "
         "deepseek-r1-node0, deepseek-r1-node1",
     )
     table = render_diff(diff, "table")

@@ -11,7 +11,9 @@ import pytest
 
 from cli.stackfile import StackFile, stack_values
 from records.group import DIGEST_LABEL
-from tests.support.pipeline import deployment_of
+from views.diff import diff_plans, render_diff
+from tests.support.pipeline import deployment_of, plan_json_of
+from tests.support.provider_readback import recreates
 from tests.support.pulumi_harness import ASCEND_HOST, CONTAINER, PROVIDER, REMOTE_COMMAND, run_program
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "Pulumi.deepseek-r1.yaml"
@@ -72,3 +74,30 @@ def test_the_kubernetes_target_still_refuses_a_multi_host_service_in_one_run_err
     with pytest.raises(pulumi.RunError, match="planned, not yet deployed by this version on the Kubernetes target") as info:
         run_program(STACK, values(target="kubernetes"))
     assert info.value.__cause__ is None and "\n" not in str(info.value)
+
+
+def _replaced(before, after) -> dict[str, list[str]]:
+    """Container name -> the inputs whose change makes the engine replace it, for every container that changed."""
+    old, new = before.containers(), after.containers()
+    return {n: keys for n in sorted(old.keys() | new.keys()) if (keys := recreates(old.get(n, {}), new.get(n, {})))}
+
+
+def test_a_change_to_the_followers_host_alone_re_creates_every_member_and_nothing_else_as_plan_against_says_in_one_line():
+    changed = values()
+    changed["hosts"][1]["nic"] = {"interface": "eth9"}  # npu-b: only the follower's NIC variables
+    assert _replaced(run(), run_program(STACK, changed)) == {"deepseek-r1-node0": ["labels"], "deepseek-r1-node1": ["envs", "labels"]}
+    diff = diff_plans(plan_json_of(values(), STACK), plan_json_of(changed, STACK), against="main")
+    table = render_diff(diff, "table")
+    assert "Restarts as one: multi-host service deepseek-r1: deepseek-r1-node1: env, container env; a change to any member " \
+        "restarts every member: deepseek-r1-node0, deepseek-r1-node1." in table.splitlines()
+    assert "Will restart: no running container but the multi-host service(s) above." in table.splitlines()
+
+
+def test_a_change_to_the_services_args_re_creates_every_member_and_plan_against_names_each_members_command():
+    changed = values()
+    changed["services"][0]["args"] = [*changed["services"][0]["args"], "--enable-prefix-caching"]
+    assert _replaced(run(), run_program(STACK, changed)) == {
+        "deepseek-r1-node0": ["command", "labels"], "deepseek-r1-node1": ["command", "labels"]}
+    [line] = diff_plans(plan_json_of(values(), STACK), plan_json_of(changed, STACK)).groups
+    assert line == ("multi-host service deepseek-r1: deepseek-r1-node0: container command; deepseek-r1-node1: container "
+                    "command; a change to any member restarts every member: deepseek-r1-node0, deepseek-r1-node1")
