@@ -125,3 +125,11 @@ def test_the_endpoints_command_lists_a_group_at_its_leaders_endpoint_among_the_s
         ("qwen-chat", "service", "npu-d", "http://10.20.0.14:8000/v1"),
         ("qwen3-moe", "group", "npu-c", "http://10.20.0.13:8001/v1"),
     ]
+
+
+def test_a_shard_deploys_the_groups_whose_members_are_on_its_hosts():
+    hosts = [host(n, address=f"10.0.0.{i}") for i, n in enumerate(["a", "b", "c", "d"], start=1)]
+    hosts[1]["shard"] = 1  # b alone in shard 1 beside a: the group takes a and c
+    d = deployment_of({"hosts": hosts, "shards": {"size": 2}, "services": [service("ds", 4, 0.9, dataParallel=DP)]})
+    shard = {hd.name: hd.plan.shard for hd in d.hosts}["a"]
+    assert [g.name for g in d.shard(shard).groups] == ["ds"] and d.shard(1 - shard).groups == ()
