@@ -313,8 +313,8 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     The plan chooses the hosts (among `hosts`, when set), makes the first the leader and sets the
     data-parallel flags, the ports and each host's `nic` variables; `args` and `env` may set none of
     them. Not with `replicas`, `host`, `devices`, the window pins (pin members under
-    `dataParallel.memberPins`) or `memoryFraction: auto`. Planned, not yet deployed by this version:
-    `pulumi up` and `render` refuse it."""
+    `dataParallel.memberPins`) or `memoryFraction: auto`. Deployed on the docker target (one container per
+    host, on the host network); the Kubernetes target refuses it."""
 
     @model_validator(mode="after")
     def _data_parallel_agrees(self) -> Service:

@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 
 from records.deployment import Deployment
-from records.pipeline import deployable, deployment_of, plan_of
+from records.pipeline import deployment_of, plan_of
 from allocation.config import ModelProfile
 from allocation.config_errors import field_aliases
 from allocation.errors import ConfigError, FleetError, printable
@@ -290,7 +290,6 @@ def _render(args: argparse.Namespace) -> int:
     deployment = _deployment(args)[0]
     if args.format == "kubernetes":  # a multi-host service stops it, nothing written (views.exports.kubernetes)
         return _render_kubernetes(args, deployment)
-    deployment = deployable(deployment)  # a multi-host service stops every other format, nothing written
     if one_stream:
         print(render(deployment, args.format), end="")  # one stream, every host: as it always was
         return 0

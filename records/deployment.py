@@ -19,6 +19,7 @@ from allocation.config import Host, Ssh
 from allocation.errors import AllocationError, listing
 from records.containers import ContainerSpec, Site, container_spec
 from records.exporter import exporter_spec
+from records.group import GroupDeployment, MemberDeployment, by_member, group_deployment
 from records.card_order import card_orders, order_script, removal_script as order_removal
 from records.device_share import device_share_script, removal_script
 from records.held_cards import HeldCard, held_cards
@@ -144,6 +145,8 @@ class HostDeployment:
     """In name order, so every service comes after those it starts after."""
     routers: tuple[RouterDeployment, ...] = ()
     """The routers on the host, by service name."""
+    members: tuple[MemberDeployment, ...] = ()
+    """The members of multi-host services on the host, by name (records.group)."""
     exporter: ContainerSpec | None = None
     """The NPU exporter's container (`records.exporter`): on a host in use while `metrics.npuExporter`
     is set, else None."""
@@ -187,11 +190,12 @@ class HostDeployment:
     @property
     def containers(self) -> list[tuple[str, ContainerSpec, str]]:
         """(name, spec, what it is) of every container the plan creates on the host: its services
-        and replicas, its routers, then the NPU exporter. The Docker name is the spec's, which a
+        and replicas, its routers, its members of multi-host services, then the NPU exporter. The Docker name is the spec's, which a
         renamed service keeps. The one list of them: `doctor` judges these, and the host's
         `replaces` may name none of them (`records.takeover.takeover_problems`)."""
         out = [(sd.name, sd.spec, f"on cards {','.join(map(str, sd.plan.assignment.cards))}") for sd in self.services]
         out += [(rd.name, rd.spec, f"as the router of {rd.plan.service.name}") for rd in self.routers]
+        out += [(md.name, md.spec, _member_role(md)) for md in self.members]
         return out + ([(self.exporter.name, self.exporter, "as the host's NPU exporter")] if self.exporter is not None else [])
 
     @property
@@ -204,8 +208,13 @@ class HostDeployment:
 
     @property
     def in_use(self) -> bool:
-        """Anything runs here: a service or a router."""
-        return bool(self.services or self.routers)
+        """Anything runs here: a service, a router or a member of a multi-host service."""
+        return bool(self.services or self.routers or self.members)
+
+
+def _member_role(md: MemberDeployment) -> str:
+    cards = ",".join(map(str, md.plan.assignment.cards))
+    return f"on cards {cards} as the {md.plan.role} of {md.group.name} (host network)"
 
 
 @dataclass(frozen=True)
@@ -214,6 +223,8 @@ class Deployment:
     ssh: Ssh
     hosts: tuple[HostDeployment, ...]
     """Every host of the plan, in name order, with services or not."""
+    groups: tuple[GroupDeployment, ...] = ()
+    """One per multi-host service, by service name; its members are those of the hosts."""
 
     @property
     def routers(self) -> tuple[RouterDeployment, ...]:
@@ -228,8 +239,11 @@ class Deployment:
 
     def shard(self, index: int) -> Deployment:
         """What shard `index` of a fleet deployed as shards deploys: its hosts, with their services,
-        routers and exporters (a replicated service's replicas and router are in one shard)."""
-        return replace(self, hosts=tuple(hd for hd in self.hosts if hd.plan.shard == index))
+        routers, exporters and groups (a replicated service's replicas and router, a group's members, are in
+        one shard)."""
+        hosts = tuple(hd for hd in self.hosts if hd.plan.shard == index)
+        kept = {hd.name for hd in hosts}
+        return replace(self, hosts=hosts, groups=tuple(g for g in self.groups if g.plan.leader.host.name in kept))
 
 
 def previous_replicas(routers: Iterable[RouterDeployment]) -> dict[ServiceDeployment, ServiceDeployment]:
@@ -289,12 +303,13 @@ def _host_deployment(
     shared_cards: tuple[int, ...],
     services: tuple[ServiceDeployment, ...],
     routers: tuple[RouterDeployment, ...],
+    members: tuple[MemberDeployment, ...],
 ) -> HostDeployment:
     host = hp.host
     sharing = _mode_cards(hp)
     url = host.docker_url()
-    exporter = exporter_spec(plan.fleet, host) if services or routers else None
-    extra = () if exporter is None else (exporter,)
+    exporter = exporter_spec(plan.fleet, host) if services or routers or members else None
+    extra = (*(md.spec for md in members), *(() if exporter is None else (exporter,)))
     return HostDeployment(
         plan=hp,
         docker_url=url,
@@ -311,6 +326,7 @@ def _host_deployment(
         pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,
         services=services,
         routers=routers,
+        members=members,
         exporter=exporter,
         held_cards=held_cards(hp),
     )
@@ -331,10 +347,12 @@ def deploy(plan: Plan, known_hosts: str = "") -> Deployment:
     services = {hp.host.name: _service_deployments(plan, hp, _mode_cards(hp) or shared[hp.host.name]) for hp in plan.hosts}
     by_plan = {id(sd.plan): sd for host_services in services.values() for sd in host_services}
     routers = [_router_deployment(plan, r, by_plan) for r in plan.routers]
+    groups = tuple(group_deployment(plan, g) for g in plan.groups)
+    members = by_member(groups)
     hosts = tuple(
         _host_deployment(
             plan, hp, known_hosts, shared[hp.host.name], services[hp.host.name],
-            tuple(r for r in routers if r.plan.host_name == hp.host.name),
+            tuple(r for r in routers if r.plan.host_name == hp.host.name), tuple(members[id(mp)] for mp in hp.members),
         )  # fmt: skip
         for hp in plan.hosts
     )
@@ -342,7 +360,7 @@ def deploy(plan: Plan, known_hosts: str = "") -> Deployment:
     problems = [p for hd in hosts if hd.takeover_script for p in takeover_problems(hd.host, hd.takeover_script, hd.containers)]
     if problems:
         raise AllocationError(f"stack {plan.stack}: cannot take over: " + listing(problems) + ".")
-    return Deployment(plan=plan, ssh=plan.fleet.ssh, hosts=hosts)
+    return Deployment(plan=plan, ssh=plan.fleet.ssh, hosts=hosts, groups=groups)
 
 
 def untrusted_hosts(deployment: Deployment) -> list[str]:

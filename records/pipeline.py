@@ -50,19 +50,3 @@ def trusted(deployment: Deployment) -> Deployment:
         )
     return deployment
 
-
-def deployable(deployment: Deployment) -> Deployment:
-    """The deployment, unless the plan holds a multi-host service: planned, but not deployed by this
-    version (docs/multi-host.md), so `pulumi up` and `render` stop before anything is half deployed."""
-    groups = deployment.plan.groups
-    if groups:
-        members = "; ".join(f"{g.name} on {', '.join(mp.host.name for mp in g.members)}" for g in groups)
-        raise ConfigError(
-            f"stack {deployment.stack}: planned, not yet deployed by this version: the multi-host service(s) "
-            f"{members} (dataParallel). `plan` shows each member's hosts, cards and ports, but neither "
-            "`pulumi up` nor `render` deploys a service over several hosts yet, and deploying the stack without "
-            "it would deploy half a fleet: remove dataParallel (or the service) to deploy the rest, see "
-            "docs/multi-host.md."
-        )
-    return deployment
-

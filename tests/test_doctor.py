@@ -202,7 +202,8 @@ def test_each_field_of_the_container_record_changed_is_drift_unless_docker_canno
             planned = dataclasses.replace(spec, healthcheck=dataclasses.replace(value, **{sub.name: _changed(getattr(value, sub.name))}))
             assert differences(planned, live, spec), f"healthcheck {sub.name} changed is not drift"
         return
-    other = ("/bin/sh", "-c") if field == "entrypoint" else _changed(value)  # set, where the plan had none
+    # Set, where the plan had none.
+    other = ("/bin/sh", "-c") if field == "entrypoint" else "host" if field == "network_mode" else _changed(value)
     assert differences(dataclasses.replace(spec, **{field: other}), live, spec), f"{field} changed is not drift"
 
 

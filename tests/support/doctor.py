@@ -101,6 +101,7 @@ def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str
             "RestartPolicy": {"Name": restart or spec.restart, "MaximumRetryCount": 0},
             "ShmSize": spec.shm_size_mib * 1024 * 1024,
             "IpcMode": spec.ipc_mode,
+            "NetworkMode": spec.network_mode or "bridge",
             "Sysctls": dict(spec.sysctls),
             "LogConfig": {"Type": spec.log_driver, "Config": {**spec.log_opts, **(log_opts or {})}},
             "PortBindings": (

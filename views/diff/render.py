@@ -65,8 +65,8 @@ def _restart_rows(diff: PlanDiff) -> list[tuple[str, str, str, str]]:
 def _restart_title(diff: PlanDiff) -> str:
     count = len(diff.recreated())
     if not count:
-        # A multi-host service is planned, not deployed yet (records.pipeline.deployable): none of it runs.
-        return "Will restart: no running container" + (" (a multi-host service is not deployed yet)." if diff.groups else ".")
+        # A multi-host service's members are in its line above (`Restarts as one`), not in the table.
+        return "Will restart: no running container" + (" but the multi-host service(s) above." if diff.groups else ".")
     if any(s.exporter for s in diff.recreated()):
         return f"Will restart: {count} container(s), each at the cost beside it:"
     return f"Will restart: {count} container(s), each down for its model load:"
