@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from allocation.config import parse_fleet
-from allocation.errors import AllocationError, ConfigError
+from allocation.errors import AllocationError
 from allocation.group import groups_of
 from allocation.instance import instances
 from allocation.placement import Placer

@@ -6,8 +6,6 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-import pulumi
-import pytest
 
 from cli.stackfile import StackFile, stack_values
 from records.group import DIGEST_LABEL
