@@ -12,9 +12,8 @@ from ops.doctor.dp_flags import joins
 from ops.doctor.facts import Listener
 from ops.doctor.findings import host_findings
 from ops.npusmi import parse_topology
-from tests.support.doctor import group_values, inspect_of, running_facts, with_container
+from tests.support.doctor import group_values, inspect_of, running_facts, with_container, with_link
 from tests.support.pipeline import deployment_of
-from tests.test_doctor import with_link
 
 
 @pytest.fixture(scope="module")

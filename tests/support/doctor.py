@@ -38,6 +38,16 @@ def make_fleet(**extra: Any):
 
 
 
+def with_link(a: int, b: int, link: str, both: bool = True) -> str:
+    """The A2 board's screen with the link between cards a and b printed as `link` (on a's row, and on b's if `both`)."""
+    rows = TOPO_SCREEN.splitlines()
+    for r, c in ((a, b), (b, a))[: 2 if both else 1]:
+        cells = rows[r + 1].split()
+        cells[c + 1] = link
+        rows[r + 1] = "".join(cell.ljust(11) for cell in cells[:-1]) + cells[-1]
+    return "\n".join(rows) + "\n"
+
+
 def image_id(name: str) -> str:
     """The ID a host gives the image `name` here: one per name, as `docker image inspect` prints it."""
     return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
