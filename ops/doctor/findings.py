@@ -63,7 +63,7 @@ from allocation.plan import Assignment
 from records.deployment import HostDeployment, RouterDeployment
 from records.device_share import STATUS_KEY, UNIT
 from records.host_requirements import Requirement, cards_of, requirements
-from allocation.windows import KINDS, MEMBER_KINDS, NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
+from allocation.windows import MEMBER_KINDS, NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
 from ops.bounded_json import excerpt, loads
 from ops.doctor.dp_flags import joins
 from ops.doctor.drift import differences, shown
@@ -442,7 +442,7 @@ def _judge_hccl(view: HostView) -> list[Finding]:
     return out
 
 
-HOST_SIDE = tuple(k for k in KINDS if k.env and k.netns and k in MEMBER_KINDS)
+HOST_SIDE = tuple(k for k in MEMBER_KINDS if k.env and k.netns)
 """HCCL's host-side windows a container's env sets (`HCCL_HOST_SOCKET_PORT_RANGE`, `HCCL_IF_BASE_PORT`
 and the ports after it): host ports for a container on the host network."""
 
