@@ -34,6 +34,31 @@ from records.start_order import start_after
 from allocation.windows import KINDS
 
 
+EXPORTER = "exporter"
+"""The `kind` of a host's NPU exporter; services, replicas, routers and members have the plan JSON's."""
+
+
+@dataclass(frozen=True)
+class PlannedContainer:
+    """One container the plan creates on a host, as `doctor` and `status` see it (`HostDeployment.planned`)."""
+
+    name: str
+    """The service's, replica's, router's, member's or exporter's name."""
+    spec: ContainerSpec
+    what: str
+    """What it is, for messages: `on cards 0,1`, `as the router of bge-m3`..."""
+    kind: str
+    """`service`, `replica`, `router`, `member` (the plan JSON's `kind`) or `exporter`."""
+    service: str | None
+    """The configured service it serves: a replica's service, a router's, a member's group; None for the exporter."""
+    cards: tuple[int, ...]
+    """Its planned cards; none for a router or the exporter."""
+    endpoint: str | None
+    """Where clients reach it: a member's is its group's, on the leader only (a follower serves no HTTP)."""
+    role: str | None = None
+    """A member's `leader` or `follower`; None for any other container."""
+
+
 @dataclass(frozen=True, eq=False)
 class ServiceDeployment:
     """One service: its container and how it is reached and ordered. Compared and hashed by
@@ -188,15 +213,33 @@ class HostDeployment:
         return order_script(self.host, card_orders(self.plan)) if self.shared_cards else None
 
     @property
+    def planned(self) -> list[PlannedContainer]:
+        """Every container the plan creates on the host: its services and replicas, its routers, its
+        members of multi-host services, then the NPU exporter. The Docker name is the spec's, which a
+        renamed service keeps. The one list of them: `doctor` judges these, `status` shows them, and the
+        host's `replaces` may name none of them (`records.takeover.takeover_problems`)."""
+        out = [
+            PlannedContainer(sd.name, sd.spec, f"on cards {_cards(sd.plan.assignment.cards)}", sd.plan.instance.kind,
+                             sd.plan.replica_of, sd.plan.assignment.cards, sd.endpoint)
+            for sd in self.services
+        ]  # fmt: skip
+        out += [
+            PlannedContainer(rd.name, rd.spec, f"as the router of {rd.plan.service.name}", names.ROUTER, rd.plan.service.name, (), rd.endpoint)
+            for rd in self.routers
+        ]  # fmt: skip
+        out += [
+            PlannedContainer(md.name, md.spec, _member_role(md), names.MEMBER, md.group.name, md.plan.assignment.cards,
+                             md.group.endpoint if md.plan.member.leader else None, md.plan.role)
+            for md in self.members
+        ]  # fmt: skip
+        if self.exporter is not None:
+            out.append(PlannedContainer(self.exporter.name, self.exporter, "as the host's NPU exporter", EXPORTER, None, (), None))
+        return out
+
+    @property
     def containers(self) -> list[tuple[str, ContainerSpec, str]]:
-        """(name, spec, what it is) of every container the plan creates on the host: its services
-        and replicas, its routers, its members of multi-host services, then the NPU exporter. The Docker name is the spec's, which a
-        renamed service keeps. The one list of them: `doctor` judges these, and the host's
-        `replaces` may name none of them (`records.takeover.takeover_problems`)."""
-        out = [(sd.name, sd.spec, f"on cards {','.join(map(str, sd.plan.assignment.cards))}") for sd in self.services]
-        out += [(rd.name, rd.spec, f"as the router of {rd.plan.service.name}") for rd in self.routers]
-        out += [(md.name, md.spec, _member_role(md)) for md in self.members]
-        return out + ([(self.exporter.name, self.exporter, "as the host's NPU exporter")] if self.exporter is not None else [])
+        """(name, spec, what it is) of every container the plan creates on the host (`planned`)."""
+        return [(c.name, c.spec, c.what) for c in self.planned]
 
     @property
     def host(self) -> Host:
@@ -212,9 +255,12 @@ class HostDeployment:
         return bool(self.services or self.routers or self.members)
 
 
+def _cards(cards: tuple[int, ...]) -> str:
+    return ",".join(map(str, cards))
+
+
 def _member_role(md: MemberDeployment) -> str:
-    cards = ",".join(map(str, md.plan.assignment.cards))
-    return f"on cards {cards} as the {md.plan.role} of {md.group.name} (host network)"
+    return f"on cards {_cards(md.plan.assignment.cards)} as the {md.plan.role} of {md.group.name} (host network)"
 
 
 @dataclass(frozen=True)
