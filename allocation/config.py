@@ -314,8 +314,8 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     The plan chooses the hosts (among `hosts`, when set), makes the first the leader and sets the
     data-parallel flags, the ports and each host's `nic` variables; `args` and `env` may set none of
     them. Not with `replicas`, `host`, `devices`, the window pins (pin members under
-    `dataParallel.memberPins`) or `memoryFraction: auto`. Planned, not yet deployed by this version:
-    `pulumi up` and `render` refuse it."""
+    `dataParallel.memberPins`) or `memoryFraction: auto`. Deployed on the docker target (one container per
+    host, on the host network); the Kubernetes target refuses it."""
     # Left out of the fleet's hash while unset, so shard files cut before it still match (FleetConfig.fleet_hash).
     disaggregated: Disaggregated | None = Field(default=None, exclude_if=lambda v: v is None)
     """Serve the model with prefill and decode apart: `prefill` and `decode` instances, each role with its own

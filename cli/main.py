@@ -130,7 +130,7 @@ def _live_parsers(sub: argparse._SubParsersAction) -> None:
 
     logs = sub.add_parser("logs", help="the last lines of a planned container's log, read on its host over SSH")
     _stack_args(logs)
-    logs.add_argument("service", metavar="SERVICE", help="a service, or a replica or router by its name (bge-m3-2, bge-m3-router)")
+    logs.add_argument("service", metavar="SERVICE", help="a service, or a replica, router or member by its name (bge-m3-2, bge-m3-router, deepseek-r1-node1)")
     logs.add_argument("--replica", type=int, metavar="N", help="replica N (from 1) of a replicated SERVICE")
     logs.add_argument("--tail", type=int, default=100, metavar="N", help="the last N lines, 1 to 10000 (default 100)")
     logs.add_argument(
@@ -287,8 +287,8 @@ def _render(args: argparse.Namespace) -> int:
     one_stream = args.format in ("docker-run", "kubernetes") or (args.format == "compose" and args.output is None)
     if not one_stream and (args.output is None or not str(args.output)):
         raise ConfigError(f"render --format {args.format} writes several files: give the directory with --output DIR")
-    deployment = deployable(_deployment(args)[0])  # a multi-host service stops every format, nothing written
-    if args.format == "kubernetes":
+    deployment = deployable(_deployment(args)[0])  # a disaggregated service stops every format, nothing written
+    if args.format == "kubernetes":  # a multi-host service stops it, nothing written (views.exports.kubernetes)
         return _render_kubernetes(args, deployment)
     if one_stream:
         print(render(deployment, args.format), end="")  # one stream, every host: as it always was

@@ -34,8 +34,10 @@ device-share and start-order steps and images, each a step that ends in seconds.
 
 def deploy_matrix(stack: str, plan: Plan) -> list[dict[str, object]]:
     """The stacks a deploy runs, each with its `--parallel`: a slot for every container it deploys
-    (services, routers, NPU exporters), which holds its slot until healthy, and `HOST_SLOTS` per
-    host in use, so no container waits for a slot. The shards of a fleet deployed as shards (its
+    (services, members of multi-host services, routers, NPU exporters), which holds its slot until
+    healthy, and `HOST_SLOTS` per host in use, so no container waits for a slot. A group's members
+    (all in one shard, allocation.placement) each wait until the whole group serves, so with fewer
+    slots than members none would ever turn healthy. The shards of a fleet deployed as shards (its
     own stack is never deployed), else the stack itself. Every stack that holds a host is run,
     even with no container left: its `up` deletes what its last services left behind, with
     `HOST_SLOTS` for each of its hosts."""
@@ -47,8 +49,9 @@ def deploy_matrix(stack: str, plan: Plan) -> list[dict[str, object]]:
         # One key, None, for a stack not deployed as shards (so one row); shard indexes otherwise.
         key = hp.shard if plan.fleet.shards is not None else None
         hosts[key] += 1
-        if hp.services or routers[hp.host.name]:
-            slots[key] += len(hp.services) + routers[hp.host.name] + exporter + HOST_SLOTS
+        containers = len(hp.services) + len(hp.members) + routers[hp.host.name]
+        if containers:
+            slots[key] += containers + exporter + HOST_SLOTS
     return [
         {"stack": stack if k is None else shard_stack(stack, k), "parallel": slots[k] or HOST_SLOTS * n}
         for k, n in sorted(hosts.items())

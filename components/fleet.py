@@ -7,15 +7,19 @@ builds can be read (and run under the mocks) as one function.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pulumi
+
 from components.ascend_host import AscendHost
+from components.group_member import GroupMember
 from components.model_service import ModelService
 from components.npu_exporter import NpuExporter
 from components.router import Rollout, Router
 from components.stack_config import ssh_private_key
 from records.deployment import Deployment, ServiceDeployment
+from records.group import GroupDeployment
 
 if TYPE_CHECKING:
     from components.kubernetes import KubernetesFleet
@@ -30,17 +34,26 @@ class Fleet:
     routers: dict[str, Router]
     exporters: dict[str, NpuExporter]
     """By host: the NPU exporter of each host in use, when `metrics.npuExporter` is set."""
+    members: dict[str, GroupMember] = field(default_factory=dict)
+    """By member name: every member of every multi-host service."""
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """By multi-host service: its endpoint (the leader's), once every member serves, and its members' names."""
 
     @property
     def endpoints(self) -> dict[str, Any]:
         """The stack output `services`: a replicated service's endpoint is its router's; each
-        replica keeps its own entry."""
-        return {n: s.summary for n, s in self.services.items()} | {n: r.summary for n, r in self.routers.items()}
+        replica keeps its own entry; a multi-host service's is its leader's, and each member keeps its own
+        entry (its host, cards and windows)."""
+        return (
+            {n: s.summary for n, s in self.services.items()} | {n: r.summary for n, r in self.routers.items()}
+            | self.groups | {n: m.summary for n, m in self.members.items()}
+        )
 
 
 def build(deployment: Deployment) -> Fleet | KubernetesFleet:
     """One AscendHost per host in use, one ModelService per container of a service (each after the
-    one before it on its cards), one Router per replicated service and, when on, one NpuExporter
+    one before it on its cards), one Router per replicated service, one GroupMember per member of a
+    multi-host service (none after another: `components.group_member`) and, when on, one NpuExporter
     per host in use. A stack whose `target` is `kubernetes` gets the Kubernetes target's components
     (`components.kubernetes`) from the same records instead."""
     if deployment.plan.fleet.target == "kubernetes":
@@ -64,4 +77,13 @@ def build(deployment: Deployment) -> Fleet | KubernetesFleet:
         for hd in deployment.hosts
         if hd.exporter is not None
     }
-    return Fleet(hosts, {sd.name: ms for sd, ms in made.items()}, routers, exporters)
+    members = {md.name: GroupMember(md.name, md, hosts[md.plan.host.name]) for g in deployment.groups for md in g.members}
+    groups = {g.name: _group_summary(g, [members[md.name] for md in g.members]) for g in deployment.groups}
+    return Fleet(hosts, {sd.name: ms for sd, ms in made.items()}, routers, exporters, members, groups)
+
+
+def _group_summary(group: GroupDeployment, members: list[GroupMember]) -> dict[str, Any]:
+    """A multi-host service's stack output: its endpoint, known once every member's container is, and its members."""
+    endpoint = group.endpoint
+    ready = pulumi.Output.all(*(m.container.name for m in members)).apply(lambda _: endpoint)
+    return {"endpoint": ready, "members": [md.name for md in group.members]}

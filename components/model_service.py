@@ -37,6 +37,8 @@ def container_args(spec: ContainerSpec, image: pulumi.Input[str]) -> docker.Cont
         ],
         # ip and protocol as the provider stores them after a read, so a refresh finds no change.
         ports=[docker.ContainerPortArgs(internal=p, external=p, ip="0.0.0.0", protocol="tcp") for p in spec.ports],
+        # Only for a multi-host service's members (`host`); left out, the provider's default `bridge`.
+        network_mode=spec.network_mode,
         ipc_mode=spec.ipc_mode,
         shm_size=spec.shm_size_mib,
         sysctls=dict(spec.sysctls),
@@ -138,6 +140,26 @@ def container_options(
     )
 
 
+def model_container(
+    name: str,
+    spec: ContainerSpec,
+    parent: pulumi.Resource,
+    host: AscendHost,
+    depends_on: list[pulumi.Input[pulumi.Resource]],
+    previous: Sequence[str],
+) -> docker.Container:
+    """The container of a model (a service's, or a multi-host service's member's), `<name>-container`."""
+    return docker.Container(
+        f"{name}-container",
+        # The image id, not the name: the provider stores the id and would report a
+        # perpetual diff against a name (terraform-provider-docker issues 49, 426); and
+        # not repo_digest, empty for an image built locally (the dev stack's npu-sim).
+        # A new tag or a re-pulled image is a new id, so the container is replaced.
+        container_args(spec, host.images[spec.image].image_id),
+        opts=container_options(spec, parent, host, depends_on, previous),
+    )
+
+
 class ModelService(pulumi.ComponentResource):
     container: docker.Container
     summary: dict
@@ -153,22 +175,8 @@ class ModelService(pulumi.ComponentResource):
     ) -> None:
         renames = pulumi.ResourceOptions(aliases=renamed(sd.earlier_names))
         super().__init__("ascend-fleet:index:ModelService", name, None, pulumi.ResourceOptions.merge(opts, renames))
-        spec = sd.spec
-        self.container = docker.Container(
-            f"{name}-container",
-            # The image id, not the name: the provider stores the id and would report a
-            # perpetual diff against a name (terraform-provider-docker issues 49, 426); and
-            # not repo_digest, empty for an image built locally (the dev stack's npu-sim).
-            # A new tag or a re-pulled image is a new id, so the container is replaced.
-            container_args(spec, host.images[spec.image].image_id),
-            opts=container_options(
-                spec,
-                self,
-                host,
-                [*host.ready, *_sharing(sd, host), *(s.container for s in after), *depends_on],
-                sd.earlier_names,
-            ),
-        )
+        depends_on = [*host.ready, *_sharing(sd, host), *(s.container for s in after), *depends_on]
+        self.container = model_container(name, sd.spec, self, host, depends_on, sd.earlier_names)
         endpoint = sd.endpoint
         # Derived from the container so that it exists once the container does.
         self.summary = {"endpoint": self.container.name.apply(lambda _: endpoint), **sd.summary()}

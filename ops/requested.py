@@ -1,4 +1,5 @@
-"""What a `logs` or `status` request names: a service of the deployment, one of its replicas, its router. Pure.
+"""What a `logs` or `status` request names: a service of the deployment, one of its replicas, its router,
+a member of a multi-host service. Pure.
 
 Names are the operator's words: an unknown one is refused in one paragraph naming the services the
 stack has, and the closest name (as a config error does, allocation/config_errors.py `suggest`).
@@ -19,24 +20,39 @@ class Target:
 
     host: HostDeployment
     name: str
-    """The replica's, router's or service's name (its Deployment's on Kubernetes)."""
+    """The replica's, router's, member's or service's name (its Deployment's on Kubernetes)."""
     container: str
     """Docker's name, which a renamed service keeps."""
     what: str
 
 
 def target(deployment: Deployment, name: str, replica: int | None) -> Target:
-    """The container of service `name` (replica `replica` of a replicated one), or of a replica or
-    router named so; ConfigError naming the stack's services when none is."""
+    """The container of service `name` (replica `replica` of a replicated one), or of a replica, router
+    or member of a multi-host service named so; ConfigError naming the stack's services when none is,
+    and naming its members for a multi-host service (each host runs its own member, with its own log)."""
     hosts = {hd.name: hd for hd in deployment.hosts}
     instances = {sd.name: sd for sd in deployment.services()}
     routers = {rd.name: rd for rd in deployment.routers}
     replicated = {rd.plan.service.name: rd for rd in routers.values()}
+    groups = {g.name: g for g in deployment.groups}
+    members = {md.name: md for g in groups.values() for md in g.members}
+    if name in groups:
+        listed = ", ".join(f"{md.name} ({md.plan.role} on {md.plan.assignment.host_name})" for md in groups[name].members)
+        leave = " and leave out --replica" if replica is not None else ""
+        raise ConfigError(
+            f"logs {name}: {name} runs over {len(groups[name].members)} hosts, one member each with its own log: "
+            f"name the member{leave}: {listed}"
+        )
     if replica is not None:
         if name not in replicated:
-            if name not in instances and name not in routers:
+            if name not in instances and name not in routers and name not in members:
                 raise ConfigError(unknown(deployment, "logs", name))
-            how = "a service of its own" if instances.get(name) and instances[name].plan.instance.index == 0 else "a replica or router, named as it is"
+            if name in members:
+                how = "a member of a multi-host service, named as it is"
+            elif instances.get(name) and instances[name].plan.instance.index == 0:
+                how = "a service of its own"
+            else:
+                how = "a replica or router, named as it is"
             raise ConfigError(f"logs {name} --replica {replica}: {name} is not a replicated service ({how}): leave out --replica")
         replicas = replicated[name].replicas
         if not 1 <= replica <= len(replicas):
@@ -55,16 +71,24 @@ def target(deployment: Deployment, name: str, replica: int | None) -> Target:
     if name in routers:
         rd = routers[name]
         return Target(hosts[rd.plan.host_name], rd.name, rd.spec.name, f"router {rd.name} of {rd.plan.service.name}")
+    if name in members:
+        md = members[name]
+        what = f"{md.plan.role} {md.name} of {md.group.name} on cards {','.join(map(str, md.plan.assignment.cards))}"
+        return Target(hosts[md.plan.assignment.host_name], md.name, md.spec.name, what)
     raise ConfigError(unknown(deployment, "logs", name))
 
 
 def unknown(deployment: Deployment, command: str, name: str, what: str = "service, replica or router") -> str:
-    """One paragraph: `name` is none of the stack's; the closest, and every service with its replicas and router."""
+    """One paragraph: `name` is none of the stack's; the closest, and every service with its replicas and
+    router, or its members."""
     replicated = {rd.plan.service.name: rd for rd in deployment.routers}
-    services = sorted({sd.plan.replica_of for sd in deployment.services()})
-    known = services if what == "service" else [*services, *(sd.name for sd in deployment.services()), *(rd.name for rd in deployment.routers)]
+    groups = {g.name: g for g in deployment.groups}
+    services = sorted(configured(deployment))
+    members = [md.name for g in deployment.groups for md in g.members]
+    known = services if what == "service" else [*services, *(sd.name for sd in deployment.services()), *(rd.name for rd in deployment.routers), *members]
     listed = ", ".join(
-        f"{s} (replicas 1 to {len(replicated[s].replicas)}, router {replicated[s].name})" if s in replicated else s
+        f"{s} (replicas 1 to {len(replicated[s].replicas)}, router {replicated[s].name})" if s in replicated
+        else f"{s} (members {', '.join(md.name for md in groups[s].members)})" if s in groups else s
         for s in services
     )
     return (
@@ -75,8 +99,13 @@ def unknown(deployment: Deployment, command: str, name: str, what: str = "servic
 
 def services_named(deployment: Deployment, requested: list[str]) -> frozenset[str]:
     """The configured services `status SERVICE...` names; ConfigError for one the stack lacks."""
-    services = {sd.plan.replica_of for sd in deployment.services()}
+    services = configured(deployment)
     for name in requested:
         if name not in services:
             raise ConfigError(unknown(deployment, "status", name, "service"))
     return frozenset(requested)
+
+
+def configured(deployment: Deployment) -> set[str]:
+    """The names of the stack's configured services: a replicated service's, a multi-host service's."""
+    return {sd.plan.replica_of for sd in deployment.services()} | {g.name for g in deployment.groups}

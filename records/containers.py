@@ -8,14 +8,18 @@ drift apart. Pure: no Pulumi, no Docker, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
+from allocation import names
+from allocation.capacity import fixed_kv_bytes
 from allocation.config import (
-    CARDS_ENV, CONTAINER_ENV, HEALTH_URL_ENV, START_WAIT_ENV, VISIBLE_DEVICES_ENV, FleetConfig, Host, Mount,
+    CARDS_ENV, CONTAINER_ENV, HEALTH_URL_ENV, START_WAIT_ENV, VISIBLE_DEVICES_ENV, FleetConfig, Host, Mount, Service,
 )  # fmt: skip
-from allocation.plan import ServicePlan
-from allocation.windows import KINDS, window_text
+from allocation.plan import Assignment, GroupPlan, MemberPlan, ServicePlan
+from allocation.resolved import Resolved
+from allocation.windows import KINDS, MEMBER_KINDS, WindowKind, window_text
 from records.command import behind_gate
 from records.health import probe_timing
 from records.runtime import logs
@@ -43,6 +47,9 @@ HEALTH_STEADY = (30, 10, 3)
 # Beyond the health wait: creating and starting the container, and the provider's own calls.
 CREATE_MARGIN_SECONDS = 300
 RESERVED_PORTS_SYSCTL = "net.ipv4.ip_local_reserved_ports"
+HOST_NETWORK = "host"
+"""Docker's host network: a multi-host service's members bind every port on the host itself, as
+vllm-ascend's multi-node recipes run them (docs/multi-host.md)."""
 # The start gate: every container on every host runs the same one, so a neighbour that comes, goes
 # or is renamed never changes another container's inputs (each changed byte re-creates a container,
 # and so reloads a model). Two instances loading or profiling on one card at the same time fail: vLLM
@@ -217,7 +224,8 @@ class ContainerSpec:
     """Host `/dev` paths, passed in at the same path."""
     mounts: tuple[Mount, ...]
     api_port: int
-    """Published on the host at the same number."""
+    """Published on the host at the same number, unless on the host network (`network_mode`), where
+    nothing is published: there, the port its health check asks (a follower's is its leader's)."""
     labels: Mapping[str, str]
     healthcheck: HealthCheck
     privileged: bool
@@ -240,17 +248,25 @@ class ContainerSpec:
     entrypoint: tuple[str, ...] | None = None
     """Replaces the image's ENTRYPOINT; None keeps the image's (every model and router container).
     For an image whose entrypoint does not run its program (the NPU exporter's, records.exporter)."""
+    network_mode: str | None = None
+    """`host` for a member of a multi-host service (`member_spec`); None keeps Docker's default bridge
+    network (every other container)."""
 
     @property
     def ports(self) -> tuple[int, ...]:
-        """Every port published on the host, at the same number inside."""
+        """Every port published on the host, at the same number inside; none on the host network, where
+        every port the container binds is a host port already."""
+        if self.network_mode == HOST_NETWORK:
+            return ()
         return (self.api_port,) if self.metrics_port is None else (self.api_port, self.metrics_port)
 
     def to_json(self) -> dict[str, object]:
         """Everything that reaches the container: the plan JSON's `container`, which `plan --against`
-        compares key by key (`records.restarts` says which keys re-create it). `entrypoint` only
-        when set: every container that keeps its image's prints as before."""
+        compares key by key (`records.restarts` says which keys re-create it). `entrypoint` and
+        `networkMode` only when set: every container that keeps its image's and Docker's default
+        network prints as before."""
         entrypoint = {} if self.entrypoint is None else {"entrypoint": list(self.entrypoint)}
+        network = {} if self.network_mode is None else {"networkMode": self.network_mode}
         return {
             "name": self.name,
             "image": self.image,
@@ -261,6 +277,7 @@ class ContainerSpec:
             "deviceFiles": list(self.device_files),
             "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only} for m in self.mounts],
             "ipcMode": self.ipc_mode,
+            **network,
             "shmSizeMiB": self.shm_size_mib,
             "ports": list(self.ports),
             "labels": dict(self.labels),
@@ -287,28 +304,36 @@ class ContainerSpec:
 
 def _command(planned: ServicePlan) -> tuple[str, ...]:
     """`vllm serve` with what the plan owns first, then defaults' and the service's `args`."""
-    s = planned.service
-    command = ["vllm", "serve", s.model, "--served-model-name", planned.instance.served_model_name]
-    command += ["--host", "0.0.0.0", "--port", str(planned.assignment.api_port)]
-    utilization = planned.gpu_memory_utilization
+    i = planned.instance
+    return _serve(i.service, i.served_model_name, planned.assignment.api_port, planned.gpu_memory_utilization, i.resolved)
+
+
+def _serve(
+    s: Service, served: str, port: int | None, utilization: Decimal, r: Resolved, owned: Sequence[str] = ()
+) -> tuple[str, ...]:
+    """`vllm serve` of `s`: the plan's flags (`--host` and `--port` only with a `port`), then `owned` (more of
+    the plan's: a member's data-parallel flags), then defaults' and the service's `args`."""
+    command = ["vllm", "serve", s.model, "--served-model-name", served]
+    command += ["--host", "0.0.0.0", "--port", str(port)] if port is not None else []
     command += ["--tensor-parallel-size", str(s.tensor_parallel_size), "--gpu-memory-utilization", str(utilization)]
-    if planned.kv_cache_bytes is not None:
-        command += ["--kv-cache-memory-bytes", str(planned.kv_cache_bytes)]
+    kv_bytes = fixed_kv_bytes(s)
+    if kv_bytes is not None:
+        command += ["--kv-cache-memory-bytes", str(kv_bytes)]
     if s.max_model_len is not None:
         command += ["--max-model-len", str(s.max_model_len)]
     if s.max_num_seqs is not None:
         command += ["--max-num-seqs", str(s.max_num_seqs)]
-    return (*command, *planned.resolved.args)
+    return (*command, *owned, *r.args)
 
 
 def _gated(
-    command: tuple[str, ...], env: dict[str, str], name: str, cards: Sequence[int], port: int, wait: int
+    command: tuple[str, ...], env: dict[str, str], name: str, cards: Sequence[int], health: str, wait: int
 ) -> tuple[str, ...]:
     """The command behind the start gate, and the gate's settings (the container's own name, cards,
-    health URL and start timeout: never a neighbour's) in `env`."""
+    the health URL its holder asks and start timeout: never a neighbour's) in `env`."""
     env[CONTAINER_ENV] = name
     env[CARDS_ENV] = ",".join(map(str, sorted(cards)))
-    env[HEALTH_URL_ENV] = f"http://127.0.0.1:{port}/health"
+    env[HEALTH_URL_ENV] = health
     env[START_WAIT_ENV] = str(wait)
     return behind_gate(START_GATE, command)
 
@@ -321,18 +346,33 @@ PLACEMENT_ENV = {k.env: (k.key,) for k in KINDS if k.env} | {
 the diff reports the field's change, not the variable's again."""
 
 
-def _env_and_labels(stack: str, planned: ServicePlan, all_devices: bool) -> tuple[dict, dict]:
-    s, a, name = planned.service, planned.assignment, planned.instance.original_name
+@dataclass(frozen=True)
+class _Placed:
+    """What a model container's env and labels are made of: a service's instance or a group's member alike."""
+
+    name: str
+    """The container's name: the one it was created with, kept across renames."""
+    service: Service
+    resolved: Resolved
+    assignment: Assignment
+    cards: int
+    """How many cards it runs on: numbered from 0 inside, unless every card is visible."""
+    kinds: tuple[WindowKind, ...]
+    """The window kinds its labels write (every one, empty when it has none)."""
+
+
+def _env_and_labels(stack: str, placed: _Placed, all_devices: bool) -> tuple[dict, dict]:
+    s, a, name, r = placed.service, placed.assignment, placed.name, placed.resolved
     env = TUNING_ENV | CACHE_ENV
-    if planned.resolved.ipc_mode == "host":
+    if r.ipc_mode == "host":
         # One /dev/shm for every service and the host: ATB's shared-memory names must not meet.
         env["ATB_SHARE_MEMORY_NAME_SUFFIX"] = f"_{name}"
     if s.tensor_parallel_size > 1:
         env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
-    env.update(planned.resolved.env)
+    env.update(r.env)
     # With only its own /dev/davinciN mounted, the runtime numbers a container's
     # cards from 0; in all-devices mode every card is visible under its physical index.
-    visible = a.cards if all_devices else range(s.tensor_parallel_size)
+    visible = a.cards if all_devices else range(placed.cards)
     env[VISIBLE_DEVICES_ENV] = ",".join(map(str, visible))
     labels = {
         f"{LABEL_PREFIX}.stack": stack,
@@ -340,7 +380,7 @@ def _env_and_labels(stack: str, planned: ServicePlan, all_devices: bool) -> tupl
         f"{LABEL_PREFIX}.host": a.host_name,
         f"{LABEL_PREFIX}.devices": ",".join(map(str, a.cards)),
     }
-    for kind in KINDS:
+    for kind in placed.kinds:
         window = a.windows.get(kind.key)
         text = kind.text(window) if window else ""
         if kind.env and window:
@@ -352,7 +392,11 @@ def _env_and_labels(stack: str, planned: ServicePlan, all_devices: bool) -> tupl
 def http_probe(port: int, path: str) -> str:
     """A health check's shell command: succeeds when the container answers `path` on `port` with 2xx.
     vllm-ascend images carry python3; minimal images (the simulator) busybox wget."""
-    url = f"http://127.0.0.1:{port}{path}"
+    return url_probe(f"http://127.0.0.1:{port}{path}")
+
+
+def url_probe(url: str) -> str:
+    """A health check's shell command: succeeds when `url` answers with 2xx."""
     return (
         f"wget -q -O /dev/null {url} 2>/dev/null || "
         f"python3 -c 'import urllib.request; urllib.request.urlopen(\"{url}\", timeout=5)'"
@@ -373,10 +417,18 @@ def created_on_host(source: str) -> bool:
     return source == LOCK_DIR_HOST or source.startswith(CACHE_DIR_HOST + "/")
 
 
-def cache_dir(planned: ServicePlan) -> str:
+def cache_dir(service: Service) -> str:
     """The host folder of the service's compile cache: one per configured service, by the name its
     containers were created with (Docker names: `[a-z0-9-]`, safe in a path)."""
-    return f"{CACHE_DIR_HOST}/{planned.instance.service.original_name}"
+    return f"{CACHE_DIR_HOST}/{service.original_name}"
+
+
+def _mounts(s: Service, r: Resolved) -> tuple[Mount, ...]:
+    """The host's, the model's, the compile cache's (unless the service mounts its own there: Docker
+    refuses two mounts on one target) and the service's own."""
+    own_cache = any(m.target == CACHE_DIR for m in r.mounts)
+    cache = () if own_cache else (Mount(source=cache_dir(s), target=CACHE_DIR, read_only=False),)
+    return (*HOST_MOUNTS, Mount(source=s.model, target=s.model), *cache, *r.mounts)
 
 
 def container_spec(planned: ServicePlan, site: Site, *, shared: bool = False) -> ContainerSpec:
@@ -385,24 +437,23 @@ def container_spec(planned: ServicePlan, site: Site, *, shared: bool = False) ->
     container as it is."""
     s, a, r, host = planned.service, planned.assignment, planned.resolved, site.host
     all_devices = r.all_devices or (shared and host.card_sharing == "privileged")
-    env, labels = _env_and_labels(site.stack, planned, all_devices)
+    name = planned.instance.original_name
+    placed = _Placed(name, s, r, a, s.tensor_parallel_size, KINDS)
+    env, labels = _env_and_labels(site.stack, placed, all_devices)
     cards = range(host.npus) if all_devices else a.cards
     device_files = tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES
-    # A service that mounts its own cache there keeps it (Docker refuses two mounts on one target).
-    own_cache = any(m.target == CACHE_DIR for m in r.mounts)
-    cache = () if own_cache else (Mount(source=cache_dir(planned), target=CACHE_DIR, read_only=False),)
-    mounts = (*HOST_MOUNTS, Mount(source=s.model, target=s.model), *cache, *r.mounts)
-    command = _gated(_command(planned), env, planned.instance.original_name, a.cards, a.api_port, r.start_timeout_seconds)
+    health = f"http://127.0.0.1:{a.api_port}/health"
+    command = _gated(_command(planned), env, name, a.cards, health, r.start_timeout_seconds)
     reserved = ",".join(window_text(a.windows[k.key]) for k in KINDS if k.netns and k.key in a.windows)
     return ContainerSpec(
         # What reaches Docker carries the name the container was created with: a renamed service
         # (`previousNames`) keeps its container, whose name the docker provider cannot change in place.
-        name=planned.instance.original_name,
+        name=name,
         image=r.image,
         command=command,
         env=MappingProxyType(dict(sorted(env.items()))),
         device_files=device_files,
-        mounts=mounts,
+        mounts=_mounts(s, r),
         api_port=a.api_port,
         labels=MappingProxyType(labels),
         healthcheck=health_check(
@@ -416,4 +467,63 @@ def container_spec(planned: ServicePlan, site: Site, *, shared: bool = False) ->
         shm_size_mib=r.shm_size_mib,
         start_timeout_seconds=r.start_timeout_seconds,
         log_opts=r.log_opts,
+    )
+
+
+GROUP_LABEL = f"{LABEL_PREFIX}.group"
+"""On every member of a multi-host service: the service's name (the one its containers were created with)."""
+
+
+def member_health_url(group: GroupPlan, mp: MemberPlan) -> str:
+    """What a member's health check and its start gate's holder ask: the leader its own /health on its
+    API port; a follower the leader's, on the leader's NIC address. A `--headless` follower serves no
+    HTTP at all (vllm v0.20.2 `entrypoints/cli/serve.py`: `--headless` sets `api_server_count = 0`, and
+    `run_headless` starts only the engine processes, which join the leader's handshake), so a follower
+    is healthy when its group serves."""
+    port = group.leader.assignment.api_port
+    if mp.member.leader:
+        return f"http://127.0.0.1:{port}/health"
+    address = group.address
+    return f"http://{f'[{address}]' if ':' in address else address}:{port}/health"
+
+
+def member_spec(group: GroupPlan, mp: MemberPlan, site: Site) -> ContainerSpec:
+    """The container of member `mp` of `group` at `site` (its host), before its group's digest label
+    (records.group): a service's container (`container_spec`) on Docker's host network, publishing
+    nothing, with the group's data-parallel flags (`GroupPlan.args`) after the plan's own, its host's
+    NIC variables (`MemberPlan.nic_env`) and HCCL windows in its env, its cards alone, the same start
+    gate, and the health check of `member_health_url`."""
+    m, a, host = mp.member, mp.assignment, site.host
+    s, r = m.service, m.resolved
+    name = names.original_name(m.name, m.previous_names)
+    env, labels = _env_and_labels(site.stack, _Placed(name, s, r, a, len(a.cards), MEMBER_KINDS), r.all_devices)
+    env |= mp.nic_env()
+    labels[GROUP_LABEL] = s.original_name
+    port = a.api_port if m.leader else None
+    command = _serve(s, s.served_model_name or s.original_name, port, m.memory_fraction, r, group.args(mp))
+    health = member_health_url(group, mp)
+    command = _gated(command, env, name, a.cards, health, r.start_timeout_seconds)
+    cards = range(host.npus) if r.all_devices else a.cards
+    return ContainerSpec(
+        name=name,
+        image=r.image,
+        command=command,
+        env=MappingProxyType(dict(sorted(env.items()))),
+        device_files=tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES,
+        mounts=_mounts(s, r),
+        api_port=group.leader.assignment.api_port,
+        labels=MappingProxyType(labels),
+        healthcheck=health_check(site, ("CMD-SHELL", url_probe(health)), HEALTH_STEADY, r.start_timeout_seconds),
+        privileged=r.all_devices,
+        ipc_mode=r.ipc_mode,
+        stop_grace_seconds=r.stop_grace_seconds,
+        # None: Docker refuses `net.*` sysctls on the host network (docker/cli man/docker-run.1.md, --sysctl:
+        # "If you use the --network=host option using these sysctls are not allowed"); a member's windows
+        # lie outside the kernel's ephemeral range instead (docs/multi-host.md).
+        sysctls=MappingProxyType({}),
+        restart=r.restart,
+        shm_size_mib=r.shm_size_mib,
+        start_timeout_seconds=r.start_timeout_seconds,
+        log_opts=r.log_opts,
+        network_mode=HOST_NETWORK,
     )

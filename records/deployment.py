@@ -19,6 +19,7 @@ from allocation.config import Host, Ssh
 from allocation.errors import AllocationError, listing
 from records.containers import ContainerSpec, Site, container_spec
 from records.exporter import exporter_spec
+from records.group import GroupDeployment, MemberDeployment, by_member, group_deployment
 from records.card_order import card_orders, order_script, removal_script as order_removal
 from records.device_share import device_share_script, removal_script
 from records.held_cards import HeldCard, held_cards
@@ -31,6 +32,31 @@ from records.rollout import Handover, handover, workers_script
 from records.router import build_script, image_tag, router_spec
 from records.start_order import start_after
 from allocation.windows import KINDS
+
+
+EXPORTER = "exporter"
+"""The `kind` of a host's NPU exporter; services, replicas, routers and members have the plan JSON's."""
+
+
+@dataclass(frozen=True)
+class PlannedContainer:
+    """One container the plan creates on a host, as `doctor` and `status` see it (`HostDeployment.planned`)."""
+
+    name: str
+    """The service's, replica's, router's, member's or exporter's name."""
+    spec: ContainerSpec
+    what: str
+    """What it is, for messages: `on cards 0,1`, `as the router of bge-m3`..."""
+    kind: str
+    """`service`, `replica`, `router`, `member` (the plan JSON's `kind`) or `exporter`."""
+    service: str | None
+    """The configured service it serves: a replica's service, a router's, a member's group; None for the exporter."""
+    cards: tuple[int, ...]
+    """Its planned cards; none for a router or the exporter."""
+    endpoint: str | None
+    """Where clients reach it: a member's is its group's, on the leader only (a follower serves no HTTP)."""
+    role: str | None = None
+    """A member's `leader` or `follower`; None for any other container."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,6 +170,8 @@ class HostDeployment:
     """In name order, so every service comes after those it starts after."""
     routers: tuple[RouterDeployment, ...] = ()
     """The routers on the host, by service name."""
+    members: tuple[MemberDeployment, ...] = ()
+    """The members of multi-host services on the host, by name (records.group)."""
     exporter: ContainerSpec | None = None
     """The NPU exporter's container (`records.exporter`): on a host in use while `metrics.npuExporter`
     is set, else None."""
@@ -161,7 +189,7 @@ class HostDeployment:
         ports |= set(() if self.exporter is None else self.exporter.ports)
         return host_check_script(
             self.host, [(s.plan, s.spec) for s in self.services], stack=self.stack, ports=sorted(ports),
-            shared_cards=self.device_share_cards, engine=self.docker_engine,
+            shared_cards=self.device_share_cards, engine=self.docker_engine, members=self.plan.members,
         )  # fmt: skip
 
     @cached_property
@@ -185,14 +213,33 @@ class HostDeployment:
         return order_script(self.host, card_orders(self.plan)) if self.shared_cards else None
 
     @property
+    def planned(self) -> list[PlannedContainer]:
+        """Every container the plan creates on the host: its services and replicas, its routers, its
+        members of multi-host services, then the NPU exporter. The Docker name is the spec's, which a
+        renamed service keeps. The one list of them: `doctor` judges these, `status` shows them, and the
+        host's `replaces` may name none of them (`records.takeover.takeover_problems`)."""
+        out = [
+            PlannedContainer(sd.name, sd.spec, f"on cards {_cards(sd.plan.assignment.cards)}", sd.plan.instance.kind,
+                             sd.plan.replica_of, sd.plan.assignment.cards, sd.endpoint)
+            for sd in self.services
+        ]  # fmt: skip
+        out += [
+            PlannedContainer(rd.name, rd.spec, f"as the router of {rd.plan.service.name}", names.ROUTER, rd.plan.service.name, (), rd.endpoint)
+            for rd in self.routers
+        ]  # fmt: skip
+        out += [
+            PlannedContainer(md.name, md.spec, _member_role(md), names.MEMBER, md.group.name, md.plan.assignment.cards,
+                             md.group.endpoint if md.plan.member.leader else None, md.plan.role)
+            for md in self.members
+        ]  # fmt: skip
+        if self.exporter is not None:
+            out.append(PlannedContainer(self.exporter.name, self.exporter, "as the host's NPU exporter", EXPORTER, None, (), None))
+        return out
+
+    @property
     def containers(self) -> list[tuple[str, ContainerSpec, str]]:
-        """(name, spec, what it is) of every container the plan creates on the host: its services
-        and replicas, its routers, then the NPU exporter. The Docker name is the spec's, which a
-        renamed service keeps. The one list of them: `doctor` judges these, and the host's
-        `replaces` may name none of them (`records.takeover.takeover_problems`)."""
-        out = [(sd.name, sd.spec, f"on cards {','.join(map(str, sd.plan.assignment.cards))}") for sd in self.services]
-        out += [(rd.name, rd.spec, f"as the router of {rd.plan.service.name}") for rd in self.routers]
-        return out + ([(self.exporter.name, self.exporter, "as the host's NPU exporter")] if self.exporter is not None else [])
+        """(name, spec, what it is) of every container the plan creates on the host (`planned`)."""
+        return [(c.name, c.spec, c.what) for c in self.planned]
 
     @property
     def host(self) -> Host:
@@ -204,8 +251,16 @@ class HostDeployment:
 
     @property
     def in_use(self) -> bool:
-        """Anything runs here: a service or a router."""
-        return bool(self.services or self.routers)
+        """Anything runs here: a service, a router or a member of a multi-host service."""
+        return bool(self.services or self.routers or self.members)
+
+
+def _cards(cards: tuple[int, ...]) -> str:
+    return ",".join(map(str, cards))
+
+
+def _member_role(md: MemberDeployment) -> str:
+    return f"on cards {_cards(md.plan.assignment.cards)} as the {md.plan.role} of {md.group.name} (host network)"
 
 
 @dataclass(frozen=True)
@@ -214,6 +269,8 @@ class Deployment:
     ssh: Ssh
     hosts: tuple[HostDeployment, ...]
     """Every host of the plan, in name order, with services or not."""
+    groups: tuple[GroupDeployment, ...] = ()
+    """One per multi-host service, by service name; its members are those of the hosts."""
 
     @property
     def routers(self) -> tuple[RouterDeployment, ...]:
@@ -228,8 +285,11 @@ class Deployment:
 
     def shard(self, index: int) -> Deployment:
         """What shard `index` of a fleet deployed as shards deploys: its hosts, with their services,
-        routers and exporters (a replicated service's replicas and router are in one shard)."""
-        return replace(self, hosts=tuple(hd for hd in self.hosts if hd.plan.shard == index))
+        routers, exporters and groups (a replicated service's replicas and router, a group's members, are in
+        one shard)."""
+        hosts = tuple(hd for hd in self.hosts if hd.plan.shard == index)
+        kept = {hd.name for hd in hosts}
+        return replace(self, hosts=hosts, groups=tuple(g for g in self.groups if g.plan.leader.host.name in kept))
 
 
 def previous_replicas(routers: Iterable[RouterDeployment]) -> dict[ServiceDeployment, ServiceDeployment]:
@@ -289,12 +349,13 @@ def _host_deployment(
     shared_cards: tuple[int, ...],
     services: tuple[ServiceDeployment, ...],
     routers: tuple[RouterDeployment, ...],
+    members: tuple[MemberDeployment, ...],
 ) -> HostDeployment:
     host = hp.host
     sharing = _mode_cards(hp)
     url = host.docker_url()
-    exporter = exporter_spec(plan.fleet, host) if services or routers else None
-    extra = () if exporter is None else (exporter,)
+    exporter = exporter_spec(plan.fleet, host) if services or routers or members else None
+    extra = (*(md.spec for md in members), *(() if exporter is None else (exporter,)))
     return HostDeployment(
         plan=hp,
         docker_url=url,
@@ -311,6 +372,7 @@ def _host_deployment(
         pull_timeout_seconds=plan.fleet.pull_timeout_minutes * 60,
         services=services,
         routers=routers,
+        members=members,
         exporter=exporter,
         held_cards=held_cards(hp),
     )
@@ -331,10 +393,12 @@ def deploy(plan: Plan, known_hosts: str = "") -> Deployment:
     services = {hp.host.name: _service_deployments(plan, hp, _mode_cards(hp) or shared[hp.host.name]) for hp in plan.hosts}
     by_plan = {id(sd.plan): sd for host_services in services.values() for sd in host_services}
     routers = [_router_deployment(plan, r, by_plan) for r in plan.routers]
+    groups = tuple(group_deployment(plan, g) for g in plan.groups)
+    members = by_member(groups)
     hosts = tuple(
         _host_deployment(
             plan, hp, known_hosts, shared[hp.host.name], services[hp.host.name],
-            tuple(r for r in routers if r.plan.host_name == hp.host.name),
+            tuple(r for r in routers if r.plan.host_name == hp.host.name), tuple(members[id(mp)] for mp in hp.members),
         )  # fmt: skip
         for hp in plan.hosts
     )
@@ -342,7 +406,7 @@ def deploy(plan: Plan, known_hosts: str = "") -> Deployment:
     problems = [p for hd in hosts if hd.takeover_script for p in takeover_problems(hd.host, hd.takeover_script, hd.containers)]
     if problems:
         raise AllocationError(f"stack {plan.stack}: cannot take over: " + listing(problems) + ".")
-    return Deployment(plan=plan, ssh=plan.fleet.ssh, hosts=hosts)
+    return Deployment(plan=plan, ssh=plan.fleet.ssh, hosts=hosts, groups=groups)
 
 
 def untrusted_hosts(deployment: Deployment) -> list[str]:

@@ -18,6 +18,7 @@ directory standing in for `/`); the program never passes it.
 
 from __future__ import annotations
 
+import ipaddress
 import shlex
 
 from typing import Sequence
@@ -32,7 +33,7 @@ from records.runtime import (
     inspect_containers, label, path, remove, stand_in, version,
 )  # fmt: skip
 from records.health import START_INTERVAL_ENGINE, has_start_interval
-from allocation.plan import ServicePlan
+from allocation.plan import MemberPlan, ServicePlan
 from allocation.windows import KINDS
 
 RANGE_ENV = tuple(k.env for k in KINDS if k.hccl_range and k.env)
@@ -354,6 +355,42 @@ def _engine_check(host: Host, declared: str, root: str) -> list[str]:
     ]
 
 
+# `ip -o addr show [dev IFACE]` prints one line per address: index, interface, family, address/prefix
+# (iproute2 `ip/ipaddress.c` print_addrinfo). Prints "address on interface" for each IPv4 and IPv6
+# address, joined by ", ": an interface name holds no space or comma, so " ADDRESS on " is one address.
+ADDR_AWK = r"""$3 == "inet" || $3 == "inet6" { split($4, a, "/"); printf "%s%s on %s", (n++ ? ", " : ""), a[1], $2 }"""
+
+
+def _nic_checks(host: Host, members: Sequence[MemberPlan]) -> list[str]:
+    """The address a multi-host service's members put in `HCCL_IF_IP` (and the leader in
+    `--data-parallel-address`) must be one of this host's, on `nic.interface` when the host names one
+    (the three `*_SOCKET_IFNAME` variables): HCCL and Gloo bind it, and a rank on an address the host
+    does not have fails only when its group starts, on every host at once. The exact address, compared
+    in the text iproute2 prints (inet_ntop's, as Python's `ipaddress` writes it), not its subnet. An
+    interface that does not exist is one whose addresses `ip` cannot list, in its own words."""
+    interface = host.nic.interface if host.nic is not None else None
+    declared = host.nic_address or ""
+    where = f"interface {interface}" if interface else "the host"
+    key = "nic.address" if host.nic is not None and host.nic.address is not None else "address, as nic.address is unset"
+    which = f"HCCL_IF_IP {declared} of {', '.join(mp.name for mp in members)} on host {host.name} (from its {key})"
+    fix = (
+        f"): set host {host.name}'s nic in ascend-fleet:hosts, nic.address to an address of the host"
+        + (" and nic.interface to the interface it is on" if interface else "")
+        + " (ip -br addr), or configure the address there"
+    )
+    show = f"ip -o addr show dev {_q(interface)}" if interface else "ip -o addr show"
+    return [
+        # `ip` is in /sbin or /usr/sbin on some distributions, which a non-root SSH session's PATH may lack.
+        f'if nic=$(PATH="$PATH:/usr/sbin:/sbin" {show} 2>&1 </dev/null); then',
+        f"  nic_has=$(printf '%s\\n' \"$nic\" | awk {_q(ADDR_AWK)})",
+        f'  case " $nic_has" in *{_q(f" {ipaddress.ip_address(declared)} on ")}*) ;; '
+        f'*) missing {_q(f"{which} is not an address of {where} (it has: ")}"${{nic_has:-none}}"{_q(fix)} ;; esac',
+        "else",
+        f'  missing {_q(f"cannot list the addresses of {where} for {which} ({show}: ")}"$nic"{_q(fix)}',
+        "fi",
+    ]
+
+
 def host_check_script(
     host: Host,
     containers: Containers,
@@ -363,13 +400,15 @@ def host_check_script(
     shared_cards: Sequence[int] = (),
     root: str = "",
     engine: str | None = None,
+    members: Sequence[MemberPlan] = (),
 ) -> str:
     """A POSIX sh script: exit 0 when the host has everything its containers use and no container
     outside the plan holds what they need, else exit 1 with one readable paragraph on stderr listing
     every problem. `stack`: whose containers are the plan's own (their label); `ports`: every port the
     plan publishes on the host, its routers' too; `shared_cards`: cards to be put into device-share
     mode, whose support is checked; `engine`: the Docker Engine version the stack declares for the
-    host, compared with the one it runs."""
+    host, compared with the one it runs; `members`: the members of multi-host services on the host, whose
+    NIC address is checked."""
     needs = _needs(containers)
     devices, models, mounts, _ = needs
     count = len(containers)
@@ -382,6 +421,9 @@ def host_check_script(
         f"ascend-fleet: host {host.name} ready for {count} service(s): devices {len(devices)}, "
         f"driver and npu-smi present, model directories {len(models)}, other mounts {len(mounts)}"
     )
+    if members:
+        interface = host.nic.interface if host.nic is not None else None
+        summary += f", HCCL_IF_IP {host.nic_address}" + (f" on {interface}" if interface else "")
     return "\n".join([
         f"# ascend-fleet host check for {host.name}: generated from the plan, do not edit.",
         "problems=''",
@@ -396,6 +438,7 @@ def host_check_script(
         *_sharing_checks(host, shared_cards, [spec.name for _, spec in containers], root),
         *(_foreign_checks(host, stack, containers, ports) if containers else ()),
         *(_engine_check(host, engine, root) if engine is not None else []),
+        *(_nic_checks(host, members) if members else []),
         'if [ -n "$problems" ]; then',
         f'  printf \'%s%s\\n%s\\n\' {_q(header)} "$problems" {_q(advice)} >&2',
         "  exit 1",

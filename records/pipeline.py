@@ -51,27 +51,11 @@ def trusted(deployment: Deployment) -> Deployment:
     return deployment
 
 
+
 def deployable(deployment: Deployment) -> Deployment:
-    """The deployment, unless the plan holds a multi-host service: planned, but not deployed by this
-    version (docs/multi-host.md), so `pulumi up` and `render` stop before anything is half deployed."""
-    refuse_disaggregated(deployment)
-    groups = deployment.plan.groups
-    if groups:
-        members = "; ".join(f"{g.name} on {', '.join(mp.host.name for mp in g.members)}" for g in groups)
-        raise ConfigError(
-            f"stack {deployment.stack}: planned, not yet deployed by this version: the multi-host service(s) "
-            f"{members} (dataParallel). `plan` shows each member's hosts, cards and ports, but neither "
-            "`pulumi up` nor `render` deploys a service over several hosts yet, and deploying the stack without "
-            "it would deploy half a fleet: remove dataParallel (or the service) to deploy the rest, see "
-            "docs/multi-host.md."
-        )
-    return deployment
-
-
-
-def refuse_disaggregated(deployment: Deployment) -> None:
-    """Stops `pulumi up` and `render` when the plan holds a disaggregated service: planned, but not deployed by
-    this version (docs/disaggregated.md), and the rest of the stack without it would be half a fleet."""
+    """The deployment, unless the plan holds a disaggregated service: planned, but not deployed by this version
+    (docs/disaggregated.md), so `pulumi up` and `render` stop before anything is half deployed: the rest of the
+    stack without it would be half a fleet."""
     planned = deployment.plan.disaggregated
     if planned:
         where = "; ".join(f"{d.name} ({', '.join(f'{rp.name} on {rp.assignment.host_name}' for rp in d.instances)}, "
@@ -82,3 +66,4 @@ def refuse_disaggregated(deployment: Deployment) -> None:
             "`pulumi up` nor `render` deploys prefill and decode apart yet, and deploying the stack without it would "
             "deploy half a fleet: remove disaggregated (or the service) to deploy the rest, see docs/disaggregated.md."
         )
+    return deployment

@@ -41,6 +41,7 @@ INPUTS = (
     Input("deviceFiles", ("devices",), True),
     Input("mounts", ("mounts",), True),
     Input("ipcMode", ("ipc_mode",), True),
+    Input("networkMode", ("network_mode",), True),  # only a multi-host service's members set it
     Input("shmSizeMiB", ("shm_size",), True),
     Input("ports", ("ports",), True),
     Input("labels", ("labels",), True),

@@ -62,7 +62,7 @@ def live_container(spec: ContainerSpec, status: str = "running") -> LiveContaine
         privileged=spec.privileged, init=spec.init, ipc_mode=spec.ipc_mode, sysctls=dict(spec.sysctls), log_opts=dict(spec.log_opts),
         published=frozenset((p, p) for p in spec.ports), command=tuple(spec.command),
         mounts=frozenset((m.source, m.target, m.read_only) for m in spec.mounts), restart=spec.restart,
-        shm_size_bytes=spec.shm_size_mib * 1024 * 1024, log_driver=spec.log_driver,
+        shm_size_bytes=spec.shm_size_mib * 1024 * 1024, log_driver=spec.log_driver, network_mode=spec.network_mode or "bridge",
         stop_timeout_seconds=spec.stop_grace_seconds, healthcheck=LiveHealth(
             spec.healthcheck.test, spec.healthcheck.interval_seconds * 10**9, spec.healthcheck.timeout_seconds * 10**9,
             spec.healthcheck.start_period_seconds * 10**9, spec.healthcheck.retries,

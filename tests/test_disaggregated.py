@@ -210,3 +210,12 @@ def test_pulumi_up_and_render_refuse_a_disaggregated_service_in_one_paragraph():
     text = str(err.value)
     assert text.startswith("stack pd-1p1d: planned, not yet deployed by this version: the disaggregated service(s) qwen-pd")
     assert "qwen-pd-prefill on npu-a, qwen-pd-decode on npu-a, proxy on npu-a" in text and "\n" not in text
+
+
+@pytest.mark.parametrize("fmt", ["docker-run", "compose", "kubernetes", "prometheus"])
+def test_render_refuses_a_disaggregated_service_in_every_format_and_writes_nothing(cli, tmp_path, fmt):
+    folder = tmp_path / "out"
+    result = cli("render", "--config", EXAMPLE, "--format", fmt, *(["--output", str(folder)] if fmt == "prometheus" else []))
+    assert result.returncode == 1 and result.stdout == "" and not folder.exists()
+    assert result.stderr.startswith("error: stack pd-1p1d: planned, not yet deployed by this version: the disaggregated")
+    assert result.stderr.count("\n") == 1

@@ -28,7 +28,7 @@ from tests.support.stacks import fleet, host, service
 from tests.support.pipeline import deployment_of
 from tests.support.doctor import clean_facts, gathered, host_image_ids, inspect_of, make_fleet, with_container
 from tests.support.doctor import DEVICE_SHARE_ON, FULL_MESH, PIDS, npu_info
-from tests.support.doctor import TOPO_SCREEN
+from tests.support.doctor import TOPO_SCREEN, with_link
 from tests.support.doctor import findings
 
 
@@ -202,7 +202,8 @@ def test_each_field_of_the_container_record_changed_is_drift_unless_docker_canno
             planned = dataclasses.replace(spec, healthcheck=dataclasses.replace(value, **{sub.name: _changed(getattr(value, sub.name))}))
             assert differences(planned, live, spec), f"healthcheck {sub.name} changed is not drift"
         return
-    other = ("/bin/sh", "-c") if field == "entrypoint" else _changed(value)  # set, where the plan had none
+    # Set, where the plan had none.
+    other = ("/bin/sh", "-c") if field == "entrypoint" else "host" if field == "network_mode" else _changed(value)
     assert differences(dataclasses.replace(spec, **{field: other}), live, spec), f"{field} changed is not drift"
 
 
@@ -633,16 +634,6 @@ def test_the_gather_script_reads_the_device_share_mode_of_exactly_the_shared_car
 
 
 # ---- HCCS topology ------------------------------------------------------------
-
-
-def with_link(a: int, b: int, link: str, both: bool = True) -> str:
-    """The A2 board's screen with the link between cards a and b printed as `link` (on a's row, and on b's if `both`)."""
-    rows = TOPO_SCREEN.splitlines()
-    for r, c in ((a, b), (b, a))[: 2 if both else 1]:
-        cells = rows[r + 1].split()
-        cells[c + 1] = link
-        rows[r + 1] = "".join(cell.ljust(11) for cell in cells[:-1]) + cells[-1]
-    return "\n".join(rows) + "\n"
 
 
 def test_a_tensor_parallel_group_whose_cards_are_not_linked_by_hccs_is_a_topology_finding(plan):

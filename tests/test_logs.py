@@ -15,6 +15,7 @@ from cli.stackfile import load_fleet
 from ops import logs
 from ops.requested import Target, target
 from tests.support.docker_fakes import container_id, resolving_docker
+from tests.support.doctor import group_values
 from tests.support.pipeline import deployment_of
 from tests.support.stacks import SEED_UNPINNED, fleet, host, service
 
@@ -191,3 +192,22 @@ def test_python_m_allocation_logs_prints_the_lines_and_says_on_stderr_when_their
     result = cli("logs", "--config", str(path), "bge-2")
     assert (result.returncode, result.stdout) == (0, "last\n")
     assert result.stderr == f"note: the last 100 lines of bge-2 are more than {logs.LOG_BYTES} bytes: their start is left out\n"
+
+
+def test_a_multi_host_service_is_refused_naming_its_members_and_a_member_is_read_on_its_host():
+    ds = deployment_of(group_values())
+    with pytest.raises(ConfigError) as err:
+        target(ds, "ds", None)
+    assert str(err.value) == (
+        "logs ds: ds runs over 2 hosts, one member each with its own log: name the member: "
+        "ds-node0 (leader on npu-a), ds-node1 (follower on npu-b)"
+    )
+    with pytest.raises(ConfigError, match="name the member and leave out --replica: ds-node0"):
+        target(ds, "ds", 1)
+    with pytest.raises(ConfigError, match=r"ds-node1 is not a replicated service \(a member of a multi-host service, named as it is\)"):
+        target(ds, "ds-node1", 1)
+    where = target(ds, "ds-node1", None)
+    assert (where.host.name, where.name, where.container, where.what) == ("npu-b", "ds-node1", "ds-node1", "follower ds-node1 of ds on cards 0,1,2,3")
+    with pytest.raises(ConfigError) as err:
+        target(ds, "ds-node2", None)
+    assert "(did you mean 'ds-node1'?); its services: ds (members ds-node0, ds-node1), solo" in str(err.value)

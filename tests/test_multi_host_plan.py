@@ -12,12 +12,11 @@ import jsonschema
 import pytest
 
 from allocation.config import parse_fleet
-from allocation.errors import AllocationError, ConfigError
+from allocation.errors import AllocationError
 from allocation.group import groups_of
 from allocation.instance import instances
 from allocation.placement import Placer
 from cli.stackfile import load_fleet
-from records.pipeline import deployable
 from views.report import WIDTH, plan_json, render_plan
 from tests.support.pipeline import deployment_of, plan_of
 from tests.support.stacks import host, service
@@ -87,18 +86,14 @@ def test_the_plan_json_carries_the_group_once_with_its_members_and_validates_aga
         "npu-a": ["deepseek-r1-node0"], "npu-b": ["deepseek-r1-node1"], "npu-c": ["qwen3-moe-node0"], "npu-d": ["qwen3-moe-node1"]}
 
 
-def test_pulumi_up_and_render_refuse_a_multi_host_service_in_one_paragraph_and_plan_keys_stay_without_one():
-    with pytest.raises(ConfigError) as err:
-        deployable(example())
-    text = str(err.value)
-    assert "planned, not yet deployed by this version" in text and "deepseek-r1 on npu-a, npu-b" in text and "\n" not in text
+def test_plan_keys_stay_without_a_multi_host_service():
     plain = deployment_of({"hosts": [host("a")], "services": [service("s")]})
-    assert deployable(plain) is plain and "groups" not in plan_json(plain) and "members" not in plan_json(plain)["hosts"][0]
+    assert "groups" not in plan_json(plain) and "members" not in plan_json(plain)["hosts"][0]
 
 
-def test_render_refuses_before_writing_anything(cli, tmp_path):
-    result = cli("render", "--config", EXAMPLE, "--format", "compose", "--output", str(tmp_path / "out"))
-    assert result.returncode == 1 and "planned, not yet deployed by this version" in result.stderr
+def test_render_as_kubernetes_refuses_before_writing_anything(cli, tmp_path):
+    result = cli("render", "--config", EXAMPLE, "--format", "kubernetes", "--output", str(tmp_path / "out"))
+    assert result.returncode == 1 and "the Kubernetes target does not deploy a service over several hosts" in result.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -183,7 +178,7 @@ def test_plan_against_treats_a_group_as_one_unit_in_one_line_and_says_nothing_wh
     values["hosts"][1]["nic"] = {"interface": "eth9"}  # npu-b: only the follower's NIC variables change
     diff = diff_plans(old, plan_json_of(values), against="main")
     assert diff.groups == (
-        "multi-host service deepseek-r1: deepseek-r1-node1: env; a change to any member restarts every member: "
+        "multi-host service deepseek-r1: deepseek-r1-node1: env, container env; a change to any member restarts every member: "
         "deepseek-r1-node0, deepseek-r1-node1",
     )
     table = render_diff(diff, "table")
@@ -206,19 +201,6 @@ def test_pin_freezes_every_member_and_the_pinned_file_plans_the_same_groups(tmp_
     assert [(p.host, p.devices, p.apiPort, p.dataParallelRpcPort) for p in pins] == [
         ("npu-a", list(range(8)), 8000, 29550), ("npu-b", list(range(8)), None, None)]
     assert members(plan_of(fleet)) == members(example().plan)
-
-
-@pytest.mark.parametrize("target", ["docker", "kubernetes"])
-def test_the_pulumi_program_refuses_a_multi_host_service_in_one_run_error_on_either_target(target):
-    import pulumi
-
-    from cli.stackfile import locate, stack_values
-    from tests.support.pulumi_harness import run_program
-
-    values = stack_values(locate(None, EXAMPLE)) | {"target": target}
-    with pytest.raises(pulumi.RunError, match="planned, not yet deployed by this version") as info:
-        run_program("deepseek-r1", values)
-    assert info.value.__cause__ is None and "Traceback" not in str(info.value)
 
 
 def test_a_sharded_fleet_keeps_a_groups_hosts_in_one_shard():

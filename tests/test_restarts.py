@@ -84,6 +84,7 @@ OTHER = {
     "metrics_port": 9100,
     "init": False,
     "entrypoint": ("/bin/bash", "-c", "--"),
+    "network_mode": "host",
 }
 
 

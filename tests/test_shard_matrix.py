@@ -31,6 +31,16 @@ def test_a_replicated_services_router_takes_a_slot_in_its_shard():
     assert row == {"stack": "prod-shard-0", "parallel": 3 + 2 * HOST_SLOTS}
 
 
+def test_every_member_of_a_group_takes_a_slot_in_its_shard_so_the_whole_group_starts_at_once():
+    """Each member waits until its group serves: with one service's 9 slots, 7 of the 16 members would
+    wait for a slot that the 9 others never give back."""
+    hosts = [host(f"h{i:02}", address=f"10.0.0.{i}") for i in range(17)]
+    group = service("wide", 8, 0.9, dataParallel={"size": 16, "perHost": 1})
+    plan = plan_fleet(fleet(hosts, [service("small", 1, 0.2, host="h00"), group], shards={"size": 20}))
+    assert sorted(mp.host.name for mp in plan.groups[0].members) == [f"h{i:02}" for i in range(1, 17)]
+    assert deploy_matrix("prod", plan) == [{"stack": "prod-shard-0", "parallel": (1 + HOST_SLOTS) + 16 * (1 + HOST_SLOTS)}]
+
+
 def test_the_preview_matrix_has_the_rows_of_the_shards_asked_and_one_for_a_shard_without_containers():
     """Shards 0, 1, 2 hold a-b, c-d, e-f; c and d hold no container, yet their preview shows what is deleted."""
     services = [service("s", 1, 0.2, host="a"), service("t", 1, 0.2, host="e")]

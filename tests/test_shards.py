@@ -1,5 +1,5 @@
 """A fleet deployed as shards (`ascend-fleet:shards`): which shard deploys each host, replicated
-services kept in one shard, and what the plan says about it."""
+services and multi-host services kept in one shard, and what the plan says about it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from allocation.config import parse_fleet
 from allocation.errors import FleetError
 from allocation.planner import plan_fleet
 from cli.main import main as cli
@@ -101,3 +102,51 @@ def test_a_fleet_file_with_crlf_or_cr_line_ends_is_cut_as_plan_reads_it_its_line
         values = stack_values(locate(None, str(shard)))
         assert values["shardOf"]["index"] == k and [h["name"] for h in values["hosts"]] == ["a", "b"]
     assert cli(["shards", "--check", "--config", str(fleet)]) == 0, capsys.readouterr().err
+
+
+GROUPS = """\
+config:
+  ascend-fleet:shards: {size: 2}  # a-b shard 0, c-d shard 1, e-f shard 2
+  ascend-fleet:hosts:
+    - {name: a, address: 10.0.0.1}
+    - {name: b, address: 10.0.0.2}
+    - {name: c, address: 10.0.0.3}
+    - {name: d, address: 10.0.0.4}
+    - {name: e, address: 10.0.0.5}
+    - {name: f, address: 10.0.0.6}
+  ascend-fleet:services:
+    - {name: busy, model: /models/busy, host: b, tensorParallelSize: 8, memoryFraction: 0.9}
+    - {name: wide, model: /models/wide, tensorParallelSize: 4, memoryFraction: 0.9, dataParallel: {size: 4, perHost: 2}}
+    - {name: half, model: /models/half, tensorParallelSize: 2, memoryFraction: 0.9, dataParallel: {size: 4, perHost: 2}}
+"""
+
+
+def test_a_fleet_with_groups_is_cut_into_shards_each_group_whole_in_the_shard_of_its_hosts(tmp_path: Path, capsys):
+    """b is full, so a is shard 0's only free host: taking the first free hosts in name order would put
+    each group over a and a host of another shard. Each group lies in one shard file, and the plan of
+    every shard file holds every group whole, as the fleet's does."""
+    (tmp_path / "Pulumi.f.yaml").write_text(GROUPS)
+    assert cli(["shards", "--config", str(tmp_path / "Pulumi.f.yaml")]) == 0, capsys.readouterr().err
+    fleet_plan = plan_fleet(parse_fleet("f", stack_values(locate(None, str(tmp_path / "Pulumi.f.yaml")))))
+    whole = {g.name: [(mp.name, mp.host.name, mp.assignment) for mp in g.members] for g in fleet_plan.groups}
+    assert {g: [h for _, h, _ in members] for g, members in whole.items()} == {"wide": ["c", "d"], "half": ["e", "f"]}
+    deployed: dict[str, list[int]] = {}
+    for k in (0, 1, 2):
+        shard = locate(None, str(tmp_path / f"Pulumi.f-shard-{k}.yaml"))
+        plan = plan_fleet(parse_fleet(shard.stack, stack_values(shard)))
+        assert {g.name: [(mp.name, mp.host.name, mp.assignment) for mp in g.members] for g in plan.groups} == whole
+        hosts = {hd.name for hd in deploy(plan).shard(k).hosts}
+        for name, members in whole.items():
+            held = {h for _, h, _ in members} & hosts
+            assert held in (set(), {h for _, h, _ in members}), f"shard {k} deploys {held} of {name}"
+            deployed.setdefault(name, []).extend([k] if held else [])
+    assert deployed == {"wide": [1], "half": [2]}
+
+
+def test_member_pins_on_hosts_of_two_shards_are_refused_naming_each_hosts_shard():
+    hosts = [host(n, address=f"10.0.0.{i}") for i, n in enumerate("abcd", start=1)]
+    pins = [{"host": "a"}, {"host": "c"}]
+    group = service("wide", 4, 0.9, dataParallel={"size": 4, "perHost": 2, "memberPins": pins})
+    with pytest.raises(FleetError, match=r"service wide: its members are pinned to hosts of different boards, HBM sizes or "
+                       r"shards \(a: a2, 64 GiB, shard 0, c: a2, 64 GiB, shard 1\)"):
+        plan_fleet(fleet(hosts, [group], shards={"size": 2}))

@@ -16,10 +16,11 @@ from ops import doctor
 from ops.doctor.facts import HostFacts, parse_facts
 from ops.doctor.findings import Finding, required
 from ops.doctor.gather import gather_script
-from ops.doctor.status import cards_text, duration, exit_code, host_status, render, seconds_since
+from ops.doctor.status import cards_text, duration, exit_code, host_status, hosts_of, only, render, seconds_since
+from ops.requested import services_named
 from tests.conftest import live_container
 from tests.support.cli import spawn
-from tests.support.doctor import clean_facts, gathered, inspect_of, make_fleet, with_container, workers_body
+from tests.support.doctor import clean_facts, gathered, group_values, inspect_of, make_fleet, running_facts, with_container, workers_body
 from tests.support.pipeline import deployment_of
 from tests.support.stacks import SEED_UNPINNED, fleet, host, service
 from views.report import WIDTH
@@ -28,7 +29,7 @@ CLOCK = 1_767_225_600  # 2026-01-01T00:00:00Z
 STARTED = "2025-12-31T22:57:30.123456789Z"  # 1 h 2 min 30 s before CLOCK
 CONTAINER_KEYS = {
     "name", "planned", "kind", "service", "cards", "privileged", "state", "health", "serving", "exitCode", "image",
-    "startedAt", "uptimeSeconds", "endpoint",
+    "startedAt", "uptimeSeconds", "endpoint", "role",
 }  # fmt: skip
 
 
@@ -283,3 +284,36 @@ def test_the_hosts_npu_exporter_is_a_planned_container_with_no_endpoint():
     assert (exporter["name"], exporter["kind"], exporter["service"], exporter["endpoint"], exporter["serving"]) == (
         hd.exporter.name, "exporter", None, None, True,
     )  # fmt: skip
+
+
+def test_each_member_of_a_multi_host_service_is_listed_with_its_role_host_cards_and_state():
+    deployment = deployment_of(group_values())
+    hosts = [host_status(hd, dataclasses.replace(running_facts(hd), clock=CLOCK)) for hd in deployment.hosts]
+    doc, table = json.loads(render(deployment, hosts, "json")), render(deployment, hosts, "table")
+    assert exit_code(hosts) == 0
+    member = {"cards": [0, 1, 2, 3], "state": "running", "health": "healthy", "serving": True}
+    assert doc["groups"] == [{"name": "ds", "endpoint": "http://10.0.0.1:8000/v1", "serving": True, "members": [
+        {"name": "ds-node0", "role": "leader", "host": "npu-a", **member}, {"name": "ds-node1", "role": "follower", "host": "npu-b", **member},
+    ]}]  # fmt: skip
+    rows = {c["name"]: (c["kind"], c["service"], c["role"], c["endpoint"]) for h in doc["hosts"] for c in h["containers"]}
+    assert rows == {"solo": ("service", "solo", None, "http://10.0.0.1:8001/v1"),
+                    "ds-node0": ("member", "ds", "leader", "http://10.0.0.1:8000/v1"), "ds-node1": ("member", "ds", "follower", None)}  # fmt: skip
+    assert table.endswith(
+        "group ds (http://10.0.0.1:8000/v1): 2 of 2 members running and healthy\n"
+        "  member    role      host   cards  status\n"
+        "  ds-node0  leader    npu-a  0-3    up (healthy)\n"
+        "  ds-node1  follower  npu-b  0-3    up (healthy)"
+    )
+    hosts[1] = host_status(deployment.hosts[1], HostFacts(clock=CLOCK))
+    [group] = json.loads(render(deployment, hosts, "json"))["groups"]
+    assert exit_code(hosts) == 1 and group["serving"] is False and group["members"][1]["state"] == "missing"
+    assert "group ds (http://10.0.0.1:8000/v1): 1 of 2 members running and healthy" in render(deployment, hosts, "table")
+
+
+def test_status_of_a_multi_host_service_reads_every_host_of_its_members_and_only_theirs():
+    deployment = deployment_of(group_values())
+    assert services_named(deployment, ["ds"]) == {"ds"}
+    assert [hd.name for hd in hosts_of(deployment, frozenset({"ds"})).hosts] == ["npu-a", "npu-b"]
+    assert [hd.name for hd in hosts_of(deployment, frozenset({"solo"})).hosts] == ["npu-a"]
+    hosts = [only(host_status(hd, running_facts(hd)), frozenset({"solo"})) for hd in deployment.hosts[:1]]
+    assert json.loads(render(deployment, hosts, "json"))["groups"] == []

@@ -36,7 +36,8 @@ class Endpoint:
 
 
 def endpoints(deployment: Deployment) -> list[Endpoint]:
-    """Per configured service, by name: its own endpoint, or its router's then its replicas'."""
+    """Per configured service, by name: its own endpoint, or its router's then its replicas', or a multi-host
+    service's (its leader's, on the leader's host)."""
     fleet = deployment.plan.fleet
     kube = fleet.target == "kubernetes"
     routers = {rd.plan.service.name: rd for rd in deployment.routers}
@@ -50,7 +51,8 @@ def endpoints(deployment: Deployment) -> list[Endpoint]:
             out.append(Endpoint(service, rd.name, names.ROUTER, rd.plan.host_name, url))
         url = f"{worker_url(fleet, sd)}/v1" if kube else sd.endpoint
         out.append(Endpoint(service, sd.name, sd.plan.instance.kind, sd.plan.assignment.host_name, url))
-    return out
+    out += [Endpoint(g.name, g.name, names.GROUP, g.plan.leader.host.name, g.endpoint) for g in deployment.groups]
+    return sorted(out, key=lambda e: e.service)  # stable: a router before its replicas
 
 
 def render(deployment: Deployment, fmt: str) -> str:

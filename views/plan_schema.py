@@ -56,7 +56,7 @@ CONTAINER = _object(
         "logOpts": TEXT_MAP, "stopGraceSeconds": INT, "init": FLAG, "startTimeoutSeconds": INT,
         "healthcheck": HEALTHCHECK,
     },
-    {"entrypoint": TEXTS},
+    {"entrypoint": TEXTS, "networkMode": TEXT},
     "Everything the container receives (`ContainerSpec.to_json`); `plan --against` compares it key by key.",
 )  # fmt: skip
 CAPACITY = {
@@ -129,9 +129,11 @@ MEMBER = _object(
         "name": TEXT, "kind": _kind(names.MEMBER), "previousNames": TEXTS, "role": {"enum": ["leader", "follower"]},
         "host": TEXT, "devices": CARDS, "startRank": INT, "memoryFraction": NUMBER,
         **{k.key: _window(k.shape) for k in MEMBER_KINDS}, "env": TEXT_MAP, "args": TEXTS, "capacity": CAPACITY,
+        "container": CONTAINER,
     },
     description="One member of a multi-host service on its host: `apiPort` and `dataParallelRpcPort` are the "
-    "leader's (`null` on a follower), `args` the data-parallel flags of its `vllm serve`, `env` its host's NIC variables.",
+    "leader's (`null` on a follower), `args` the data-parallel flags of its `vllm serve`, `env` its host's NIC variables, "
+    "`container` its container (on the host network: `networkMode` `host`, no `ports`).",
 )  # fmt: skip
 GROUP = _object(
     {

@@ -13,6 +13,7 @@ from views import markdown
 from allocation.capacity import GIB, Capacity, gib, runtime_total
 from allocation.config import units
 from records.deployment import Deployment, HostDeployment
+from records.group import GroupDeployment
 from records.start_order import longest_start
 from records.takeover import PULLED_FIRST, downtime
 from allocation.placement import fmt_units
@@ -61,13 +62,20 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
         )
     routers = [rd.plan.to_json() | {"endpoint": rd.endpoint, "container": rd.spec.to_json()} for rd in deployment.routers]
     # Only with a multi-host service: a stack without one prints as before.
-    groups = {"groups": [g.to_json() for g in deployment.plan.groups]} if deployment.plan.groups else {}
+    groups = {"groups": [_group_json(g) for g in deployment.groups]} if deployment.groups else {}
     plan = deployment.plan
     # Only with a disaggregated service, likewise.
     groups |= {"disaggregated": [d.to_json() for d in plan.disaggregated]} if plan.disaggregated else {}
     return {"stack": deployment.stack, "hosts": hosts, "routers": routers} | groups | {
         "warnings": list(plan.warnings), "notes": list(plan.notes)
     }
+
+
+def _group_json(g: GroupDeployment) -> dict[str, Any]:
+    """A group's plan JSON, each member with its `container` as a service's."""
+    out = g.plan.to_json()
+    out["members"] = [m | {"container": md.spec.to_json()} for m, md in zip(out["members"], g.members)]
+    return out
 
 
 def _window_cell(kind: WindowKind, window: PortWindow | None) -> str:

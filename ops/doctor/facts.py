@@ -108,6 +108,8 @@ class LiveContainer:
     """State.FinishedAt: when it last stopped; Docker's zero time `0001-01-01T00:00:00Z` if never."""
     image_id: str = ""
     """`.Image`: the ID of the image the container runs, however it was named at creation."""
+    network_mode: str = ""
+    """HostConfig.NetworkMode: `host` on the host network."""
 
     @property
     def active(self) -> bool:
@@ -160,6 +162,7 @@ class LiveContainer:
             started_at=str(state.get("StartedAt") or ""),
             finished_at=str(state.get("FinishedAt") or ""),
             image_id=str(data.get("Image") or ""),
+            network_mode=str(host_config.get("NetworkMode") or ""),
         )
 
     @property

@@ -7,10 +7,14 @@ each `_judge` function then looks for one kind of finding in that view.
 - `missing`, `stopped`, `restarting`, `unhealthy`: the planned container (found
   by its name, the service name) is absent, not running, restarting, or running
   with health `unhealthy`. A container still `starting` is not a finding.
+- `group`: a member of a multi-host service is absent from its host (its group
+  cannot serve), or joins another leader address or RPC port, start rank or
+  data-parallel size than the plan's (`ops.doctor.dp_flags`).
 - `drift`: the live container differs from its record in any field Docker
   keeps (`ops.doctor.drift`: command, env the plan sets, image, devices, mounts,
   ports, labels the plan sets, privileged, ipc mode, shm size, restart policy,
-  sysctls, log driver and options, stop timeout, health check).
+  sysctls, log driver and options, stop timeout, health check, a member's
+  host network).
 - `foreign-card`: a container outside the plan that runs, or is stopped but
   comes back when the daemon restarts (restart policy `always`), has a planned card's
   `/dev/davinciN` (or is privileged, so sees every card); or `npu-smi` lists a
@@ -22,7 +26,10 @@ each `_judge` function then looks for one kind of finding in that view.
   a planned window that is not the service's own (a `docker-proxy` listener
   belongs to the container publishing the port); a foreign container (running or
   coming back) publishing a port in a planned window; a foreign container on a planned card whose
-  HCCL NPU socket range (HCCL's default port when unset) overlaps the planned one.
+  HCCL NPU socket range (HCCL's default port when unset) overlaps the planned one; a foreign
+  container on the host network whose HCCL host-side windows overlap a member's (on the host
+  network every window of a member is a host port, so its own listeners are its own and any
+  other process's in them is foreign).
 - `host`: Docker not answering; a path of the host requirements table missing
   for any configured card (device files, the driver paths every container
   mounts: the table the host check reads, worded as it words them); `npu-smi`
@@ -40,9 +47,7 @@ each `_judge` function then looks for one kind of finding in that view.
   on a host with such groups.
 
 Not seen: sockets inside a bridge-networked container's own network namespace
-(only its env range is compared), clashes between two foreign containers, and
-HCCL host-side ranges of foreign containers (they collide only under host
-networking, which the plan does not use).
+(only its env range is compared), and clashes between two foreign containers.
 """
 
 from __future__ import annotations
@@ -51,13 +56,16 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
+from allocation import names
 from allocation.capacity import GIB
-from records.containers import DRIVER_DIR, NPU_SMI
+from records.containers import DRIVER_DIR, HOST_NETWORK, NPU_SMI
+from allocation.plan import Assignment
 from records.deployment import HostDeployment, RouterDeployment
 from records.device_share import STATUS_KEY, UNIT
 from records.host_requirements import Requirement, cards_of, requirements
-from allocation.windows import NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
+from allocation.windows import MEMBER_KINDS, NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
 from ops.bounded_json import excerpt, loads
+from ops.doctor.dp_flags import joins
 from ops.doctor.drift import differences, shown
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
 from ops.doctor.kv_log import differs, logged_gib
@@ -67,7 +75,7 @@ HCCS = ("HCCS", "HCCS_SW")
 
 Kind = Literal[
     "unreachable", "host", "missing", "stopped", "restarting", "unhealthy", "drift", "foreign-card", "foreign-port",
-    "sharing", "router", "topology", "kv-cache", "node", "claim",
+    "sharing", "router", "topology", "kv-cache", "group", "node", "claim",
 ]  # fmt: skip
 """`node` and `claim` are the Kubernetes target's (ops/doctor/kube_findings.py)."""
 
@@ -110,13 +118,21 @@ class HostView:
     owner_of_pid: Mapping[int, LiveContainer]
     publisher: Mapping[int, LiveContainer]
     """Host port -> the active container publishing it."""
+    placed: tuple[tuple[str, Assignment], ...]
+    """(name, assignment) of every service and member of a multi-host service on the host: what holds
+    cards and windows."""
     card_services: Mapping[int, tuple[str, ...]]
     windows: tuple[tuple[str, str, PortWindow], ...]
-    """(service, window kind key, window) of every planned window."""
+    """(service or member, window kind key, window) of every planned window."""
 
     @property
     def name(self) -> str:
         return self.hd.name
+
+    def who(self, name: str) -> str:
+        """A planned service or member of a multi-host service, for messages."""
+        group = next((md.group.name for md in self.hd.members if md.name == name), None)
+        return f"service {name}" if group is None else f"member {name} of {group}"
 
     def pids_of(self, c: LiveContainer) -> frozenset[int]:
         return _pids(self.facts, c)
@@ -177,10 +193,11 @@ def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
     live = {name: by_name[spec.name] for name, spec, _ in hd.containers if spec.name in by_name}
     service_of = {c.id: name for name, c in live.items()}
     active = [c for c in facts.containers if c.active]
+    placed = tuple((sd.name, sd.plan.assignment) for sd in hd.services) + tuple((md.name, md.plan.assignment) for md in hd.members)
     card_services: dict[int, tuple[str, ...]] = {}
-    for sd in hd.services:
-        for card in sd.plan.assignment.cards:
-            card_services[card] = (*card_services.get(card, ()), sd.name)
+    for name, a in placed:
+        for card in a.cards:
+            card_services[card] = (*card_services.get(card, ()), name)
     pids = {c.id: _pids(facts, c) for c in active}
     return HostView(
         hd=hd,
@@ -190,10 +207,9 @@ def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
         foreign=tuple(c for c in facts.containers if (c.active or c.comes_back) and c.id not in service_of),
         owner_of_pid={pid: c for c in active for pid in pids[c.id]},
         publisher={port: c for c in active for port, _ in c.published},
+        placed=placed,
         card_services=card_services,
-        windows=tuple(
-            (sd.name, key, window) for sd in hd.services for key, window in sd.plan.assignment.windows.items()
-        ),
+        windows=tuple((name, key, window) for name, a in placed for key, window in a.windows.items()),
     )
 
 
@@ -222,7 +238,7 @@ def _unchecked(view: HostView) -> str:
     parts = ["the cards' health and processes"]
     if hd.device_share_script is not None:
         parts.append(f"the device-share mode of card {','.join(map(str, hd.shared_cards))}")
-    groups = [sd.name for sd in hd.services if len(sd.plan.assignment.cards) > 1]
+    groups = [name for name, a in view.placed if len(a.cards) > 1]
     if groups:
         parts.append(f"the HCCS links of the tensor-parallel groups of {', '.join(groups)}")
     return ", ".join(parts)
@@ -272,10 +288,12 @@ def _judge_host(view: HostView) -> list[Finding]:
 
 def _judge_state(view: HostView) -> list[Finding]:
     out = []
-    for name, spec, what in view.hd.containers:
-        live = view.live.get(name)
+    for c in view.hd.planned:
+        name, live = c.name, view.live.get(c.name)
+        if live is None and c.kind == names.MEMBER:
+            continue  # its group cannot serve: `_judge_groups` says so
         if live is None:
-            text = f"container {name} does not exist (planned {what}, API port {spec.api_port})"
+            text = f"container {name} does not exist (planned {c.what}, API port {c.spec.api_port})"
             out.append(Finding("missing", text, service=name, container=name))
         elif live.status == "restarting":
             text = f"container {name} is restarting (last exit code {live.exit_code})"
@@ -295,6 +313,34 @@ def _judge_drift(view: HostView) -> list[Finding]:
         for key, want, actual in differences(spec, live, view.facts.image_ids) if live is not None else ():
             text = f"container {name}: {key}: {want} (plan) != {actual} (live)"
             out.append(Finding("drift", text, service=name, container=live.name, key=key))
+    return out
+
+
+def _judge_groups(view: HostView) -> list[Finding]:
+    """Each member of a multi-host service on the host: present, and joining its leader's address and
+    RPC port with the start rank and size the plan gives it (`ops.doctor.dp_flags`). vLLM's leader
+    waits in its handshake for every engine of the group at the ranks it expects (vllm v0.20.2
+    `v1/engine/utils.py` `wait_for_engine_startup`), so either is the whole group not serving."""
+    out = []
+    for md in view.hd.members:
+        group, leader, live = md.group, md.group.leader, view.live.get(md.name)
+        cards = ",".join(map(str, md.plan.assignment.cards))
+        if live is None:
+            text = (
+                f"group {group.name} cannot serve: member {md.name} ({md.plan.role}, on cards {cards}, host network) "
+                f"is missing on host {view.name}"
+            )
+            out.append(Finding("group", text, service=group.name, container=md.spec.name))
+            continue
+        runs, plan = joins(live.command), joins(group.args(md.plan))
+        if runs == plan:
+            continue
+        verb = "waits for its followers at" if md.plan.member.leader else "joins"
+        text = (
+            f"group {group.name} cannot serve: {md.plan.role} {md.name} on {view.name} {verb} {shown(runs.text())}; "
+            f"the plan: leader {leader.name} on {leader.host.name} at {plan.text()} (its command's drift shows the words)"
+        )
+        out.append(Finding("group", text, service=group.name, container=live.name, key="data-parallel flags"))
     return out
 
 
@@ -369,7 +415,8 @@ def _judge_publishers(view: HostView) -> list[Finding]:
 
 
 def _judge_hccl(view: HostView) -> list[Finding]:
-    """Foreign containers on a planned card whose HCCL NPU socket range overlaps the plan's."""
+    """Foreign containers on a planned card whose HCCL NPU socket range overlaps the plan's (a service's
+    or a member's)."""
     default = (NPU_RANGE.unset_port, NPU_RANGE.unset_port)
     out = []
     for c in view.foreign:
@@ -377,21 +424,59 @@ def _judge_hccl(view: HostView) -> list[Finding]:
         theirs = parse_port_list(raw) if raw is not None else [default]
         shared = set(view.card_services) if c.privileged else cards_of(c.device_files) & set(view.card_services)
         shown = raw if raw is not None else f"unset, so HCCL's default {NPU_RANGE.unset_port}"
-        for sd in view.hd.services if shared and theirs else ():
-            cards = sorted(shared & set(sd.plan.assignment.cards))
-            ours = sd.plan.assignment.windows.get(NPU_RANGE.key, default)
+        for name, a in view.placed if shared and theirs else ():
+            cards = sorted(shared & set(a.cards))
+            ours = a.windows.get(NPU_RANGE.key, default)
             clashes = [s for s in theirs or () if _overlap(ours, s)]
             if not cards or not clashes:
                 continue
             text = (
-                f"{view.describe(c)} shares card {', '.join(map(str, cards))} with {sd.name} and its "
-                f"{NPU_RANGE.env} ({shown}) overlaps {sd.name}'s {window_text(ours)}: "
+                f"{view.describe(c)} shares card {', '.join(map(str, cards))} with {name} and its "
+                f"{NPU_RANGE.env} ({shown}) overlaps {name}'s {window_text(ours)}: "
                 f"HCCL will fail with 'Socket bind failed, address already in use'{view.fix(c)}"
             )
             port = max(ours[0], min(s[0] for s in clashes))
             out.append(
-                Finding("foreign-port", text, service=sd.name, container=c.name, card=cards[0], port=port, key=NPU_RANGE.key)
+                Finding("foreign-port", text, service=name, container=c.name, card=cards[0], port=port, key=NPU_RANGE.key)
             )
+    return out
+
+
+HOST_SIDE = tuple(k for k in MEMBER_KINDS if k.env and k.netns)
+"""HCCL's host-side windows a container's env sets (`HCCL_HOST_SOCKET_PORT_RANGE`, `HCCL_IF_BASE_PORT`
+and the ports after it): host ports for a container on the host network."""
+
+
+def _host_side(c: LiveContainer) -> list[tuple[str, str, PortWindow]]:
+    """(variable, its value, window) of each host-side HCCL window a container's env sets."""
+    out = []
+    for kind in HOST_SIDE:
+        raw = c.env.get(kind.env or "")
+        windows = parse_port_list(raw) if raw is not None else None
+        if windows and kind.shape == "port":
+            windows = [(windows[0][0], windows[0][0] + kind.size - 1)]
+        out += [(kind.env or "", raw or "", w) for w in windows or ()]
+    return out
+
+
+def _judge_host_network(view: HostView) -> list[Finding]:
+    """Foreign containers on the host network whose host-side HCCL windows (their env) overlap a window of
+    a member of a multi-host service, which are host ports too: whichever binds second fails, as HCCL's
+    `Communication_Error_Bind_IP_Port(EI0019)` (vllm-ascend PR 16205: nightly runs "when jobs share a
+    NIC"). A bound port shows as a listener (`_judge_listeners`); this sees it before it is bound, and
+    in a stopped container that comes back. HCCL's defaults when unset lie in the kernel's ephemeral
+    range, where no member window lies (docs/multi-host.md)."""
+    members = {md.name for md in view.hd.members}
+    ours = [(name, key, w) for name, key, w in view.windows if name in members and key != NPU_RANGE.key]
+    out = []
+    for c in (c for c in view.foreign if c.network_mode == HOST_NETWORK):
+        for env, raw, theirs in _host_side(c):
+            for name, key, w in (x for x in ours if _overlap(x[2], theirs)):
+                text = (
+                    f"{view.describe(c)} runs on the host network and its {env} ({shown(raw, 40)}) overlaps "
+                    f"{name}'s {key} {window_text(w)}: whichever binds second fails (HCCL's EI0019){view.fix(c)}"
+                )
+                out.append(Finding("foreign-port", text, service=name, container=c.name, port=max(w[0], theirs[0]), key=key))
     return out
 
 
@@ -522,16 +607,16 @@ def _judge_topology(view: HostView) -> list[Finding]:
     """Each tensor-parallel group's cards, pair by pair, linked directly by HCCS (`npu-smi info -t topo`):
     the 8 x 910B A2 board links every pair, so another link (PIX, PHB, SYS...) is a board or a
     driver that is not as planned, and the group's HCCL traffic crosses PCIe instead."""
-    groups = [sd for sd in view.hd.services if len(sd.plan.assignment.cards) > 1]
+    groups = [(name, a) for name, a in view.placed if len(a.cards) > 1]
     topo, facts = view.facts.topology, view.facts
     if not groups or (topo is None and facts.npu_error):
         return []  # nothing to check, or npu-smi failing is already a `host` finding
     if topo is None:
-        names = ", ".join(sd.name for sd in groups)
+        names = ", ".join(name for name, _ in groups)
         return [Finding("topology", f"host {view.name}: {shown(facts.topology_error or 'no answer')}; tensor-parallel groups of {names} not checked")]
     out = []
-    for sd in groups:
-        cards = sorted(sd.plan.assignment.cards)
+    for name, a in groups:
+        cards = sorted(a.cards)
         slow = []
         for i, a in enumerate(cards):
             for b in cards[i + 1 :]:
@@ -539,18 +624,18 @@ def _judge_topology(view: HostView) -> list[Finding]:
                 slow += [f"{a}-{b} {shown(link, 12)}" for link in links if link not in HCCS][:1]
         if slow:
             text = (
-                f"service {sd.name}'s tensor-parallel group (cards {','.join(map(str, cards))}) is not linked by HCCS "
+                f"the tensor-parallel group of {view.who(name)} (cards {','.join(map(str, cards))}) is not linked by HCCS "
                 f"card to card: {', '.join(slow)} (npu-smi info -t topo); its HCCL traffic takes the slower path"
             )
-            out.append(Finding("topology", text, service=sd.name, card=cards[0]))
+            out.append(Finding("topology", text, service=name, card=cards[0]))
     return out
 
 
 # Without Docker every process would look foreign, so only the host is judged then.
 JUDGES_WITHOUT_DOCKER = (_judge_host, _judge_sharing, _judge_topology)
 JUDGES = (
-    _judge_host, _judge_state, _judge_drift, _judge_foreign_cards, _judge_listeners, _judge_publishers, _judge_hccl,
-    _judge_sharing, _judge_routers, _judge_topology, _judge_kv_cache,
+    _judge_host, _judge_state, _judge_groups, _judge_drift, _judge_foreign_cards, _judge_listeners, _judge_publishers, _judge_hccl,
+    _judge_host_network, _judge_sharing, _judge_routers, _judge_topology, _judge_kv_cache,
 )  # fmt: skip
 
 

@@ -23,14 +23,11 @@ from allocation.errors import printable
 from ops.doctor.drift import shown
 from ops.doctor.facts import HostFacts, LiveContainer
 from ops.doctor.findings import HEALTHY, Finding, RouterWorkers, router_workers, view_of
-from records.containers import ContainerSpec
-from records.deployment import Deployment, HostDeployment
+from records.deployment import Deployment, HostDeployment, PlannedContainer
 from records.host_requirements import cards_of
 from views.report import WIDTH, fit, json_text, text_table
 
 FORMATS = ("table", "json")
-EXPORTER = "exporter"
-"""The `kind` of the host's NPU exporter; services, replicas and routers have the plan JSON's."""
 MISSING, UNKNOWN = "missing", "unknown"
 """A planned container's state when its host has none of that name, or could not be read."""
 OK, NOT_SERVING, UNREAD = 0, 1, 2
@@ -44,9 +41,9 @@ class ContainerStatus:
     name: str
     """Docker's name (a renamed service keeps its container's)."""
     kind: str | None
-    """`service`, `replica`, `router` or `exporter`; None for a container outside the plan."""
+    """`service`, `replica`, `router`, `member` or `exporter`; None for a container outside the plan."""
     service: str | None
-    """The configured service it serves: a replica's service, a router's."""
+    """The configured service it serves: a replica's service, a router's, a member's group."""
     cards: tuple[int, ...]
     """Its planned cards; for a container outside the plan, the cards whose device files it has."""
     endpoint: str | None
@@ -65,6 +62,8 @@ class ContainerStatus:
     """While not running: the host's clock minus State.FinishedAt."""
     privileged: bool = False
     """Outside the plan and privileged: it sees every card."""
+    role: str | None = None
+    """A member's `leader` or `follower` in its group; None for any other container."""
 
     @property
     def serving(self) -> bool:
@@ -75,7 +74,7 @@ class ContainerStatus:
             "name": self.name, "planned": self.kind is not None, "kind": self.kind, "service": self.service,
             "cards": list(self.cards), "privileged": self.privileged, "state": self.state, "health": self.health,
             "serving": self.serving, "exitCode": self.exit_code, "image": self.image, "startedAt": self.started_at,
-            "uptimeSeconds": self.uptime_seconds, "endpoint": self.endpoint,
+            "uptimeSeconds": self.uptime_seconds, "endpoint": self.endpoint, "role": self.role,
         }  # fmt: skip
 
     def status_text(self) -> str:
@@ -134,6 +133,38 @@ class HostStatus:
                 "containers": [c.to_json() for c in self.containers], "routers": [r.to_json() for r in self.routers]}  # fmt: skip
 
 
+@dataclass(frozen=True)
+class GroupStatus:
+    """A multi-host service: each member's row as its host shows it, the leader first. It serves only
+    when every member does (vLLM's leader takes its followers only while the group starts)."""
+
+    name: str
+    endpoint: str
+    members: tuple[tuple[str, ContainerStatus], ...]
+    """(host, the member's row) of each member whose host was read or shown."""
+
+    @property
+    def serving(self) -> bool:
+        return all(c.serving for _, c in self.members)
+
+    def to_json(self) -> dict[str, Any]:
+        members = [{"name": c.name, "role": c.role, "host": host, "cards": list(c.cards), "state": c.state,
+                    "health": c.health, "serving": c.serving} for host, c in self.members]  # fmt: skip
+        return {"name": self.name, "endpoint": self.endpoint, "serving": self.serving, "members": members}
+
+
+def group_status(deployment: Deployment, hosts: list[HostStatus]) -> list[GroupStatus]:
+    """Each multi-host service among the rows of `hosts`, its members' rows gathered from their hosts."""
+    rows = {(h.name, c.name): c for h in hosts for c in h.planned}
+    out = []
+    for g in deployment.groups:
+        at = [(md.plan.assignment.host_name, md.spec.name) for md in g.members]
+        members = tuple((host, rows[host, name]) for host, name in at if (host, name) in rows)
+        if members:
+            out.append(GroupStatus(g.name, g.endpoint, members))
+    return out
+
+
 def duration(seconds: int) -> str:
     """`45s`, `12m`, `3h12m`, `4d3h`: the two largest units."""
     if seconds < 60:
@@ -160,13 +191,6 @@ def seconds_since(stamp: str, clock: int | None) -> int | None:
     return max(0, clock - int(when.timestamp()))
 
 
-def _planned(hd: HostDeployment) -> list[tuple[str, ContainerSpec, str, str | None, tuple[int, ...], str | None]]:
-    """(name, spec, kind, service, cards, endpoint) of every container the plan creates on the host."""
-    out = [(sd.name, sd.spec, sd.plan.instance.kind, sd.plan.replica_of, sd.plan.assignment.cards, sd.endpoint) for sd in hd.services]
-    out += [(rd.name, rd.spec, names.ROUTER, rd.plan.service.name, (), rd.endpoint) for rd in hd.routers]
-    return out + ([(hd.exporter.name, hd.exporter, EXPORTER, None, (), None)] if hd.exporter is not None else [])
-
-
 def _live(c: LiveContainer, clock: int | None, **planned: Any) -> ContainerStatus:
     running = c.status == "running"
     return ContainerStatus(
@@ -176,8 +200,13 @@ def _live(c: LiveContainer, clock: int | None, **planned: Any) -> ContainerStatu
     )  # fmt: skip
 
 
+def _planned(c: PlannedContainer) -> dict[str, Any]:
+    """What the plan says of a container `status` shows."""
+    return {"kind": c.kind, "service": c.service, "cards": c.cards, "endpoint": c.endpoint, "role": c.role}
+
+
 def _unread(hd: HostDeployment, reachable: bool, error: str) -> HostStatus:
-    rows = tuple(ContainerStatus(spec.name, kind, service, cards, endpoint, UNKNOWN) for _, spec, kind, service, cards, endpoint in _planned(hd))
+    rows = tuple(ContainerStatus(c.spec.name, state=UNKNOWN, **_planned(c)) for c in hd.planned)
     return HostStatus(hd.name, hd.host.address, reachable, error, rows)
 
 
@@ -189,10 +218,9 @@ def host_status(hd: HostDeployment, read: HostFacts | Finding) -> HostStatus:
         return _unread(hd, True, f"host {hd.name}: docker does not answer: {read.docker_error}")
     view = view_of(hd, read)
     rows = []
-    for name, spec, kind, service, cards, endpoint in _planned(hd):
-        planned = {"kind": kind, "service": service, "cards": cards, "endpoint": endpoint}
-        live = view.live.get(name)
-        rows.append(ContainerStatus(spec.name, state=MISSING, **planned) if live is None else _live(live, read.clock, **planned))
+    for c in hd.planned:
+        live = view.live.get(c.name)
+        rows.append(ContainerStatus(c.spec.name, state=MISSING, **_planned(c)) if live is None else _live(live, read.clock, **_planned(c)))
     npus = tuple(range(hd.host.npus))
     for c in view.foreign:
         held = npus if c.privileged else tuple(sorted(cards_of(c.device_files)))
@@ -203,10 +231,9 @@ def host_status(hd: HostDeployment, read: HostFacts | Finding) -> HostStatus:
 
 
 def hosts_of(deployment: Deployment, services: frozenset[str]) -> Deployment:
-    """The deployment with only the hosts where one of `services` has a container (a replica, a router)."""
-    on = {sd.plan.assignment.host_name for sd in deployment.services() if sd.plan.replica_of in services}
-    on |= {rd.plan.host_name for rd in deployment.routers if rd.plan.service.name in services}
-    return replace(deployment, hosts=tuple(hd for hd in deployment.hosts if hd.name in on))
+    """The deployment with only the hosts where one of `services` has a container (a replica, a router,
+    a member of a multi-host service)."""
+    return replace(deployment, hosts=tuple(hd for hd in deployment.hosts if any(c.service in services for c in hd.planned)))
 
 
 def only(h: HostStatus, services: frozenset[str]) -> HostStatus:
@@ -282,10 +309,21 @@ def _host_text(h: HostStatus, npus: int) -> list[str]:
     return parts
 
 
+GROUP_HEADERS = ["member", "role", "host", "cards", "status"]
+
+
+def _group_text(g: GroupStatus) -> str:
+    title = f"group {g.name} ({g.endpoint}): {sum(c.serving for _, c in g.members)} of {len(g.members)} members running and healthy"
+    rows = [[printable(cell) for cell in (c.name, c.role or "-", host, cards_text(c.cards), c.status_text())] for host, c in g.members]
+    return f"{fit(printable(title))}\n{text_table(GROUP_HEADERS, rows)}"
+
+
 def render(deployment: Deployment, hosts: list[HostStatus], fmt: str) -> str:
     code = exit_code(hosts)
+    groups = group_status(deployment, hosts)
     if fmt == "json":
-        return json_text({"stack": deployment.stack, "ok": code == OK, "hosts": [h.to_json() for h in hosts]})
+        return json_text({"stack": deployment.stack, "ok": code == OK, "hosts": [h.to_json() for h in hosts],
+                          "groups": [g.to_json() for g in groups]})  # fmt: skip
     planned = [c for h in hosts for c in h.planned]
     unread = sum(h.error is not None for h in hosts)
     summary = f"stack {deployment.stack}: {len(hosts)} host(s), {sum(c.serving for c in planned)} of {len(planned)} planned containers running and healthy"
@@ -294,4 +332,4 @@ def render(deployment: Deployment, hosts: list[HostStatus], fmt: str) -> str:
     npus = {hd.name: hd.host.npus for hd in deployment.hosts}
     for h in hosts:
         parts.append("\n".join(_host_text(h, npus[h.name])))
-    return "\n\n".join(parts)
+    return "\n\n".join(parts + [_group_text(g) for g in groups])

@@ -1,10 +1,13 @@
 """The program's own ways onto a host, tried on the simulated one: its SSH options with a pinned host
-key (records.ssh_options), and the host check of an A3 board (records.host_check). The simulator's own
-tests are beside this module (test_simulated_host.py, test_npu_smi.py, test_npu_sim.py)."""
+key (records.ssh_options), and the host check of an A3 board and of a multi-host member's NIC
+(records.host_check). The simulator's own tests are beside this module (test_simulated_host.py,
+test_npu_smi.py, test_npu_sim.py)."""
 
 from __future__ import annotations
 
 import subprocess
+
+import pytest
 
 from allocation.config import Ssh
 from records.ssh_options import ssh_options
@@ -42,3 +45,37 @@ def test_the_host_check_over_ssh_refuses_a_32_gb_a3_board_declared_64_and_accept
     assert "card 10 has 32768 MB of HBM (npu-smi info), but host npu-c declares hbmGiB: 64" in check.stderr
     assert "card 11 has 32768 MB" in check.stderr and "card 9 has" not in check.stderr
     assert "compute chip" not in check.stderr and "addresses it as" not in check.stderr, check.stderr
+
+
+def _member_check(sim_host: SimHost, nic: dict) -> subprocess.CompletedProcess:
+    """The host check of a host running the one member of a data-parallel service, over SSH on the simulated host."""
+    stack = fleet([host("npu-a", address=sim_host.address, nic=nic)], [service("ds", 2, 0.9, dataParallel={"size": 2, "perHost": 2})])
+    return sim_host.run(deployment_of(stack).hosts[0].check_script, check=False, timeout=120)
+
+
+def test_the_host_check_over_ssh_accepts_a_members_hccl_if_ip_on_the_hosts_own_interface(sim_host: SimHost) -> None:
+    check = _member_check(sim_host, {"address": "127.0.0.1", "interface": "lo"})
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.rstrip().endswith(", HCCL_IF_IP 127.0.0.1 on lo")
+
+
+@pytest.mark.parametrize(
+    ("nic", "paragraph"),
+    [
+        (
+            {"address": "10.255.0.9", "interface": "lo"},
+            "HCCL_IF_IP 10.255.0.9 of ds-node0 on host npu-a (from its nic.address) is not an address of interface lo "
+            "(it has: 127.0.0.1 on lo, ",
+        ),
+        (
+            {"address": "127.0.0.1", "interface": "enp189s0f0"},
+            "cannot list the addresses of interface enp189s0f0 for HCCL_IF_IP 127.0.0.1 of ds-node0 on host npu-a (from "
+            'its nic.address) (ip -o addr show dev enp189s0f0: Device "enp189s0f0" does not exist.): ',
+        ),
+    ],
+)
+def test_the_host_check_over_ssh_refuses_a_members_nic_the_host_does_not_have(sim_host: SimHost, nic, paragraph) -> None:
+    check = _member_check(sim_host, nic)
+    assert check.returncode == 1
+    assert paragraph in check.stderr
+    assert "): set host npu-a's nic in ascend-fleet:hosts, nic.address to an address of the host" in check.stderr

@@ -38,6 +38,16 @@ def make_fleet(**extra: Any):
 
 
 
+def with_link(a: int, b: int, link: str, both: bool = True) -> str:
+    """The A2 board's screen with the link between cards a and b printed as `link` (on a's row, and on b's if `both`)."""
+    rows = TOPO_SCREEN.splitlines()
+    for r, c in ((a, b), (b, a))[: 2 if both else 1]:
+        cells = rows[r + 1].split()
+        cells[c + 1] = link
+        rows[r + 1] = "".join(cell.ljust(11) for cell in cells[:-1]) + cells[-1]
+    return "\n".join(rows) + "\n"
+
+
 def image_id(name: str) -> str:
     """The ID a host gives the image `name` here: one per name, as `docker image inspect` prints it."""
     return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
@@ -101,6 +111,7 @@ def inspect_of(spec, *, cid: str, pid: int, status: str = "running", health: str
             "RestartPolicy": {"Name": restart or spec.restart, "MaximumRetryCount": 0},
             "ShmSize": spec.shm_size_mib * 1024 * 1024,
             "IpcMode": spec.ipc_mode,
+            "NetworkMode": spec.network_mode or "bridge",
             "Sysctls": dict(spec.sysctls),
             "LogConfig": {"Type": spec.log_driver, "Config": {**spec.log_opts, **(log_opts or {})}},
             "PortBindings": (
@@ -132,6 +143,37 @@ def clean_facts(plan) -> HostFacts:
         topology=FULL_MESH,
         image_ids=host_image_ids(*(spec for _, spec, _ in plan.hosts[0].containers)),
     )
+
+
+def group_values() -> dict[str, Any]:
+    """A two-host service (DP 2, one rank of 4 cards per host; npu-a leads) beside a single-host service on npu-a."""
+    return {
+        "hosts": [host("npu-a", address="10.0.0.1", nic={"interface": "eth1"}), host("npu-b", address="10.0.0.2")],
+        "services": [service("ds", 4, 0.9, dataParallel={"size": 2, "perHost": 1}), service("solo", 1, 0.5)],
+    }
+
+
+def running_facts(hd) -> HostFacts:
+    """Any host running exactly its plan (`HostDeployment.planned`): healthy containers, their ranks on their
+    cards; a service's API port held by docker-proxy, a member's ports (on the host network) by its own
+    processes: the leader's API port, and the HCCL base port of every member."""
+    inspects, pids, listeners, procs = [], {}, [Listener("0.0.0.0", 22, (("sshd", 1),))], []
+    for i, c in enumerate(hd.planned):
+        base, cid = 1000 * (i + 1), f"{c.name}-id"
+        inspects.append(inspect_of(c.spec, cid=cid, pid=base))
+        ranks = [base + 10 + k for k, _ in enumerate(c.cards)]
+        pids[cid] = frozenset({base, *ranks})
+        procs += list(zip(c.cards, ranks))
+        if c.spec.network_mode is None:
+            listeners.append(Listener("0.0.0.0", c.spec.api_port, (("docker-proxy", base + 500),)))
+            continue
+        if c.role == "leader":
+            listeners.append(Listener("0.0.0.0", c.spec.api_port, (("vllm", base),)))
+        listeners.append(Listener("10.0.0.1", int(c.spec.env["HCCL_IF_BASE_PORT"]), (("python3", ranks[0]),)))
+    return HostFacts(
+        containers=tuple(LiveContainer.from_inspect(i) for i in inspects), pids=pids, listeners=tuple(listeners),
+        npu=npu_info(procs), topology=FULL_MESH, image_ids=host_image_ids(*(c.spec for c in hd.planned)),
+    )  # fmt: skip
 
 
 def with_container(facts: HostFacts, inspect: dict[str, Any], pids: set[int] = frozenset()) -> HostFacts:

@@ -140,6 +140,7 @@ def differences(inputs: Mapping[str, Any], state: Mapping[str, Any]) -> list[str
 FORCE_NEW = frozenset({
     "name", "image", "command", "entrypoint", "env", "privileged", "devices", "mounts", "ports", "host", "labels",
     "shm_size", "log_driver", "log_opts", "sysctls", "ipc_mode", "stop_timeout",
+    "network_mode",  # resource_docker_container.go:901-906: ForceNew, Default "bridge"
 })  # fmt: skip
 # `init` is Optional and Computed, not ForceNew, and the update never applies it (schema: "Configured
 # whether an init process should be injected"): the program replaces on its change, as for healthcheck.

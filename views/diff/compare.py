@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping
 from allocation import names
 from allocation.plan import CAPACITY_KEYS
 from allocation.windows import BY_KEY, KINDS, ROUTER_KINDS, window_text
+from records.group import DIGEST_LABEL
 from records.held_cards import HELD_CARDS
 from records.restarts import changed
 from records.start_order import longest_start
@@ -320,14 +321,30 @@ def _disaggregated_lines(old: Mapping[str, Any], new: Mapping[str, Any]) -> tupl
 
 
 def _group_changes(was: Mapping[str, Any], now: Mapping[str, Any]) -> str:
-    """What changed in a group, `key` for the group's own keys and `member: key, key` for a member's."""
+    """What changed in a group, `key` for the group's own keys and `member: key, key` for a member's: its
+    plan keys, and its container's keys (`records.restarts`) but the group-digest label, which changes on
+    every member with any of them (records.group)."""
     old_members = {m["name"]: m for m in was["members"]}
     parts = [", ".join(k for k in sorted(was.keys() | now.keys()) if k != "members" and was.get(k) != now.get(k))]
     for m in now["members"]:
         before = old_members.get(m["name"], {})
-        keys = sorted(k for k in before.keys() | m.keys() if k != "capacity" and before.get(k) != m.get(k))
+        keys = sorted(k for k in before.keys() | m.keys() if k not in ("capacity", "container") and before.get(k) != m.get(k))
+        keys += _container_keys(before.get("container"), m.get("container"))
         parts += [f"{m['name']}: {', '.join(keys)}"] if keys else []
     return "; ".join(p for p in parts if p)
+
+
+def _container_keys(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
+    """The keys of a member's container that changed; none when either plan has no container (written
+    before members had one)."""
+    if old is None or new is None:
+        return []
+    recreate, in_place = changed(*(_undigested(c) for c in (old, new)))
+    return [f"container {k}" for k in [*recreate, *in_place]]
+
+
+def _undigested(container: Mapping[str, Any]) -> dict[str, Any]:
+    return {**container, "labels": {k: v for k, v in container.get("labels", {}).items() if k != DIGEST_LABEL}}
 
 
 def _added_or_removed(name: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> ServiceDiff:

@@ -65,10 +65,11 @@ def _restart_rows(diff: PlanDiff) -> list[tuple[str, str, str, str]]:
 def _restart_title(diff: PlanDiff) -> str:
     count = len(diff.recreated())
     if not count:
-        # A multi-host service is planned, not deployed yet (records.pipeline.deployable): none of it runs.
-        # A disaggregated service likewise (records.pipeline.deployable).
-        planned = "a multi-host service" if diff.groups else "a disaggregated service" if diff.disaggregated else None
-        return "Will restart: no running container" + (f" ({planned} is not deployed yet)." if planned else ".")
+        # A multi-host service's members are in its line above (`Restarts as one`), not in the table; a
+        # disaggregated service is planned, not deployed yet (records.pipeline.deployable): none of it runs.
+        if diff.groups:
+            return "Will restart: no running container but the multi-host service(s) above."
+        return "Will restart: no running container" + (" (a disaggregated service is not deployed yet)." if diff.disaggregated else ".")
     if any(s.exporter for s in diff.recreated()):
         return f"Will restart: {count} container(s), each at the cost beside it:"
     return f"Will restart: {count} container(s), each down for its model load:"

@@ -348,10 +348,34 @@ def _replica_order(deployment: Deployment) -> dict[ServiceDeployment, tuple[int,
     }
 
 
+def refuse_groups(deployment: Deployment) -> Deployment:
+    """The deployment, unless it holds a multi-host service: such a service is one instance whose
+    members start, serve and stop together, which Kubernetes describes as one LeaderWorkerSet
+    (kubernetes-sigs/lws `api/leaderworkerset/v1/leaderworkerset_types.go`: a group of `size` pods,
+    a leader template and a worker template), and this version renders none. Rendering its members as
+    Deployments of their own would let the cluster restart one of them alone, which its leader does not
+    take back (docs/multi-host.md), and leaving it out would deploy half the stack: so every Kubernetes
+    path (`render --format kubernetes`, the Kubernetes target, `doctor`) stops here, before any object
+    is written or applied."""
+    groups = deployment.plan.groups
+    if groups:
+        members = "; ".join(f"{g.name} over {', '.join(mp.host.name for mp in g.members)}" for g in groups)
+        raise ConfigError(
+            f"stack {deployment.stack}: the Kubernetes target does not deploy a service over several hosts: "
+            f"{members} (dataParallel). Such a service is one LeaderWorkerSet (kubernetes-sigs/lws, "
+            "api/leaderworkerset/v1), which this version does not render, and its members as Deployments of "
+            "their own would restart one at a time, which vLLM's leader does not take back; nothing was written "
+            "or applied. Deploy the stack with the docker target (ascend-fleet:target: docker), or remove "
+            "dataParallel (or the service) to deploy the rest on Kubernetes; see docs/kubernetes.md."
+        )
+    return deployment
+
+
 def manifests(deployment: Deployment) -> tuple[Manifest, ...]:
     """Every object of the stack, in the order to apply them: per host in use, its device-share
-    ConfigMap, its cards' claims, its services; then the routers."""
-    fleet = deployment.plan.fleet
+    ConfigMap, its cards' claims, its services; then the routers. A multi-host service stops it
+    (`refuse_groups`)."""
+    fleet = refuse_groups(deployment).plan.fleet
     order = _replica_order(deployment)
     out: list[Manifest] = []
     for hd in (hd for hd in deployment.hosts if hd.in_use):

@@ -22,6 +22,7 @@ from ruamel.yaml.representer import SafeRepresenter
 from allocation.config import Mount
 from records.containers import ContainerSpec, created_on_host
 from records.deployment import Deployment, HostDeployment
+from records.group import MemberDeployment
 from records.runtime import DISABLE, named
 from records.ssh_argv import script_argv
 
@@ -33,6 +34,7 @@ def docker_run_args(spec: ContainerSpec) -> list[str]:
     """`docker run` arguments (after `docker run`) that create the container of a spec."""
     hc = spec.healthcheck
     args = ["-d", "--name", spec.name, "--restart", spec.restart, "--ipc", spec.ipc_mode]
+    args += [] if spec.network_mode is None else ["--network", spec.network_mode]
     args += ["--shm-size", f"{spec.shm_size_mib}m", "--log-driver", spec.log_driver]
     args += ["--stop-timeout", str(spec.stop_grace_seconds)]
     args += ["--init"] if spec.init else []
@@ -106,6 +108,10 @@ def _volume(mount: Mount, short: bool) -> dict | str:
 def compose_service(spec: ContainerSpec, short_binds: bool = False) -> dict:
     hc = spec.healthcheck
     entrypoint = {} if spec.entrypoint is None else {"entrypoint": list(spec.entrypoint)}
+    # On the host network (a multi-host service's member) nothing is published: no `ports:`.
+    network = {"ports": [f"{port}:{port}" for port in spec.ports]} if spec.network_mode is None else {
+        "network_mode": spec.network_mode
+    }
     return {
         "container_name": spec.name,
         "image": spec.image,
@@ -114,7 +120,7 @@ def compose_service(spec: ContainerSpec, short_binds: bool = False) -> dict:
         "environment": dict(spec.env),
         "devices": [f"{d}:{d}" for d in spec.device_files],
         "volumes": [_volume(m, short_binds) for m in spec.mounts],
-        "ports": [f"{port}:{port}" for port in spec.ports],
+        **network,
         "ipc": spec.ipc_mode,
         "shm_size": f"{spec.shm_size_mib}m",
         "stop_grace_period": f"{spec.stop_grace_seconds}s",
@@ -157,9 +163,15 @@ def _docker_run_script(deployment: Deployment) -> str:
             lines += _on_host(hd, rd.build_script, " >/dev/null")
             lines += _on_host(hd, rd.workers_script)
             lines += _replace(rd.spec)
+        for md in hd.members:
+            lines += [_comment(_member_note(md)), *_replace(md.spec)]
         if hd.exporter is not None:
             lines += [_comment("NPU exporter (metrics.npuExporter)"), *_replace(hd.exporter)]
     return "\n".join(lines) + "\n"
+
+
+def _member_note(md: MemberDeployment) -> str:
+    return f"{md.plan.role} of {md.group.name} on the host network: started with the other members, in any order"
 
 
 def _on_host(hd: HostDeployment, script: str, redirect: str = "") -> list[str]:
@@ -200,6 +212,8 @@ def _compose_document(deployment: Deployment, hd: HostDeployment, file: str | No
         services[rd.spec.name] = compose_service(rd.spec, short)
         if rd.first in container:  # the router exits when no replica answers
             services[rd.spec.name]["depends_on"] = {container[rd.first]: {"condition": "service_healthy"}}
+    for md in hd.members:  # no depends_on: a member's group spans hosts, each its own compose file
+        services[md.spec.name] = compose_service(md.spec, short)
     if hd.exporter is not None:
         services[hd.exporter.name] = compose_service(hd.exporter, short)
     project = f"ascend-fleet-{deployment.stack}".lower()

@@ -1,0 +1,126 @@
+"""The host check of a host that runs a member of a multi-host service (records/host_check.py): the
+member's `HCCL_IF_IP` must be an address of the host, on `nic.interface` when the host declares one,
+or `pulumi up` stops before anything reaches the host. The script's text, then the script run under
+`sh` on a stand-in root whose `ip` answers as iproute2's `ip -o addr show` does. The same check on the
+simulated host's own interfaces: tests/simhost/test_host_access.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from records.host_check import host_check_script
+from records.host_requirements import requirements
+from tests.support.pipeline import deployment_of
+from tests.support.stacks import fleet, host, service
+
+DP = {"size": 2, "perHost": 2}
+# `ip -o addr show` on a host with loopback and one NIC, one line per address (iproute2 ip/ipaddress.c).
+ADDRESSES = {
+    "lo": "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever\n"
+    "1: lo    inet6 ::1/128 scope host noprefixroute \\       valid_lft forever preferred_lft forever\n",
+    "eth0": "2: eth0    inet 10.20.0.110/24 brd 10.20.0.255 scope global eth0\\       valid_lft forever preferred_lft forever\n",
+}
+
+
+def member_host(**nic: str):
+    """The host record of npu-a, which runs the one member of a data-parallel service beside a single-host one."""
+    stack = fleet(
+        [host("npu-a", address="10.20.0.110", nic=nic)],
+        [service("ds", 2, 0.9, dataParallel=DP), service("small", 1, 0.5)],
+    )
+    return deployment_of(stack).hosts[0]
+
+
+def stand_in_host(root: Path) -> None:
+    """Every driver path the check asks of a host, an npu-smi that shows no card, and an `ip` that prints
+    ADDRESSES (one interface's with `dev`, or iproute2's refusal of an unknown one)."""
+    for req in requirements(()):
+        path = root / req.path.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir() if req.directory else path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+    (root / "bin").mkdir()
+    (root / "bin/docker").write_text("#!/bin/sh\n")
+    (root / "ip").mkdir()
+    for name, lines in ADDRESSES.items():
+        (root / "ip" / name).write_text(lines)
+    (root / "bin/ip").write_text(
+        "#!/bin/sh\n"
+        '[ "$1 $2 $3" = "-o addr show" ] || { echo "unexpected: $*" >&2; exit 2; }\n'
+        f'[ -z "$5" ] && exec cat {root}/ip/*\n'
+        f'[ -e "{root}/ip/$5" ] && exec cat "{root}/ip/$5"\n'
+        'echo "Device \\"$5\\" does not exist." >&2; exit 1\n'
+    )
+    for tool in ("docker", "ip"):
+        (root / "bin" / tool).chmod(0o755)
+
+
+def checked(root: Path, **nic: str) -> subprocess.CompletedProcess:
+    """The host check of npu-a (its member's NIC; no container's paths) on the stand-in root."""
+    stand_in_host(root)
+    hd = member_host(**nic)
+    script = host_check_script(hd.host, [], root=str(root), members=hd.plan.members)
+    env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_a_member_hosts_check_lists_the_addresses_of_its_declared_interface_quoted_for_the_shell():
+    script = member_host(interface="br'0").check_script
+    assert "ip -o addr show dev 'br'\"'\"'0' 2>&1 </dev/null" in script
+    assert "case \" $nic_has\" in *' 10.20.0.110 on '*) ;;" in script
+    assert "ip -o addr show 2>&1" in member_host().check_script
+
+
+def test_a_host_without_a_member_gets_no_nic_check_even_in_a_fleet_with_one():
+    stack = fleet(
+        [host("npu-a", address="10.20.0.110"), host("npu-b", address="10.20.0.111")],
+        [service("ds", 2, 0.9, dataParallel=DP, hosts=["npu-a"]), service("small", 1, 0.5, host="npu-b")],
+    )
+    a, b = deployment_of(stack).hosts
+    assert "ip -o addr show" in a.check_script and "ip -o addr show" not in b.check_script
+
+
+def test_the_check_passes_when_the_address_is_on_the_declared_interface_and_says_so(tmp_path):
+    result = checked(tmp_path, interface="eth0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip().endswith(", HCCL_IF_IP 10.20.0.110 on eth0")
+
+
+def test_the_check_passes_when_the_address_is_on_any_interface_and_none_is_declared(tmp_path):
+    result = checked(tmp_path, address="::1")
+    assert result.returncode == 0, result.stderr
+
+
+FIX = "set host npu-a's nic in ascend-fleet:hosts, nic.address to an address of the host"
+REFUSALS = {
+    "an address on another interface than the declared one": (
+        {"interface": "lo"},
+        "  - HCCL_IF_IP 10.20.0.110 of ds-node0 on host npu-a (from its address, as nic.address is unset) is not an "
+        f"address of interface lo (it has: 127.0.0.1 on lo, ::1 on lo): {FIX} and nic.interface to the interface it "
+        "is on (ip -br addr), or configure the address there\n",
+    ),
+    "an address that is only a prefix of one the host has": (
+        {"address": "10.20.0.11"},
+        "  - HCCL_IF_IP 10.20.0.11 of ds-node0 on host npu-a (from its nic.address) is not an address of the host "
+        f"(it has: 10.20.0.110 on eth0, 127.0.0.1 on lo, ::1 on lo): {FIX} (ip -br addr), or configure the address "
+        "there\n",
+    ),
+    "a declared interface the host lacks, in ip's words": (
+        {"interface": "enp189s0f0"},
+        "  - cannot list the addresses of interface enp189s0f0 for HCCL_IF_IP 10.20.0.110 of ds-node0 on host npu-a "
+        "(from its address, as nic.address is unset) (ip -o addr show dev enp189s0f0: Device \"enp189s0f0\" does not "
+        f"exist.): {FIX} and nic.interface",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS)
+def test_a_nic_the_host_does_not_have_as_declared_stops_the_check_with_what_to_set(tmp_path, case):
+    nic, paragraph = REFUSALS[case]
+    result = checked(tmp_path, **nic)
+    assert result.returncode == 1
+    assert paragraph in result.stderr
