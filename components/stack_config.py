@@ -23,7 +23,7 @@ from pulumi.runtime.config import CONFIG, get_config_env
 from allocation.config import NAMESPACE, PROGRAM_ONLY_KEYS, Ssh, read_top_level
 from allocation.errors import FleetError
 from records.deployment import Deployment
-from records.pipeline import deployment_of, trusted
+from records.pipeline import deployable, deployment_of, trusted
 from ops.ssh import known_hosts_text
 
 SSH_PRIVATE_KEY = "sshPrivateKey"
@@ -102,6 +102,6 @@ def fleet_deployment() -> Deployment:
             from views.exports.kubernetes import refuse_groups  # before any resource, as one paragraph
 
             refuse_groups(deployment)
-        deployment = _this_stacks_slice(deployment)
+        deployment = _this_stacks_slice(deployable(deployment))
         # Only the docker target reaches hosts over SSH; a cluster is reached through its kubeconfig.
         return trusted(deployment) if deployment.plan.fleet.target == "docker" else deployment

@@ -219,3 +219,14 @@ def test_render_refuses_a_disaggregated_service_in_every_format_and_writes_nothi
     assert result.returncode == 1 and result.stdout == "" and not folder.exists()
     assert result.stderr.startswith("error: stack pd-1p1d: planned, not yet deployed by this version: the disaggregated")
     assert result.stderr.count("\n") == 1
+
+
+def test_the_pulumi_program_refuses_a_disaggregated_service_in_one_run_error_before_any_resource():
+    import pulumi
+
+    from cli.stackfile import locate, stack_values
+    from tests.support.pulumi_harness import run_program
+
+    with pytest.raises(pulumi.RunError, match="planned, not yet deployed by this version") as info:
+        run_program("pd-1p1d", stack_values(locate(None, EXAMPLE)))
+    assert info.value.__cause__ is None and "Traceback" not in str(info.value)
