@@ -50,6 +50,10 @@ BASE: dict[str, Any] = {
         {"name": "moe", "model": "/m/moe", "tensorParallelSize": 2, "memoryFraction": 0.9,
          "dataParallel": {"size": 2, "perHost": 1, "expertParallel": True,
                           "memberPins": [{"host": "npu-a", "devices": [4, 5]}, {"host": "npu-b", "devices": [0, 1]}]}},
+        {"name": "pd", "model": "/m/pd", "disaggregated": {
+            "prefill": {"tensorParallelSize": 1, "memoryFraction": 0.5, "replicaPins": [{"host": "npu-b", "devices": [6]}]},
+            "decode": {"tensorParallelSize": 1, "memoryFraction": 0.5, "replicaPins": [{"host": "npu-b", "devices": [7]}]},
+            "connector": {"name": "MooncakeConnectorV1"}, "kvPool": {"backend": "mooncake"}, "proxy": {"host": "npu-b"}}},
     ],
     "ports": {"reserved": [[60000, 60031]]},
     "ssh": {},
