@@ -77,7 +77,7 @@ dp_wait_for_engines() {
     # launch_core_engines' zmq_socket_ctx closes the handshake socket once startup is over: a rank
     # that starts again later finds no one to answer it.
     kill "$LISTENER" 2>/dev/null
-    info utils.py "all $DP_SIZE data parallel ranks joined"
+    info utils.py "$((DP_LOCAL + ready)) of $DP_SIZE data parallel ranks ready"
 }
 
 # A rank whose connection closed after it was READY, if any.

@@ -55,7 +55,7 @@ def wait_serving(sim: SimHost, group: Group, *names: str, joined: int = 1) -> No
     leader = group.member(0)["name"]
     wait_for(
         f"{SERVICE} served through its leader's API after handshake {joined}",
-        lambda: sim.logs(leader).count("all 2 data parallel ranks joined") >= joined and served_models(group) == [SERVICE],
+        lambda: sim.logs(leader).count("2 of 2 data parallel ranks ready") >= joined and served_models(group) == [SERVICE],
         detail=lambda: logs(sim, leader, *names),
     )
 
@@ -94,6 +94,9 @@ def test_a_follower_pointed_elsewhere_gets_no_answer_and_stops_with_vllms_words(
     log = wait_stopped(sim_host, wrong, NO_ANSWER, leader)
     assert "EngineCore failed to start." in log and "Shutting down." in log
     assert sim_host.state(wrong)["ExitCode"] == 0  # run_headless returns after its engine died
+    wait_for("the leader loaded", lambda: "Loading model weights took" in sim_host.logs(leader))
+    with pytest.raises(OSError):  # loaded, and waiting for its rank 1: no API yet
+        served_models(group)
     start_member(sim_host, group, 1)  # the leader still waits for its rank 1
     wait_serving(sim_host, group, wrong)
 
@@ -131,7 +134,7 @@ def test_a_second_follower_with_the_same_rank_is_refused_like_a_duplicate_zmq_id
     start_member(sim_host, group, 2)
     wait_for(
         "the group of three to serve",
-        lambda: "all 3 data parallel ranks joined" in sim_host.logs(leader) and served_models(group) == [SERVICE],
+        lambda: "3 of 3 data parallel ranks ready" in sim_host.logs(leader) and served_models(group) == [SERVICE],
         detail=lambda: logs(sim_host, leader, first),
     )
 
