@@ -16,6 +16,11 @@ host check over SSH. `SimFleet` makes that real without tens of machines. Every 
 - **its own cards**: a folder ``/var/lib/npu-sim/hosts/<name>`` that its npu-sim containers use as
   their NPU state (the image's ``NPU_SIM_CLAIMS``, set per service by `card_state_env`), so two
   hosts' containers on "card 0" claim HBM and HCCL ports on two different cards.
+- **its own address** for what a rank binds on the host network: the folder's ``address`` file holds
+  ``127.0.1.K``, which the stand-in takes as the host's one address. A multi-host member binds its DP
+  handshake (``--data-parallel-address``) and its HCCL host ports (``HCCL_IF_IP``) there and refuses
+  an address that is not it, so a port taken on one simulated host clashes there only: Linux keys a
+  listening socket by address and port (sim/README.md, "Multi-host groups").
 
 What the hosts still share, because they are one machine: the device files, the driver folders and
 the fake ``npu-smi`` (which reads the `SimHost`'s own state folder, so it shows none of a simulated
@@ -43,6 +48,9 @@ from sim.sshd import Sshd
 
 HOSTS_DIR = CLAIMS_DIR / "hosts"
 """Where each simulated host keeps its cards' state (a folder per host)."""
+ADDRESS_FILE = "address"
+"""In a host's card-state folder: the host's address, which the npu-sim stand-in reads as its own
+(sim/npu-sim/hccl-host.sh `host_addresses`)."""
 FIRST_ADDRESS = (127, 0, 1, 1)
 
 
@@ -116,6 +124,7 @@ class SimFleet:
         sshd.start(self._files)
         state = HOSTS_DIR / name
         self._files.ensure_dir(state)
+        (state / ADDRESS_FILE).write_text(f"{sshd.address}\n")
         return SimEndpoint(name, sshd.address, sshd.port, state)
 
     def host_keys(self) -> dict[str, str]:

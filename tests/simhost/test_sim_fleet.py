@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.fleet import HOSTS_DIR, SimFleet, address_of, card_state_env
+from sim.fleet import ADDRESS_FILE, HOSTS_DIR, SimFleet, address_of, card_state_env
 from sim.host import SimHost
 
 
@@ -56,7 +56,9 @@ def test_a_host_presenting_another_hosts_key_fails_host_key_checking(fleet: SimF
     assert proc.returncode != 0 and "HOST IDENTIFICATION HAS CHANGED" in proc.stderr, proc.stderr
 
 
-def test_each_simulated_host_has_its_own_card_state_folder(fleet: SimFleet):
+def test_each_simulated_host_has_its_own_card_state_folder_holding_its_address(fleet: SimFleet):
     a, b = fleet.endpoints
     assert a.card_state != b.card_state and a.card_state.parent == HOSTS_DIR and a.card_state.is_dir()
     assert card_state_env(a) == {"NPU_SIM_CLAIMS": str(a.card_state)}
+    # What the stand-in takes as the host's own address (sim/npu-sim/host-net.sh `host_addresses`).
+    assert [(e.card_state / ADDRESS_FILE).read_text() for e in (a, b)] == ["127.0.1.1\n", "127.0.1.2\n"]
