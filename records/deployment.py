@@ -188,7 +188,8 @@ class HostDeployment:
         ports = {p for c in (*self.services, *self.routers) for p in c.spec.ports}
         ports |= set(() if self.exporter is None else self.exporter.ports)
         return host_check_script(
-            self.host, [(s.plan, s.spec) for s in self.services], stack=self.stack, ports=sorted(ports),
+            self.host, [*((s.plan, s.spec) for s in self.services), *((m.plan, m.spec) for m in self.members)],
+            stack=self.stack, ports=sorted(ports),
             shared_cards=self.device_share_cards, engine=self.docker_engine, members=self.plan.members,
         )  # fmt: skip
 

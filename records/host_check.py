@@ -43,7 +43,8 @@ DMI_PRODUCT = "/sys/class/dmi/id/product_name"
 SOCKET_RANGE_BOARDS = {"Atlas 800T A2": "800T A2", "Atlas 900 A2 PoD": "900 A2", "Atlas 200T A2 Box16": "200T A2"}
 
 
-Containers = Sequence[tuple[ServicePlan, ContainerSpec]]
+Containers = Sequence[tuple[ServicePlan | MemberPlan, ContainerSpec]]
+"""A host's services and members of multi-host services, each with its container."""
 
 
 def _needs(containers: Containers) -> tuple[dict, dict, dict, dict]:

@@ -91,6 +91,7 @@ class SimFleet:
         self.endpoints: list[SimEndpoint] = []
         self._sshds: list[Sshd] = []
         self._files = HostFiles()
+        self._addresses: list[str] = []
 
     def __enter__(self) -> SimFleet:
         return self
@@ -121,6 +122,7 @@ class SimFleet:
         for suffix in ("", ".pub"):  # the fleet's one client key; the host key stays the host's own
             shutil.copy2(f"{self.identity_file}{suffix}", f"{sshd.identity_file}{suffix}")
         self._sshds.append(sshd)
+        self._add_address(sshd.address)
         sshd.start(self._files)
         state = HOSTS_DIR / name
         self._files.ensure_dir(state)
@@ -133,10 +135,23 @@ class SimFleet:
             e.name: " ".join(Path(f"{s.host_key}.pub").read_text().split()[:2]) for e, s in zip(self.endpoints, self._sshds)
         }
 
+    def _add_address(self, address: str) -> None:
+        """Configure `address` on `lo`, as a real host has its address on a NIC: Linux answers every
+        127.0.0.0/8 address on `lo` without it, but `ip addr` lists only what is configured, and the host
+        check of a multi-host member's host reads its HCCL_IF_IP there (records.host_check `_nic_checks`).
+        Only an address not configured yet, and only that is removed at `stop`."""
+        shown = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True, check=True)
+        if f" {address}/" not in shown.stdout:
+            subprocess.run(["ip", "addr", "add", f"{address}/32", "dev", "lo"], check=True)
+            self._addresses.append(address)
+
     def stop(self) -> None:
-        """Stop every sshd and remove the card-state folders this fleet created."""
+        """Stop every sshd and remove the addresses and card-state folders this fleet created."""
         for sshd in self._sshds:
             with contextlib.suppress(Exception):
                 sshd.stop()
         self._sshds.clear()
+        for address in self._addresses:
+            subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"], check=False, capture_output=True)
+        self._addresses.clear()
         self._files.remove()

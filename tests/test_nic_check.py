@@ -124,3 +124,16 @@ def test_a_nic_the_host_does_not_have_as_declared_stops_the_check_with_what_to_s
     result = checked(tmp_path, **nic)
     assert result.returncode == 1
     assert paragraph in result.stderr
+
+
+def test_a_members_host_check_creates_its_compile_cache_and_asks_for_its_model_and_cards():
+    """Docker refuses a bind mount whose source is missing, so a member's compile cache must be made by the
+    check as a service's is (the real engine failed `invalid mount config for type "bind": bind source path
+    does not exist: /var/lib/ascend-fleet/cache/<service>` without it)."""
+    hd = member_host()
+    (md,) = hd.members
+    script = hd.check_script
+    cache = next(m.source for m in md.spec.mounts if m.source.startswith("/var/lib/ascend-fleet/cache/"))
+    assert f"mkdir -p {cache} " in script and f"used by {md.spec.name}" in script
+    assert f"missing model directory {md.plan.service.model} (used by {md.spec.name}" in script
+    assert all(f"{device} " in script for device in md.spec.device_files if device.startswith("/dev/davinci"))
