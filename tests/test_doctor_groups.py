@@ -145,6 +145,24 @@ def test_a_foreign_process_on_the_leaders_rpc_port_is_foreign_and_a_followers_ho
     assert host_findings(follower, other) == []
 
 
+@pytest.mark.parametrize(("address", "held"), [("10.0.0.1", True), ("0.0.0.0", True), ("*", True), ("[::]", True),
+                                               ("10.0.0.2", False), ("127.0.0.1", False)])
+def test_a_listener_holds_a_members_address_bound_port_only_on_its_address_or_every_address(deployment, address, held):
+    """The leader binds its DP RPC port and HCCL host ports on its host's address; a process listening on the
+    same port of another address of the host leaves them free (on the simulated hosts, one kernel, the other
+    host's member does just that), while the API port is bound on every address."""
+    hd = on(deployment, "npu-a")
+    (md,) = hd.members
+    assert md.plan.host.nic_address == "10.0.0.1"
+    facts = running_facts(hd)
+    rpc = Listener(address, 29550, (("python3", 4242),))
+    found = host_findings(hd, dataclasses.replace(facts, listeners=(*facts.listeners, rpc)))
+    assert [(f.kind, f.port) for f in found] == ([("foreign-port", 29550)] if held else [])
+    api = Listener(address, md.plan.assignment.api_port, (("nginx", 4343),))
+    found = host_findings(hd, dataclasses.replace(facts, listeners=(*facts.listeners, api)))
+    assert [(f.kind, f.port) for f in found] == [("foreign-port", md.plan.assignment.api_port)]
+
+
 @pytest.mark.parametrize(
     "network, env, found",
     [

@@ -52,6 +52,7 @@ Not seen: sockets inside a bridge-networked container's own network namespace
 
 from __future__ import annotations
 
+import ipaddress
 import shlex
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
@@ -63,7 +64,7 @@ from allocation.plan import Assignment
 from records.deployment import HostDeployment, RouterDeployment
 from records.device_share import STATUS_KEY, UNIT
 from records.host_requirements import Requirement, cards_of, requirements
-from allocation.windows import MEMBER_KINDS, NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
+from allocation.windows import BY_KEY, DP_RPC, MEMBER_KINDS, NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
 from ops.bounded_json import excerpt, loads
 from ops.doctor.dp_flags import joins
 from ops.doctor.drift import differences, shown
@@ -379,6 +380,30 @@ def _judge_foreign_cards(view: HostView) -> list[Finding]:
     return out
 
 
+ADDRESS_BOUND = frozenset({DP_RPC.key, BY_KEY["hcclHostSocketPortRange"].key, BY_KEY["hcclIfBasePort"].key})
+"""A member's windows it binds on its host's address alone: the DP handshake on `--data-parallel-address`
+(vllm v0.20.2 `v1/engine/utils.py` `launch_core_engines`), HCCL's host sockets on `HCCL_IF_IP` (hicann/hccl
+`docs/zh/user_guide/hccl_env/HCCL_IF_IP.md`). Its API port, and every window of a single-host service, are
+bound on every address."""
+
+
+def _bound_apart(view: HostView, name: str, key: str, address: str) -> bool:
+    """A listener on one address leaves the port free on the host's other addresses: Linux refuses a bind
+    only to the same address and port, or where either is the wildcard (ip(7), `SO_REUSEADDR`: "a socket
+    may bind, except when there is an active listening socket bound to the address"). So a listener on an
+    address other than a member's own does not hold that member's address-bound windows (`ADDRESS_BOUND`)."""
+    md = next((m for m in view.hd.members if m.name == name), None)
+    if md is None or key not in ADDRESS_BOUND or not md.plan.host.nic_address:
+        return False
+    text = address.strip("[]").partition("%")[0]  # ss: `[::]`, `127.0.0.53%lo`, `*`
+    if text in ("*", "0.0.0.0", "::"):
+        return False
+    try:
+        return ipaddress.ip_address(text) != ipaddress.ip_address(md.plan.host.nic_address)
+    except ValueError:
+        return False  # not an address ss prints: judged as holding the port
+
+
 def _judge_listeners(view: HostView) -> list[Finding]:
     out = []
     for lst in view.facts.listeners:
@@ -387,6 +412,8 @@ def _judge_listeners(view: HostView) -> list[Finding]:
         if holder is None and (not pids or {n for n, _ in lst.processes} <= {"docker-proxy"}):
             holder = view.publisher.get(lst.port)
         for service, key, window in view.windows_at(lst.port):
+            if _bound_apart(view, service, key, lst.address):
+                continue
             own = view.live.get(service)
             if own is not None and own.active and (pids & view.pids_of(own) or (holder is not None and holder.id == own.id)):
                 continue
