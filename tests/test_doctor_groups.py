@@ -168,6 +168,9 @@ def test_a_listener_holds_a_members_address_bound_port_only_on_its_address_or_ev
     [
         ("host", {"HCCL_IF_BASE_PORT": "61040"}, [("foreign-port", "ds-node1", 61040, "hcclIfBasePort")]),
         ("bridge", {"HCCL_IF_BASE_PORT": "61040"}, []),  # bound in its own network namespace
+        # HCCL binds on HCCL_IF_IP: the member's own address (npu-b's 10.0.0.2) clashes, another does not.
+        ("host", {"HCCL_IF_BASE_PORT": "61040", "HCCL_IF_IP": "10.0.0.2"}, [("foreign-port", "ds-node1", 61040, "hcclIfBasePort")]),
+        ("host", {"HCCL_IF_BASE_PORT": "61040", "HCCL_IF_IP": "10.0.0.9"}, []),
         # The member's NPU-side range is on the NPU's own network, not a host port.
         ("host", {"HCCL_HOST_SOCKET_PORT_RANGE": "16666-16681"}, []),
     ],

@@ -393,15 +393,20 @@ def _bound_apart(view: HostView, name: str, key: str, address: str) -> bool:
     may bind, except when there is an active listening socket bound to the address"). So a listener on an
     address other than a member's own does not hold that member's address-bound windows (`ADDRESS_BOUND`)."""
     md = next((m for m in view.hd.members if m.name == name), None)
-    if md is None or key not in ADDRESS_BOUND or not md.plan.host.nic_address:
-        return False
-    text = address.strip("[]").partition("%")[0]  # ss: `[::]`, `127.0.0.53%lo`, `*`
-    if text in ("*", "0.0.0.0", "::"):
+    return md is not None and key in ADDRESS_BOUND and _other_address(address, md.plan.host.nic_address)
+
+
+def _other_address(address: str, own: str | None) -> bool:
+    """`address` (as ss prints it: `[::]`, `127.0.0.53%lo`, `*`; or an HCCL_IF_IP) is one specific address,
+    not `own`: a socket there leaves `own`'s port free. A wildcard, an unknown `own` or text that is no
+    address count as the same address: judged as holding the port."""
+    text = address.strip("[]").partition("%")[0]
+    if not own or text in ("*", "0.0.0.0", "::"):
         return False
     try:
-        return ipaddress.ip_address(text) != ipaddress.ip_address(md.plan.host.nic_address)
+        return ipaddress.ip_address(text) != ipaddress.ip_address(own)
     except ValueError:
-        return False  # not an address ss prints: judged as holding the port
+        return False
 
 
 def _judge_listeners(view: HostView) -> list[Finding]:
@@ -497,6 +502,9 @@ def _judge_host_network(view: HostView) -> list[Finding]:
     ours = [(name, key, w) for name, key, w in view.windows if name in members and key != NPU_RANGE.key]
     out = []
     for c in (c for c in view.foreign if c.network_mode == HOST_NETWORK):
+        # HCCL binds its host sockets on HCCL_IF_IP (`ADDRESS_BOUND`): another address of the host is apart.
+        if _other_address(c.env.get("HCCL_IF_IP", ""), view.hd.host.nic_address):
+            continue
         for env, raw, theirs in _host_side(c):
             for name, key, w in (x for x in ours if _overlap(x[2], theirs)):
                 text = (

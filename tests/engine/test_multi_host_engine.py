@@ -126,7 +126,7 @@ def test_a_change_to_the_services_args_re_creates_exactly_the_group_as_plan_agai
     old_plan = plan_of(project, project.values())
 
     def change(v: dict[str, Any]) -> None:
-        v["services"][0]["args"] = ["--max-num-seqs", "8"]
+        v["services"][0]["args"] = ["--trust-remote-code"]
 
     project.edit(change)
     new_plan = plan_of(project, project.values())
