@@ -64,7 +64,7 @@ from allocation.plan import Assignment
 from records.deployment import HostDeployment, RouterDeployment
 from records.device_share import STATUS_KEY, UNIT
 from records.host_requirements import Requirement, cards_of, requirements
-from allocation.windows import BY_KEY, DP_RPC, MEMBER_KINDS, NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
+from allocation.windows import DP_RPC, MEMBER_KINDS, NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
 from ops.bounded_json import excerpt, loads
 from ops.doctor.dp_flags import joins
 from ops.doctor.drift import differences, shown
@@ -380,11 +380,6 @@ def _judge_foreign_cards(view: HostView) -> list[Finding]:
     return out
 
 
-ADDRESS_BOUND = frozenset({DP_RPC.key, BY_KEY["hcclHostSocketPortRange"].key, BY_KEY["hcclIfBasePort"].key})
-"""A member's windows it binds on its host's address alone: the DP handshake on `--data-parallel-address`
-(vllm v0.20.2 `v1/engine/utils.py` `launch_core_engines`), HCCL's host sockets on `HCCL_IF_IP` (hicann/hccl
-`docs/zh/user_guide/hccl_env/HCCL_IF_IP.md`). Its API port, and every window of a single-host service, are
-bound on every address."""
 
 
 def _bound_apart(view: HostView, name: str, key: str, address: str) -> bool:
@@ -477,6 +472,11 @@ def _judge_hccl(view: HostView) -> list[Finding]:
 HOST_SIDE = tuple(k for k in MEMBER_KINDS if k.env and k.netns)
 """HCCL's host-side windows a container's env sets (`HCCL_HOST_SOCKET_PORT_RANGE`, `HCCL_IF_BASE_PORT`
 and the ports after it): host ports for a container on the host network."""
+ADDRESS_BOUND = frozenset({DP_RPC.key, *(k.key for k in HOST_SIDE)})
+"""A member's windows it binds on its host's address alone: the DP handshake on `--data-parallel-address`
+(vllm v0.20.2 `v1/engine/utils.py` `launch_core_engines`), HCCL's host sockets on `HCCL_IF_IP` (hicann/hccl
+`docs/zh/user_guide/hccl_env/HCCL_IF_IP.md`). Its API port, and every window of a single-host service, are
+bound on every address."""
 
 
 def _host_side(c: LiveContainer) -> list[tuple[str, str, PortWindow]]:
