@@ -21,20 +21,8 @@ from views.diff.compare import diff_plans
 from views.plan_schema import plan_schema
 from views.report import plan_json, render_plan
 from tests.support.pipeline import deployment_of, plan_of
+from tests.support.disaggregated import EXAMPLE, example, pd, values
 from tests.support.stacks import host
-
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = str(ROOT / "examples" / "Pulumi.pd-1p1d.yaml")
-ROLES = {"prefill": {"tensorParallelSize": 4}, "decode": {"tensorParallelSize": 4}}
-
-
-def pd(**extra) -> dict:
-    return {"name": "pd", "model": "/models/pd", "disaggregated": {**ROLES, **extra.pop("disaggregated", {})}, **extra}
-
-
-def values(*services, **fleet) -> dict:
-    return {"hosts": [host("a", address="10.0.0.1"), host("b", address="10.0.0.2")], "services": list(services or [pd()]), **fleet}
-
 
 def refusal(vals) -> str:
     with pytest.raises(ConfigError) as err:
@@ -42,10 +30,6 @@ def refusal(vals) -> str:
     text = str(err.value)
     assert "\n" not in text and "Traceback" not in text
     return text
-
-
-def example():
-    return deployment_of(load_fleet(None, EXAMPLE)[0])
 
 
 def example_values() -> dict:
