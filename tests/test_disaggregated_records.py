@@ -10,6 +10,7 @@ import json
 from allocation import names
 from records.containers import HCCN_CONF, HOST_NETWORK, START_GATE
 from records.disaggregated import PROXY_SCRIPT
+from views.endpoints import endpoints
 from views.report import plan_json
 from tests.support.pipeline import deployment_of
 from tests.support.disaggregated import example, pd, values
@@ -107,3 +108,8 @@ def test_instances_and_the_proxy_sit_on_their_own_hosts_and_a_host_with_only_the
     (d,) = deployment.disaggregated
     assert d.proxy.spec.command[-8:] == ("--prefiller-hosts", "10.0.0.1", "--prefiller-ports", "8000",
                                          "--decoder-hosts", "10.0.0.2", "--decoder-ports", "8000")  # fmt: skip
+
+
+def test_the_endpoints_command_lists_a_disaggregated_service_at_its_proxys_endpoint():
+    assert [(e.service, e.name, e.kind, e.host, e.endpoint) for e in endpoints(example())] == [
+        ("qwen-pd", "qwen-pd", "disaggregated", "npu-a", "http://10.20.0.11:8002/v1")]
