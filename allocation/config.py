@@ -324,8 +324,8 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     `--kv-transfer-config` (its `kvPort` block, `engine_id`, the KV pool's `lookup_rpc_port`) and the proxy's
     port; `args` may set none of them. Not with `tensorParallelSize`, `memoryFraction`, `replicas`, `host`,
     `devices`, the window pins (pin each instance under its role's `replicaPins`), `dataParallel`,
-    `kvCacheGiB` or `hcclPortRanges: false`. Planned, not yet deployed by this version: `pulumi up` and
-    `render` refuse it."""
+    `kvCacheGiB` or `hcclPortRanges: false`. Deployed on the docker target (each instance on the host network
+    with `/etc/hccn.conf` mounted, the proxy after them); the Kubernetes target refuses it."""
 
     @model_validator(mode="after")
     def _disaggregated_agrees(self) -> Service:

@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 
 from records.deployment import Deployment
-from records.pipeline import deployable, deployment_of, plan_of
+from records.pipeline import deployment_of, plan_of
 from allocation.config import ModelProfile
 from allocation.config_errors import field_aliases
 from allocation.errors import ConfigError, FleetError, printable
@@ -287,8 +287,8 @@ def _render(args: argparse.Namespace) -> int:
     one_stream = args.format in ("docker-run", "kubernetes") or (args.format == "compose" and args.output is None)
     if not one_stream and (args.output is None or not str(args.output)):
         raise ConfigError(f"render --format {args.format} writes several files: give the directory with --output DIR")
-    deployment = deployable(_deployment(args)[0])  # a disaggregated service stops every format, nothing written
-    if args.format == "kubernetes":  # a multi-host service stops it, nothing written (views.exports.kubernetes)
+    deployment = _deployment(args)[0]
+    if args.format == "kubernetes":  # a multi-host or disaggregated service stops it, nothing written (views.exports.kubernetes)
         return _render_kubernetes(args, deployment)
     if one_stream:
         print(render(deployment, args.format), end="")  # one stream, every host: as it always was

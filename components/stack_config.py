@@ -23,7 +23,7 @@ from pulumi.runtime.config import CONFIG, get_config_env
 from allocation.config import NAMESPACE, PROGRAM_ONLY_KEYS, Ssh, read_top_level
 from allocation.errors import FleetError
 from records.deployment import Deployment
-from records.pipeline import deployable, deployment_of, trusted
+from records.pipeline import deployment_of, trusted
 from ops.ssh import known_hosts_text
 
 SSH_PRIVATE_KEY = "sshPrivateKey"
@@ -99,9 +99,9 @@ def fleet_deployment() -> Deployment:
         pulumi.log.warn(warning)
     with _as_run_error():
         if deployment.plan.fleet.target == "kubernetes":
-            from views.exports.kubernetes import refuse_groups  # before any resource, as one paragraph
+            from views.exports.kubernetes import refuse_disaggregated, refuse_groups  # before any resource, one paragraph
 
-            refuse_groups(deployment)
-        deployment = _this_stacks_slice(deployable(deployment))
+            refuse_disaggregated(refuse_groups(deployment))
+        deployment = _this_stacks_slice(deployment)
         # Only the docker target reaches hosts over SSH; a cluster is reached through its kubeconfig.
         return trusted(deployment) if deployment.plan.fleet.target == "docker" else deployment

@@ -7,6 +7,7 @@ drift apart. Pure: no Pulumi, no Docker, no I/O.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from decimal import Decimal
 from types import MappingProxyType
@@ -17,9 +18,9 @@ from allocation.capacity import fixed_kv_bytes
 from allocation.config import (
     CARDS_ENV, CONTAINER_ENV, HEALTH_URL_ENV, START_WAIT_ENV, VISIBLE_DEVICES_ENV, FleetConfig, Host, Mount, Service,
 )  # fmt: skip
-from allocation.plan import Assignment, GroupPlan, MemberPlan, ServicePlan
+from allocation.plan import Assignment, DisaggregatedPlan, GroupPlan, MemberPlan, RolePlan, ServicePlan
 from allocation.resolved import Resolved
-from allocation.windows import KINDS, MEMBER_KINDS, WindowKind, window_text
+from allocation.windows import KINDS, MEMBER_KINDS, ROLE_KINDS, WindowKind, window_text
 from records.command import behind_gate
 from records.health import probe_timing
 from records.runtime import logs
@@ -493,7 +494,7 @@ def member_spec(group: GroupPlan, mp: MemberPlan, site: Site) -> ContainerSpec:
     nothing, with the group's data-parallel flags (`GroupPlan.args`) after the plan's own, its host's
     NIC variables (`MemberPlan.nic_env`) and HCCL windows in its env, its cards alone, the same start
     gate, and the health check of `member_health_url`."""
-    m, a, host = mp.member, mp.assignment, site.host
+    m, a = mp.member, mp.assignment
     s, r = m.service, m.resolved
     name = names.original_name(m.name, m.previous_names)
     env, labels = _env_and_labels(site.stack, _Placed(name, s, r, a, len(a.cards), MEMBER_KINDS), r.all_devices)
@@ -502,24 +503,34 @@ def member_spec(group: GroupPlan, mp: MemberPlan, site: Site) -> ContainerSpec:
     port = a.api_port if m.leader else None
     command = _serve(s, s.served_model_name or s.original_name, port, m.memory_fraction, r, group.args(mp))
     health = member_health_url(group, mp)
-    command = _gated(command, env, name, a.cards, health, r.start_timeout_seconds)
-    cards = range(host.npus) if r.all_devices else a.cards
+    return _on_host_network(name, r, a.cards, site, (command, env, labels), health, group.leader.assignment.api_port, _mounts(s, r))
+
+
+def _on_host_network(
+    name: str, r: Resolved, cards: Sequence[int], site: Site, made: tuple[tuple[str, ...], dict, dict], health: str,
+    api_port: int, mounts: tuple[Mount, ...],
+) -> ContainerSpec:
+    """A model's container on Docker's host network, publishing nothing: `made` is its `vllm serve` command,
+    env and labels, put behind the start gate for its `cards`; `health` what its health check and gate ask."""
+    command, env, labels = made
+    command = _gated(command, env, name, cards, health, r.start_timeout_seconds)
+    visible = range(site.host.npus) if r.all_devices else cards
     return ContainerSpec(
         name=name,
         image=r.image,
         command=command,
         env=MappingProxyType(dict(sorted(env.items()))),
-        device_files=tuple(f"/dev/davinci{c}" for c in cards) + CONTROL_DEVICES,
-        mounts=_mounts(s, r),
-        api_port=group.leader.assignment.api_port,
+        device_files=tuple(f"/dev/davinci{c}" for c in visible) + CONTROL_DEVICES,
+        mounts=mounts,
+        api_port=api_port,
         labels=MappingProxyType(labels),
         healthcheck=health_check(site, ("CMD-SHELL", url_probe(health)), HEALTH_STEADY, r.start_timeout_seconds),
         privileged=r.all_devices,
         ipc_mode=r.ipc_mode,
         stop_grace_seconds=r.stop_grace_seconds,
         # None: Docker refuses `net.*` sysctls on the host network (docker/cli man/docker-run.1.md, --sysctl:
-        # "If you use the --network=host option using these sysctls are not allowed"); a member's windows
-        # lie outside the kernel's ephemeral range instead (docs/multi-host.md).
+        # "If you use the --network=host option using these sysctls are not allowed"); a member's and a
+        # prefill or decode instance's windows lie outside the kernel's ephemeral range instead (docs/multi-host.md).
         sysctls=MappingProxyType({}),
         restart=r.restart,
         shm_size_mib=r.shm_size_mib,
@@ -527,3 +538,41 @@ def member_spec(group: GroupPlan, mp: MemberPlan, site: Site) -> ContainerSpec:
         log_opts=r.log_opts,
         network_mode=HOST_NETWORK,
     )
+
+
+HCCN_CONF = "/etc/hccn.conf"
+"""The NPUs' network settings (`hccn_tool` writes them on the host). A prefill or decode instance mounts it
+read-only, as vllm-ascend@v0.20.2rc1's `pd_disaggregation_mooncake_single_node.md` runs its container
+(`-v /etc/hccn.conf:/etc/hccn.conf`, "If using Docker, mount it into the container"): without it a decode
+instance starts normally and answers wrongly (vllm-ascend issue 7711). The host check asks for it."""
+DISAGGREGATED_LABEL = f"{LABEL_PREFIX}.disaggregated"
+"""On every prefill and decode instance: its disaggregated service's name (the one its containers were created with)."""
+ROLE_LABEL = f"{LABEL_PREFIX}.role"
+"""On every prefill and decode instance: `prefill` or `decode`."""
+
+
+def kv_transfer_flag(d: DisaggregatedPlan, rp: RolePlan) -> tuple[str, str]:
+    """`--kv-transfer-config` and the plan's `kvTransferConfig` of `rp` as compact JSON, in the plan's key order,
+    one word as the tutorials quote it: vLLM reads a config-typed flag such as this `KVTransferConfig` from a
+    JSON string (vllm@0.20.2 `engine/arg_utils.py`)."""
+    return "--kv-transfer-config", json.dumps(d.kv_transfer_config(rp), separators=(",", ":"))
+
+
+def role_spec(d: DisaggregatedPlan, rp: RolePlan, site: Site) -> ContainerSpec:
+    """The container of prefill or decode instance `rp` of `d` at `site` (its host): a service's container on
+    Docker's host network as the tutorials run it (`docker run --net=host`; its peers and the proxy reach it at
+    its host's address), publishing nothing, with its `--kv-transfer-config` after the plan's own flags, its
+    HCCL windows in its env, `/etc/hccn.conf` mounted read-only (`HCCN_CONF`), the same start gate, and its own
+    /health as health check. Its compile cache is its service's, which both roles share, as replicas do."""
+    ri, a = rp.role_instance, rp.assignment
+    s, r = ri.service, ri.resolved
+    name = ri.original_name
+    env, labels = _env_and_labels(site.stack, _Placed(name, s, r, a, s.tensor_parallel_size, ROLE_KINDS), r.all_devices)
+    labels |= {DISAGGREGATED_LABEL: ri.parent.original_name, ROLE_LABEL: ri.role}
+    command = _serve(s, ri.served_model_name, a.api_port, rp.gpu_memory_utilization, r, kv_transfer_flag(d, rp))
+    mounts = _mounts(ri.parent, r)
+    # Unless the service mounts its own there: Docker refuses two mounts on one target.
+    own = any(m.target == HCCN_CONF for m in mounts)
+    mounts += () if own else (Mount(source=HCCN_CONF, target=HCCN_CONF),)
+    health = f"http://127.0.0.1:{a.api_port}/health"
+    return _on_host_network(name, r, a.cards, site, (command, env, labels), health, a.api_port, mounts)

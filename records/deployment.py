@@ -20,6 +20,9 @@ from allocation.errors import AllocationError, listing
 from records.containers import ContainerSpec, Site, container_spec
 from records.exporter import exporter_spec
 from records.group import GroupDeployment, MemberDeployment, by_member, group_deployment
+from records.disaggregated import (
+    DisaggregatedDeployment, InstanceDeployment, ProxyDeployment, by_instance, disaggregated_deployment,
+)  # fmt: skip
 from records.card_order import card_orders, order_script, removal_script as order_removal
 from records.device_share import device_share_script, removal_script
 from records.held_cards import HeldCard, held_cards
@@ -48,15 +51,16 @@ class PlannedContainer:
     what: str
     """What it is, for messages: `on cards 0,1`, `as the router of bge-m3`..."""
     kind: str
-    """`service`, `replica`, `router`, `member` (the plan JSON's `kind`) or `exporter`."""
+    """`service`, `replica`, `router`, `member`, `role`, `proxy` (the plan JSON's `kind`) or `exporter`."""
     service: str | None
-    """The configured service it serves: a replica's service, a router's, a member's group; None for the exporter."""
+    """The configured service it serves: a replica's service, a router's, a member's group, a prefill or decode
+    instance's or a proxy's disaggregated service; None for the exporter."""
     cards: tuple[int, ...]
     """Its planned cards; none for a router or the exporter."""
     endpoint: str | None
     """Where clients reach it: a member's is its group's, on the leader only (a follower serves no HTTP)."""
     role: str | None = None
-    """A member's `leader` or `follower`; None for any other container."""
+    """A member's `leader` or `follower`, an instance's `prefill` or `decode`; None for any other container."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,6 +176,10 @@ class HostDeployment:
     """The routers on the host, by service name."""
     members: tuple[MemberDeployment, ...] = ()
     """The members of multi-host services on the host, by name (records.group)."""
+    instances: tuple[InstanceDeployment, ...] = ()
+    """The prefill and decode instances of disaggregated services on the host, by name (records.disaggregated)."""
+    proxies: tuple[ProxyDeployment, ...] = ()
+    """The proxies of disaggregated services on the host, by service name."""
     exporter: ContainerSpec | None = None
     """The NPU exporter's container (`records.exporter`): on a host in use while `metrics.npuExporter`
     is set, else None."""
@@ -187,10 +195,11 @@ class HostDeployment:
         """The host check (`records.host_check`), run before any image or container."""
         ports = {p for c in (*self.services, *self.routers) for p in c.spec.ports}
         ports |= set(() if self.exporter is None else self.exporter.ports)
+        models = (*self.services, *self.members, *self.instances)
         return host_check_script(
-            self.host, [*((s.plan, s.spec) for s in self.services), *((m.plan, m.spec) for m in self.members)],
-            stack=self.stack, ports=sorted(ports),
+            self.host, [(c.plan, c.spec) for c in models], stack=self.stack, ports=sorted(ports),
             shared_cards=self.device_share_cards, engine=self.docker_engine, members=self.plan.members,
+            instances=[i.name for i in self.instances],
         )  # fmt: skip
 
     @cached_property
@@ -216,7 +225,7 @@ class HostDeployment:
     @property
     def planned(self) -> list[PlannedContainer]:
         """Every container the plan creates on the host: its services and replicas, its routers, its
-        members of multi-host services, then the NPU exporter. The Docker name is the spec's, which a
+        members of multi-host services, its prefill and decode instances and proxies, then the NPU exporter. The Docker name is the spec's, which a
         renamed service keeps. The one list of them: `doctor` judges these, `status` shows them, and the
         host's `replaces` may name none of them (`records.takeover.takeover_problems`)."""
         out = [
@@ -232,6 +241,15 @@ class HostDeployment:
             PlannedContainer(md.name, md.spec, _member_role(md), names.MEMBER, md.group.name, md.plan.assignment.cards,
                              md.group.endpoint if md.plan.member.leader else None, md.plan.role)
             for md in self.members
+        ]  # fmt: skip
+        out += [
+            PlannedContainer(i.name, i.spec, _instance_role(i), names.ROLE, i.service.name, i.plan.assignment.cards,
+                             i.endpoint, i.role)
+            for i in self.instances
+        ]  # fmt: skip
+        out += [
+            PlannedContainer(p.name, p.spec, f"as the proxy of {p.plan.name} (host network)", names.PROXY, p.plan.name, (), p.endpoint)
+            for p in self.proxies
         ]  # fmt: skip
         if self.exporter is not None:
             out.append(PlannedContainer(self.exporter.name, self.exporter, "as the host's NPU exporter", EXPORTER, None, (), None))
@@ -252,8 +270,9 @@ class HostDeployment:
 
     @property
     def in_use(self) -> bool:
-        """Anything runs here: a service, a router or a member of a multi-host service."""
-        return bool(self.services or self.routers or self.members)
+        """Anything runs here: a service, a router, a member of a multi-host service, a prefill or decode
+        instance or a proxy."""
+        return bool(self.services or self.routers or self.members or self.instances or self.proxies)
 
 
 def _cards(cards: tuple[int, ...]) -> str:
@@ -264,6 +283,10 @@ def _member_role(md: MemberDeployment) -> str:
     return f"on cards {_cards(md.plan.assignment.cards)} as the {md.plan.role} of {md.group.name} (host network)"
 
 
+def _instance_role(i: InstanceDeployment) -> str:
+    return f"on cards {_cards(i.plan.assignment.cards)} as a {i.role} instance of {i.service.name} (host network)"
+
+
 @dataclass(frozen=True)
 class Deployment:
     plan: Plan
@@ -272,6 +295,8 @@ class Deployment:
     """Every host of the plan, in name order, with services or not."""
     groups: tuple[GroupDeployment, ...] = ()
     """One per multi-host service, by service name; its members are those of the hosts."""
+    disaggregated: tuple[DisaggregatedDeployment, ...] = ()
+    """One per disaggregated service, by service name; its instances and proxy are those of the hosts."""
 
     @property
     def routers(self) -> tuple[RouterDeployment, ...]:
@@ -290,7 +315,8 @@ class Deployment:
         one shard)."""
         hosts = tuple(hd for hd in self.hosts if hd.plan.shard == index)
         kept = {hd.name for hd in hosts}
-        return replace(self, hosts=hosts, groups=tuple(g for g in self.groups if g.plan.leader.host.name in kept))
+        groups = tuple(g for g in self.groups if g.plan.leader.host.name in kept)
+        return replace(self, hosts=hosts, groups=groups, disaggregated=tuple(d for d in self.disaggregated if d.proxy.host_name in kept))
 
 
 def previous_replicas(routers: Iterable[RouterDeployment]) -> dict[ServiceDeployment, ServiceDeployment]:
@@ -351,12 +377,14 @@ def _host_deployment(
     services: tuple[ServiceDeployment, ...],
     routers: tuple[RouterDeployment, ...],
     members: tuple[MemberDeployment, ...],
+    pd: tuple[tuple[InstanceDeployment, ...], tuple[ProxyDeployment, ...]] = ((), ()),
 ) -> HostDeployment:
     host = hp.host
     sharing = _mode_cards(hp)
     url = host.docker_url()
-    exporter = exporter_spec(plan.fleet, host) if services or routers or members else None
-    extra = (*(md.spec for md in members), *(() if exporter is None else (exporter,)))
+    instances, proxies = pd
+    exporter = exporter_spec(plan.fleet, host) if services or routers or members or instances or proxies else None
+    extra = (*(c.spec for c in (*members, *instances, *proxies)), *(() if exporter is None else (exporter,)))
     return HostDeployment(
         plan=hp,
         docker_url=url,
@@ -374,6 +402,8 @@ def _host_deployment(
         services=services,
         routers=routers,
         members=members,
+        instances=instances,
+        proxies=proxies,
         exporter=exporter,
         held_cards=held_cards(hp),
     )
@@ -396,10 +426,13 @@ def deploy(plan: Plan, known_hosts: str = "") -> Deployment:
     routers = [_router_deployment(plan, r, by_plan) for r in plan.routers]
     groups = tuple(group_deployment(plan, g) for g in plan.groups)
     members = by_member(groups)
+    pd = tuple(disaggregated_deployment(plan, d) for d in plan.disaggregated)
+    instances = by_instance(pd)
     hosts = tuple(
         _host_deployment(
             plan, hp, known_hosts, shared[hp.host.name], services[hp.host.name],
             tuple(r for r in routers if r.plan.host_name == hp.host.name), tuple(members[id(mp)] for mp in hp.members),
+            (tuple(instances[id(rp)] for rp in hp.roles), tuple(d.proxy for d in pd if d.proxy.host_name == hp.host.name)),
         )  # fmt: skip
         for hp in plan.hosts
     )
@@ -407,7 +440,7 @@ def deploy(plan: Plan, known_hosts: str = "") -> Deployment:
     problems = [p for hd in hosts if hd.takeover_script for p in takeover_problems(hd.host, hd.takeover_script, hd.containers)]
     if problems:
         raise AllocationError(f"stack {plan.stack}: cannot take over: " + listing(problems) + ".")
-    return Deployment(plan=plan, ssh=plan.fleet.ssh, hosts=hosts, groups=groups)
+    return Deployment(plan=plan, ssh=plan.fleet.ssh, hosts=hosts, groups=groups, disaggregated=pd)
 
 
 def untrusted_hosts(deployment: Deployment) -> list[str]:

@@ -25,7 +25,7 @@ from typing import Sequence
 
 from allocation.config import A3_CHIPS, Host
 from allocation.hbm import HBM_BYTES_FLOOR, HBM_TOLERANCE
-from records.containers import DRIVER_MOUNTS, LABEL_PREFIX, LOCK_DIR_HOST, NPU_SMI, ContainerSpec, created_on_host
+from records.containers import DRIVER_MOUNTS, HCCN_CONF, LABEL_PREFIX, LOCK_DIR_HOST, NPU_SMI, ContainerSpec, created_on_host
 from records.host_requirements import DEVICE, cards_of, requirements
 from records.device_share import HOLDERS, STATUS_KEY, UNSUPPORTED, for_board
 from records.runtime import (
@@ -44,7 +44,7 @@ SOCKET_RANGE_BOARDS = {"Atlas 800T A2": "800T A2", "Atlas 900 A2 PoD": "900 A2",
 
 
 Containers = Sequence[tuple[ServicePlan | MemberPlan, ContainerSpec]]
-"""A host's services and members of multi-host services, each with its container."""
+"""A host's services, members of multi-host services and prefill and decode instances, each with its container."""
 
 
 def _needs(containers: Containers) -> tuple[dict, dict, dict, dict]:
@@ -59,8 +59,8 @@ def _needs(containers: Containers) -> tuple[dict, dict, dict, dict]:
         for device in spec.device_files:
             devices.setdefault(device, []).append(spec.name)
         for mount in spec.mounts:
-            if mount.source in DRIVER_MOUNTS or mount.source == LOCK_DIR_HOST:
-                continue  # checked, or created, once for every service
+            if mount.source in DRIVER_MOUNTS or mount.source in (LOCK_DIR_HOST, HCCN_CONF):
+                continue  # checked, or created, once for every service; hccn.conf once for every instance
             kind = caches if created_on_host(mount.source) else models if mount.source == ps.service.model else mounts
             kind.setdefault(mount.source, []).append(spec.name)
     return devices, models, mounts, caches
@@ -392,6 +392,19 @@ def _nic_checks(host: Host, members: Sequence[MemberPlan]) -> list[str]:
     ]
 
 
+def _hccn_check(host: Host, instances: Sequence[str], root: str) -> list[str]:
+    """A host that runs a prefill or decode instance must have `/etc/hccn.conf`, which each mounts read-only
+    (records.containers.HCCN_CONF): Docker refuses a bind mount whose source is missing, and a decode instance
+    started without it answers wrongly (vllm-ascend issue 7711)."""
+    path = root + HCCN_CONF
+    text = (
+        f"missing {path} on host {host.name}, which its prefill and decode instance(s) {', '.join(instances)} mount "
+        "read-only: the NPUs' network settings that hccn_tool writes and shows (hccn_tool -i 0 -ip -g, as vllm-ascend's "
+        "pd_disaggregation_mooncake tutorials check it); without it a decode instance answers wrongly (vllm-ascend issue 7711)"
+    )
+    return [f"[ -f {_q(path)} ] || missing {_q(text)}"]
+
+
 def host_check_script(
     host: Host,
     containers: Containers,
@@ -402,6 +415,7 @@ def host_check_script(
     root: str = "",
     engine: str | None = None,
     members: Sequence[MemberPlan] = (),
+    instances: Sequence[str] = (),
 ) -> str:
     """A POSIX sh script: exit 0 when the host has everything its containers use and no container
     outside the plan holds what they need, else exit 1 with one readable paragraph on stderr listing
@@ -409,7 +423,7 @@ def host_check_script(
     plan publishes on the host, its routers' too; `shared_cards`: cards to be put into device-share
     mode, whose support is checked; `engine`: the Docker Engine version the stack declares for the
     host, compared with the one it runs; `members`: the members of multi-host services on the host, whose
-    NIC address is checked."""
+    NIC address is checked; `instances`: the names of its prefill and decode instances, which need `/etc/hccn.conf`."""
     needs = _needs(containers)
     devices, models, mounts, _ = needs
     count = len(containers)
@@ -425,6 +439,7 @@ def host_check_script(
     if members:
         interface = host.nic.interface if host.nic is not None else None
         summary += f", HCCL_IF_IP {host.nic_address}" + (f" on {interface}" if interface else "")
+    summary += f", {HCCN_CONF} present" if instances else ""
     return "\n".join([
         f"# ascend-fleet host check for {host.name}: generated from the plan, do not edit.",
         "problems=''",
@@ -440,6 +455,7 @@ def host_check_script(
         *(_foreign_checks(host, stack, containers, ports) if containers else ()),
         *(_engine_check(host, engine, root) if engine is not None else []),
         *(_nic_checks(host, members) if members else []),
+        *(_hccn_check(host, instances, root) if instances else []),
         'if [ -n "$problems" ]; then',
         f'  printf \'%s%s\\n%s\\n\' {_q(header)} "$problems" {_q(advice)} >&2',
         "  exit 1",

@@ -49,21 +49,3 @@ def trusted(deployment: Deployment) -> Deployment:
             "ADDRESS`), or add it to the known_hosts file (ssh.knownHostsFile, default ~/.ssh/known_hosts)."
         )
     return deployment
-
-
-
-def deployable(deployment: Deployment) -> Deployment:
-    """The deployment, unless the plan holds a disaggregated service: planned, but not deployed by this version
-    (docs/disaggregated.md), so `pulumi up` and `render` stop before anything is half deployed: the rest of the
-    stack without it would be half a fleet."""
-    planned = deployment.plan.disaggregated
-    if planned:
-        where = "; ".join(f"{d.name} ({', '.join(f'{rp.name} on {rp.assignment.host_name}' for rp in d.instances)}, "
-                          f"proxy on {d.proxy_host.name})" for d in planned)  # fmt: skip
-        raise ConfigError(
-            f"stack {deployment.stack}: planned, not yet deployed by this version: the disaggregated service(s) {where}. "
-            "`plan` shows each prefill and decode instance's cards, ports, kvPort block and engine id, but neither "
-            "`pulumi up` nor `render` deploys prefill and decode apart yet, and deploying the stack without it would "
-            "deploy half a fleet: remove disaggregated (or the service) to deploy the rest, see docs/disaggregated.md."
-        )
-    return deployment

@@ -1,7 +1,7 @@
 """A disaggregated service (prefill and decode apart, vllm-ascend's Mooncake connector): each mistake in its
 config refused at the edge in one paragraph; the committed 1P1D example's exact plan (cards, windows,
 kvPort blocks, engine ids, proxy); the plan JSON against its schema; `pin` and `plan --against`; and
-`pulumi up` and `render` refusing it until the deployment side lands."""
+the Kubernetes target refusing it in one paragraph (the docker target deploys it: tests/test_disaggregated_program.py)."""
 
 from __future__ import annotations
 
@@ -16,25 +16,13 @@ from allocation.config import parse_fleet
 from allocation.errors import AllocationError, ConfigError
 from cli.pin import stack_pins
 from cli.stackfile import load_fleet
-from records.pipeline import deployable
 from views.diff.compare import diff_plans
+from views.exports.kubernetes import manifests
 from views.plan_schema import plan_schema
 from views.report import plan_json, render_plan
 from tests.support.pipeline import deployment_of, plan_of
+from tests.support.disaggregated import EXAMPLE, example, pd, values
 from tests.support.stacks import host
-
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = str(ROOT / "examples" / "Pulumi.pd-1p1d.yaml")
-ROLES = {"prefill": {"tensorParallelSize": 4}, "decode": {"tensorParallelSize": 4}}
-
-
-def pd(**extra) -> dict:
-    return {"name": "pd", "model": "/models/pd", "disaggregated": {**ROLES, **extra.pop("disaggregated", {})}, **extra}
-
-
-def values(*services, **fleet) -> dict:
-    return {"hosts": [host("a", address="10.0.0.1"), host("b", address="10.0.0.2")], "services": list(services or [pd()]), **fleet}
-
 
 def refusal(vals) -> str:
     with pytest.raises(ConfigError) as err:
@@ -42,10 +30,6 @@ def refusal(vals) -> str:
     text = str(err.value)
     assert "\n" not in text and "Traceback" not in text
     return text
-
-
-def example():
-    return deployment_of(load_fleet(None, EXAMPLE)[0])
 
 
 def example_values() -> dict:
@@ -199,34 +183,46 @@ def test_plan_against_names_what_a_change_to_either_role_restarts():
     new = json.loads(json.dumps(plan_json(deployment_of(parse_fleet("pd-1p1d", values_)))))
     (line,) = diff_plans(old, new).disaggregated
     # The decode role's size is in every instance's --kv-transfer-config, so the prefill instance restarts too.
-    assert line == ("disaggregated service qwen-pd: qwen-pd-prefill: kvTransferConfig; qwen-pd-decode: devices, kvPortBlock, "
-                    "kvTransferConfig, tensorParallelSize; restarts qwen-pd-prefill, qwen-pd-decode")  # fmt: skip
+    assert line == ("disaggregated service qwen-pd: qwen-pd-prefill: kvTransferConfig, container command; qwen-pd-decode: "
+                    "devices, kvPortBlock, kvTransferConfig, tensorParallelSize, container command, container env, "
+                    "container deviceFiles, container labels; restarts qwen-pd-prefill, qwen-pd-decode")  # fmt: skip
     assert diff_plans(old, old).disaggregated == ()
 
 
-def test_pulumi_up_and_render_refuse_a_disaggregated_service_in_one_paragraph():
+KUBERNETES_SAID = (
+    "stack pd-1p1d: the Kubernetes target does not deploy prefill and decode apart: qwen-pd (qwen-pd-prefill, "
+    "qwen-pd-decode, proxy) (disaggregated). Such a service is one DisaggregatedSet (kubernetes-sigs/lws, "
+    "api/disaggregatedset/v1), which this version does not render; nothing was written or applied."
+)
+
+
+def test_the_kubernetes_manifests_refuse_a_disaggregated_service_in_one_paragraph():
     with pytest.raises(ConfigError) as err:
-        deployable(example())
-    text = str(err.value)
-    assert text.startswith("stack pd-1p1d: planned, not yet deployed by this version: the disaggregated service(s) qwen-pd")
-    assert "qwen-pd-prefill on npu-a, qwen-pd-decode on npu-a, proxy on npu-a" in text and "\n" not in text
+        manifests(example())
+    assert str(err.value).startswith(KUBERNETES_SAID) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("fmt", ["docker-run", "compose", "kubernetes", "prometheus"])
-def test_render_refuses_a_disaggregated_service_in_every_format_and_writes_nothing(cli, tmp_path, fmt):
+@pytest.mark.parametrize("output", [False, True])
+def test_render_format_kubernetes_refuses_a_disaggregated_service_and_writes_nothing(cli, tmp_path, output):
     folder = tmp_path / "out"
-    result = cli("render", "--config", EXAMPLE, "--format", fmt, *(["--output", str(folder)] if fmt == "prometheus" else []))
+    result = cli("render", "--config", EXAMPLE, "--format", "kubernetes", *(["--output", str(folder)] if output else []))
     assert result.returncode == 1 and result.stdout == "" and not folder.exists()
-    assert result.stderr.startswith("error: stack pd-1p1d: planned, not yet deployed by this version: the disaggregated")
-    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"error: {KUBERNETES_SAID}") and result.stderr.count("\n") == 1
 
 
-def test_the_pulumi_program_refuses_a_disaggregated_service_in_one_run_error_before_any_resource():
+@pytest.mark.parametrize("fmt", ["docker-run", "compose"])
+def test_render_writes_the_instances_and_the_proxy_for_the_docker_target(cli, fmt):
+    result = cli("render", "--config", EXAMPLE, "--format", fmt)
+    assert result.returncode == 0, result.stderr
+    assert all(name in result.stdout for name in ("qwen-pd-prefill", "qwen-pd-decode", "qwen-pd-proxy"))
+
+
+def test_the_kubernetes_target_refuses_a_disaggregated_service_in_one_run_error_before_any_resource():
     import pulumi
 
     from cli.stackfile import locate, stack_values
     from tests.support.pulumi_harness import run_program
 
-    with pytest.raises(pulumi.RunError, match="planned, not yet deployed by this version") as info:
-        run_program("pd-1p1d", stack_values(locate(None, EXAMPLE)))
-    assert info.value.__cause__ is None and "Traceback" not in str(info.value)
+    with pytest.raises(pulumi.RunError) as info:
+        run_program("pd-1p1d", stack_values(locate(None, EXAMPLE)) | {"target": "kubernetes"})
+    assert str(info.value).startswith(KUBERNETES_SAID) and info.value.__cause__ is None and "\n" not in str(info.value)

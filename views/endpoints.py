@@ -26,7 +26,7 @@ class Endpoint:
     name: str
     """The service itself, its router or one of its replicas."""
     kind: str
-    """`service`, `router` or `replica` (the plan JSON's `kind`)."""
+    """`service`, `router`, `replica`, `group` or `disaggregated` (the plan JSON's `kind`)."""
     host: str
     endpoint: str
     """The OpenAI-compatible base URL, ending in `/v1`."""
@@ -37,7 +37,7 @@ class Endpoint:
 
 def endpoints(deployment: Deployment) -> list[Endpoint]:
     """Per configured service, by name: its own endpoint, or its router's then its replicas', or a multi-host
-    service's (its leader's, on the leader's host)."""
+    service's (its leader's, on the leader's host), or a disaggregated service's (its proxy's, on the proxy's host)."""
     fleet = deployment.plan.fleet
     kube = fleet.target == "kubernetes"
     routers = {rd.plan.service.name: rd for rd in deployment.routers}
@@ -52,6 +52,7 @@ def endpoints(deployment: Deployment) -> list[Endpoint]:
         url = f"{worker_url(fleet, sd)}/v1" if kube else sd.endpoint
         out.append(Endpoint(service, sd.name, sd.plan.instance.kind, sd.plan.assignment.host_name, url))
     out += [Endpoint(g.name, g.name, names.GROUP, g.plan.leader.host.name, g.endpoint) for g in deployment.groups]
+    out += [Endpoint(d.name, d.name, names.DISAGGREGATED, d.proxy.host_name, d.endpoint) for d in deployment.disaggregated]
     return sorted(out, key=lambda e: e.service)  # stable: a router before its replicas
 
 

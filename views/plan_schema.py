@@ -153,20 +153,23 @@ ROLE = _object(
         **{k.key: _window(k.shape) for k in KINDS}, "capacity": CAPACITY, KV_PORT.key: PORT,
         "role": {"enum": ["prefill", "decode"]}, "kvPortBlock": RANGE, "engineId": TEXT,
         "kvTransferConfig": {"description": "Its `--kv-transfer-config`, as vLLM reads it.", "type": "object"},
+        "container": CONTAINER,
     },
     {"lookupRpcPort": {"description": "Only with the KV pool: the `lookup_rpc_port` of its AscendStoreConnector.", **INT}},
     description="One prefill or decode instance of a disaggregated service on its host: a service's keys, its "
-    "`kvPort` (the first of the `kvPortBlock` handshake ports it binds, one per card) and `engineId`.",
+    "`kvPort` (the first of the `kvPortBlock` handshake ports it binds, one per card), `engineId`, and `container` its "
+    "container (on the host network: `networkMode` `host`, no `ports`).",
 )  # fmt: skip
 DISAGGREGATED = _object(
     {
         "service": TEXT, "name": TEXT, "kind": _kind(names.DISAGGREGATED), "previousNames": TEXTS, "connector": TEXT,
         "kvPool": FLAG, "prefill": {"type": "array", "items": ROLE}, "decode": {"type": "array", "items": ROLE},
-        "proxy": _object({"name": TEXT, "kind": _kind(names.PROXY), "host": TEXT, PROXY.key: PORT, "args": TEXTS}),
+        "proxy": _object({"name": TEXT, "kind": _kind(names.PROXY), "host": TEXT, PROXY.key: PORT, "args": TEXTS,
+                          "container": CONTAINER}),
         "endpoint": TEXT,
     },
     description="A disaggregated service (`disaggregated`): its prefill and decode instances in order, and its proxy "
-    "(`args`: the flags of vllm-ascend's example proxy).",
+    "(`args`: the flags of vllm-ascend's example proxy; `container`: its container, on the host network).",
 )  # fmt: skip
 
 

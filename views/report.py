@@ -13,6 +13,7 @@ from views import markdown
 from allocation.capacity import GIB, Capacity, gib, runtime_total
 from allocation.config import units
 from records.deployment import Deployment, HostDeployment
+from records.disaggregated import DisaggregatedDeployment
 from records.group import GroupDeployment
 from records.start_order import longest_start
 from records.takeover import PULLED_FIRST, downtime
@@ -65,7 +66,7 @@ def plan_json(deployment: Deployment) -> dict[str, Any]:
     groups = {"groups": [_group_json(g) for g in deployment.groups]} if deployment.groups else {}
     plan = deployment.plan
     # Only with a disaggregated service, likewise.
-    groups |= {"disaggregated": [d.to_json() for d in plan.disaggregated]} if plan.disaggregated else {}
+    groups |= {"disaggregated": [_disaggregated_json(d) for d in deployment.disaggregated]} if deployment.disaggregated else {}
     return {"stack": deployment.stack, "hosts": hosts, "routers": routers} | groups | {
         "warnings": list(plan.warnings), "notes": list(plan.notes)
     }
@@ -75,6 +76,16 @@ def _group_json(g: GroupDeployment) -> dict[str, Any]:
     """A group's plan JSON, each member with its `container` as a service's."""
     out = g.plan.to_json()
     out["members"] = [m | {"container": md.spec.to_json()} for m, md in zip(out["members"], g.members)]
+    return out
+
+
+def _disaggregated_json(d: DisaggregatedDeployment) -> dict[str, Any]:
+    """A disaggregated service's plan JSON, each instance and the proxy with its `container` as a service's."""
+    out = d.plan.to_json()
+    by_name = {c.name: c.spec for c in (*d.instances, d.proxy)}
+    for key in ("prefill", "decode"):
+        out[key] = [entry | {"container": by_name[entry["name"]].to_json()} for entry in out[key]]
+    out["proxy"] = out["proxy"] | {"container": d.proxy.spec.to_json()}
     return out
 
 

@@ -295,9 +295,11 @@ def _by_name(old: Mapping[str, Any], new: Mapping[str, Any], key: str) -> list[t
 
 def _disaggregated_lines(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, ...]:
     """A line per disaggregated service (`disaggregated`) added, removed or changed, naming what restarts: each
-    prefill or decode instance whose entry changed (any key but the capacity check's, its `kvTransferConfig`
-    among them, which carries both roles' sizes, so a change to either role's tensorParallelSize restarts every
-    instance of both), and the proxy when its entry changed (its flags name every instance's address and port)."""
+    prefill or decode instance, and the proxy, whose container `pulumi up` re-creates (a key of its `container`
+    that `records.restarts` says re-creates it; its `kvTransferConfig` carries both roles' sizes, so a change to
+    either role's tensorParallelSize re-creates every instance of both, and the proxy's flags name every
+    instance's address and port). Each changed entry names its changed plan keys (but the capacity check's) and
+    container keys (`container KEY`); in a plan written before entries had a container, any changed key restarts."""
     lines = []
     for name, was, now in _by_name(old, new, "disaggregated"):
         if was is None or now is None:
@@ -309,10 +311,13 @@ def _disaggregated_lines(old: Mapping[str, Any], new: Mapping[str, Any]) -> tupl
         parts, restarts = [], []
         for entry in (*now["prefill"], *now["decode"], now["proxy"]):
             prior = old_entries.get(entry["name"], {})
-            keys = sorted(k for k in prior.keys() | entry.keys() if k != "capacity" and prior.get(k) != entry.get(k))
+            keys = sorted(k for k in prior.keys() | entry.keys() if k not in ("capacity", "container") and prior.get(k) != entry.get(k))
+            before, after = prior.get("container"), entry.get("container")
+            recreated = changed(before, after)[0] if before is not None and after is not None else list(keys)
+            keys += _container_keys(before, after)
             if keys:
                 parts.append(f"{entry['name']}: {', '.join(keys)}")
-                restarts.append(entry["name"])
+            restarts += [entry["name"]] if recreated else []
         gone = sorted(old_entries.keys() - {e["name"] for e in (*now["prefill"], *now["decode"], now["proxy"])})
         parts += [f"{n}: removed" for n in gone]
         if parts:

@@ -65,11 +65,12 @@ def _restart_rows(diff: PlanDiff) -> list[tuple[str, str, str, str]]:
 def _restart_title(diff: PlanDiff) -> str:
     count = len(diff.recreated())
     if not count:
-        # A multi-host service's members are in its line above (`Restarts as one`), not in the table; a
-        # disaggregated service is planned, not deployed yet (records.pipeline.deployable): none of it runs.
-        if diff.groups:
-            return "Will restart: no running container but the multi-host service(s) above."
-        return "Will restart: no running container" + (" (a disaggregated service is not deployed yet)." if diff.disaggregated else ".")
+        # A multi-host service's members are in its line above (`Restarts as one`), a disaggregated service's
+        # instances and proxy in theirs (`Prefill and decode`), not in the table.
+        above = [what for what, lines in (("multi-host", diff.groups), ("disaggregated", diff.disaggregated)) if lines]
+        if above:
+            return f"Will restart: no running container but the {' and '.join(above)} service(s) above."
+        return "Will restart: no running container."
     if any(s.exporter for s in diff.recreated()):
         return f"Will restart: {count} container(s), each at the cost beside it:"
     return f"Will restart: {count} container(s), each down for its model load:"

@@ -371,11 +371,29 @@ def refuse_groups(deployment: Deployment) -> Deployment:
     return deployment
 
 
+def refuse_disaggregated(deployment: Deployment) -> Deployment:
+    """The deployment, unless it holds a disaggregated service: its prefill and decode instances and proxy start
+    and roll together, which Kubernetes describes as LeaderWorkerSet's DisaggregatedSet (kubernetes-sigs/lws
+    `api/disaggregatedset/v1`: named roles, each an LWS template), and this version renders none. Leaving it out
+    would deploy half the stack: so every Kubernetes path stops here, before any object is written or applied."""
+    planned = deployment.plan.disaggregated
+    if planned:
+        where = "; ".join(f"{d.name} ({', '.join(rp.name for rp in d.instances)}, proxy)" for d in planned)
+        raise ConfigError(
+            f"stack {deployment.stack}: the Kubernetes target does not deploy prefill and decode apart: {where} "
+            "(disaggregated). Such a service is one DisaggregatedSet (kubernetes-sigs/lws, api/disaggregatedset/v1), "
+            "which this version does not render; nothing was written or applied. Deploy the stack with the docker "
+            "target (ascend-fleet:target: docker), or remove disaggregated (or the service) to deploy the rest on "
+            "Kubernetes; see docs/kubernetes.md."
+        )
+    return deployment
+
+
 def manifests(deployment: Deployment) -> tuple[Manifest, ...]:
     """Every object of the stack, in the order to apply them: per host in use, its device-share
-    ConfigMap, its cards' claims, its services; then the routers. A multi-host service stops it
-    (`refuse_groups`)."""
-    fleet = refuse_groups(deployment).plan.fleet
+    ConfigMap, its cards' claims, its services; then the routers. A multi-host or a disaggregated service
+    stops it (`refuse_groups`, `refuse_disaggregated`)."""
+    fleet = refuse_disaggregated(refuse_groups(deployment)).plan.fleet
     order = _replica_order(deployment)
     out: list[Manifest] = []
     for hd in (hd for hd in deployment.hosts if hd.in_use):

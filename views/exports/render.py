@@ -22,6 +22,7 @@ from ruamel.yaml.representer import SafeRepresenter
 from allocation.config import Mount
 from records.containers import ContainerSpec, created_on_host
 from records.deployment import Deployment, HostDeployment
+from records.disaggregated import InstanceDeployment, ProxyDeployment
 from records.group import MemberDeployment
 from records.runtime import DISABLE, named
 from records.ssh_argv import script_argv
@@ -165,6 +166,10 @@ def _docker_run_script(deployment: Deployment) -> str:
             lines += _replace(rd.spec)
         for md in hd.members:
             lines += [_comment(_member_note(md)), *_replace(md.spec)]
+        for i in hd.instances:
+            lines += [_comment(_instance_note(i)), *_replace(i.spec)]
+        for pd in hd.proxies:
+            lines += [_comment(_proxy_note(pd)), *_replace(pd.spec)]
         if hd.exporter is not None:
             lines += [_comment("NPU exporter (metrics.npuExporter)"), *_replace(hd.exporter)]
     return "\n".join(lines) + "\n"
@@ -172,6 +177,14 @@ def _docker_run_script(deployment: Deployment) -> str:
 
 def _member_note(md: MemberDeployment) -> str:
     return f"{md.plan.role} of {md.group.name} on the host network: started with the other members, in any order"
+
+
+def _instance_note(i: InstanceDeployment) -> str:
+    return f"{i.role} instance of {i.service.name} on the host network, /etc/hccn.conf mounted read-only"
+
+
+def _proxy_note(pd: ProxyDeployment) -> str:
+    return f"proxy of {pd.plan.name} on the host network, after its instances: it answers once {', '.join(i.name for i in pd.instances)} serve"
 
 
 def _on_host(hd: HostDeployment, script: str, redirect: str = "") -> list[str]:
@@ -214,6 +227,13 @@ def _compose_document(deployment: Deployment, hd: HostDeployment, file: str | No
             services[rd.spec.name]["depends_on"] = {container[rd.first]: {"condition": "service_healthy"}}
     for md in hd.members:  # no depends_on: a member's group spans hosts, each its own compose file
         services[md.spec.name] = compose_service(md.spec, short)
+    for i in hd.instances:
+        services[i.spec.name] = compose_service(i.spec, short)
+    for pd in hd.proxies:  # after its instances in this file; those on other hosts are in theirs
+        services[pd.spec.name] = compose_service(pd.spec, short)
+        here = [i.spec.name for i in pd.instances if i in hd.instances]
+        if here:
+            services[pd.spec.name]["depends_on"] = {name: {"condition": "service_healthy"} for name in here}
     if hd.exporter is not None:
         services[hd.exporter.name] = compose_service(hd.exporter, short)
     project = f"ascend-fleet-{deployment.stack}".lower()
@@ -239,6 +259,10 @@ def _first_steps(hd: HostDeployment) -> list[str]:
         steps.append(f"first put shared cards {list(hd.shared_cards)} into device-share mode: the docker-run export does it")
     if hd.start_order_script is not None:
         steps.append(f"first write the order of shared cards {list(hd.shared_cards)} on the host: the docker-run export does it")
+    for pd in hd.proxies:
+        away = [i.name for i in pd.instances if i not in hd.instances]
+        if away:
+            steps.append(f"start {pd.spec.name} once {', '.join(away)} serve on their hosts: their compose files start them")
     for rd in hd.routers:
         steps.append(
             f"first build the image {rd.spec.image} and write the worker list of {rd.spec.name} on the host: "
