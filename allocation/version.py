@@ -5,4 +5,4 @@ It reaches no container: a label or an environment variable holding it would cha
 container's inputs, and so re-create every container, on every upgrade.
 """
 
-VERSION = "0.1.0"
+VERSION = "0.2.0"
