@@ -29,6 +29,10 @@ from tests.support.sim_groups import (
 )
 from tests.support.waits import wait_for
 
+# The simulator's own test (it checks sim/, started from the plan JSON, not the program's records):
+# `make test` leaves it out (pytest.ini, marker `simulator`).
+pytestmark = pytest.mark.simulator
+
 NO_ANSWER = "RuntimeError: Did not receive response from front-end process within 0.05 minutes"
 SHORT_HANDSHAKE = {"NPU_SIM_HANDSHAKE_TIMEOUT_MINS": "0.05"}
 """vLLM's HANDSHAKE_TIMEOUT_MINS (5) shortened to 3 s for a follower that is meant to get no answer."""
