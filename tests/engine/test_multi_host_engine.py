@@ -6,7 +6,7 @@ leader and the follower on their hosts' networks at once (records.group: neither
 each container's wait ends when the group serves); the group answers through the leader's API. A
 second preview changes nothing, `doctor` finds nothing, and a change to the service's `args` re-creates
 exactly its two members, as `plan --against` says in its one line (`Restarts as one`), leaving the
-single-host services' containers as they were.
+single-host services' containers as they were. After a power cut the group comes back whole.
 """
 
 from __future__ import annotations
@@ -119,6 +119,19 @@ def test_a_second_preview_changes_nothing(project):
 def test_doctor_finds_nothing(project):
     findings = doctor_findings(project)
     assert findings == [], "\n".join(f"{f['kind']} ({f.get('service')}): {f['message']}" for f in findings)
+
+
+def test_after_a_power_cut_dockerd_brings_the_group_back_whole_and_doctor_and_preview_find_nothing(project, engine_host):
+    """The simulated hosts share one machine: a reboot is every host's at once (sim/README.md). Docker
+    restarts each member (`unless-stopped`), the follower joins the leader's handshake again, and the group
+    serves through the leader's API."""
+    boot = engine_host.reboot()
+    assert set(MEMBERS) | set(SINGLES) <= set(boot.started), boot.started
+    for name in (*MEMBERS, *SINGLES):
+        engine_host.wait_healthy(name, timeout=300)
+    assert models(project.outputs()["services"][GROUP]["endpoint"]) == [GROUP]
+    test_doctor_finds_nothing(project)
+    test_a_second_preview_changes_nothing(project)
 
 
 def test_a_change_to_the_services_args_re_creates_exactly_the_group_as_plan_against_says(project, engine_host):
