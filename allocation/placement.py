@@ -69,8 +69,8 @@ class Cards:
         self.pinned = [False] * self.host.npus
 
     def alone(self, card: int) -> bool:
-        """The card holds a service that shares it with no one: one with `hcclPortRanges: false`,
-        or any service on a host with `cardSharing: refuse`."""
+        """The card holds a service that shares it with no one: one with `hcclPortRanges: false`, one
+        that holds its cards alone (`Placeable.alone`), or any service on a host with `cardSharing: refuse`."""
         return self.sole[card]
 
     def held(self, card: int) -> bool:
@@ -94,10 +94,13 @@ class Cards:
                 f"so {service.name} cannot share it (give it other devices, or set cardSharing to "
                 "deviceShare or privileged)"
             )
-        if self.sole[card] and all(u.hccl_ranges for u in users):
+        holder = next((u for u in users if u.alone), None)
+        if holder is not None:
+            return f"{self.host.name} card {card} is held by {holder.name}, {holder.alone}, which holds its cards alone"
+        if users and service.alone:
             return (
-                f"{self.host.name} card {card} is held by {_names(users)}, a member of a multi-host service, "
-                "which holds its cards alone"
+                f"{self.host.name} card {card} is used by {_names(users)}, and {service.name}, {service.alone}, "
+                "holds its cards alone (give it other devices)"
             )
         if self.sole[card] or (users and not service.hccl_ranges):
             return (
@@ -118,7 +121,7 @@ class Cards:
         """`refusal` is None for every card of `block`: its tests without its words (placement asks
         this for every block of every candidate host)."""
         need = units(service.memory_fraction)
-        apart = self.host.card_sharing == "refuse" or not service.hccl_ranges
+        apart = self.host.card_sharing == "refuse" or keeps_apart(service)
         for c in block:
             if c in avoid or self.sole[c] or self.free[c] < need or (apart and self.users[c]):
                 return False
@@ -142,11 +145,11 @@ class Cards:
         ]
         return min(fitting, key=lambda g: (sum(self.free[c] - need for c in g), g), default=None)
 
-    def take(self, block: Block, service: Placeable, alone: bool = False) -> None:
-        """`service` holds `block`; `alone`: no other service may join it there (a member of a
-        multi-host service), as one on a `cardSharing: refuse` host or without HCCL port ranges."""
+    def take(self, block: Block, service: Placeable) -> None:
+        """`service` holds `block`; no other service may join it there when it is `alone`, or on a
+        `cardSharing: refuse` host."""
         need = units(service.memory_fraction)
-        sole = alone or self.host.card_sharing == "refuse" or not service.hccl_ranges
+        sole = keeps_apart(service) or self.host.card_sharing == "refuse"
         for c in block:
             self.free[c] -= need
             self.users[c].append(service)
@@ -183,10 +186,20 @@ class Cards:
         for c in range(self.host.npus):
             note = ""
             if self.alone(c):
+                holder = next((u for u in self.users[c] if u.alone), None)
                 refused = self.host.card_sharing == "refuse"
-                note = " (in use; cardSharing refuse)" if refused else " (held by a service with hcclPortRanges: false)"
+                note = (
+                    " (in use; cardSharing refuse)" if refused else f" (held alone by {holder.name})" if holder
+                    else " (held by a service with hcclPortRanges: false)"
+                )
             parts.append(f"{c}:{fmt_units(max(self.free[c], 0))}{note}")
         return " ".join(parts)
+
+
+def keeps_apart(service: Placeable) -> bool:
+    """It takes only cards no one uses and no one may join it there: it holds its cards alone (a
+    multi-host member, a prefill or decode instance), or keeps HCCL's default NPU port (no HCCL port ranges)."""
+    return service.alone is not None or not service.hccl_ranges
 
 
 def binds_ports(service: Placeable) -> bool:
@@ -247,6 +260,7 @@ def _need_text(service: Placeable) -> str:
         f"{service.tp_size} card{'s' if service.tp_size > 1 else ''} "
         f"with {service.memory_fraction} free each"
         + (" and no other service on them (hcclPortRanges: false)" if not service.hccl_ranges else "")
+        + (f" and no other service on them ({service.alone})" if service.alone else "")
     )
 
 
@@ -320,15 +334,15 @@ class Placer:
             return None
         if binds_ports(s):
             return self._place_among(s)  # the trees know memory, not ports: ask each host, in the same order
-        tp, alone = s.tp_size, not s.hccl_ranges
-        i = self._unheld_tree(tp, alone).first_at_least(need) if self.keep_off_running else None
+        tp, apart = s.tp_size, keeps_apart(s)
+        i = self._unheld_tree(tp, apart).first_at_least(need) if self.keep_off_running else None
         if i is not None:
             cards = self.cards[self.hosts[i].name]
             block = cards.best_block(s, unheld=True)
             assert block is not None, "Cards.capacity and Cards.fits disagree"
             self._commit(s, cards, block)
             return None
-        i = self._tree(tp, alone).first_at_least(need)
+        i = self._tree(tp, apart).first_at_least(need)
         if i is not None:
             cards = self.cards[self.hosts[i].name]
             block = cards.best_block(s)
@@ -441,7 +455,7 @@ class Placer:
             if rest is not None:
                 for m in g.members:
                     cards, block = chosen.get(m.index) or rest[m.index]
-                    self._take(m, cards, block, alone=True)
+                    self._take(m, cards, block)
                     self.members.append(Placement(m, cards.host, block))
                 return None
         return self._group_refusal(g, free, hosts)
@@ -501,9 +515,9 @@ class Placer:
             if self.shard_of:
                 self.group_shard.setdefault(s.group, self.shard_of[cards.host.name])
 
-    def _take(self, s: Placeable, cards: Cards, block: Block, alone: bool = False) -> None:
+    def _take(self, s: Placeable, cards: Cards, block: Block) -> None:
         """`s` holds `block` of `cards`' host: the host's capacities in the trees follow."""
-        cards.take(block, s, alone)
+        cards.take(block, s)
         i = self.index[cards.host.name]
         for (tp, alone), tree in self.trees.items():
             tree.update(i, cards.capacity(tp, alone))

@@ -152,6 +152,56 @@ def test_a_kv_block_that_would_run_past_65535_is_refused():
     assert "kvPort of pd-prefill 65534-65537 runs past port 65535" in str(err.value)
 
 
+FORTIES = {role: {"tensorParallelSize": 4, "memoryFraction": 0.4} for role in ("prefill", "decode")}
+"""Both roles at 0.4: with a service of 0.4, all three would fit on one block of four cards by memory."""
+SOLO = {"name": "solo", "model": "/m", "tensorParallelSize": 4, "memoryFraction": 0.4}
+
+
+@pytest.mark.parametrize(
+    ("fraction", "where"),
+    [
+        # The instances placed first (name order at equal fractions): the service joins neither.
+        (0.4, {"pd-decode": ("a", (0, 1, 2, 3)), "pd-prefill": ("a", (4, 5, 6, 7)), "solo": ("b", (0, 1, 2, 3))}),
+        # The service placed first (larger fraction): neither instance joins it, though best fit would.
+        (0.5, {"solo": ("a", (0, 1, 2, 3)), "pd-decode": ("a", (4, 5, 6, 7)), "pd-prefill": ("b", (0, 1, 2, 3))}),
+    ],
+)
+def test_each_instance_holds_its_cards_alone_where_memory_would_let_it_share_them(fraction, where):
+    plan = plan_of(values(SOLO | {"memoryFraction": fraction}, pd(disaggregated=FORTIES)))
+    placed = {p.name: (p.assignment.host_name, p.assignment.cards) for hp in plan.hosts for p in (*hp.services, *hp.roles)}
+    # Each instance on a host network with HCCL and the KV transfer on its cards: no other service on them.
+    assert placed == where
+    assert all(hp.shared_cards() == () for hp in plan.hosts)
+
+
+@pytest.mark.parametrize(
+    ("solo", "role", "words"),
+    [
+        # The service pinned where the instance is pinned: the instance, placed first (larger fraction), holds them.
+        ({"memoryFraction": 0.3}, {"memoryFraction": 0.4},
+         "service solo: pinned devices [0, 1, 2, 3] do not fit on host a: a card 0 is held by pd-prefill, a prefill or "
+         "decode instance, which holds its cards alone;"),
+        # The instance pinned where the service is: refused, naming the instance, its host and its cards.
+        ({"memoryFraction": 0.5}, {"memoryFraction": 0.4},
+         "service pd-prefill: pinned devices [0, 1, 2, 3] do not fit on host a: a card 0 is used by solo, and pd-prefill, "
+         "a prefill or decode instance, holds its cards alone (give it other devices);"),
+    ],
+)
+def test_an_instance_pinned_to_share_a_card_with_a_service_is_refused_in_one_paragraph(solo, role, words):
+    pins = {"replicaPins": [{"host": "a", "devices": [0, 1, 2, 3]}]}
+    vals = values(SOLO | solo | {"host": "a", "devices": [0, 1, 2, 3]}, pd(disaggregated={"prefill": FORTIES["prefill"] | role | pins}))
+    with pytest.raises(AllocationError) as err:
+        plan_of(vals)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_prefill_and_decode_pinned_to_one_card_are_refused():
+    pins = {role: FORTIES[role] | {"replicaPins": [{"host": "a", "devices": [0, 1, 2, 3]}]} for role in FORTIES}
+    with pytest.raises(AllocationError) as err:
+        plan_of(values(pd(disaggregated=pins)))
+    assert "a card 0 is held by pd-decode, a prefill or decode instance, which holds its cards alone" in str(err.value)
+
+
 def test_the_plan_json_carries_the_instances_and_the_proxy_and_validates_against_its_schema():
     doc = json.loads(json.dumps(plan_json(example())))
     jsonschema.validate(doc, plan_schema())
