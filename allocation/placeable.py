@@ -33,8 +33,9 @@ class Placeable(Protocol):
         """It binds HCCL port ranges of its own; else it keeps HCCL's default NPU port and shares no card."""
     @property
     def alone(self) -> str | None:
-        """What it is, in words for the operator, when it holds its cards alone (no other service, instance
-        or member may use them): a multi-host member, a prefill or decode instance; None when it may share."""
+        """What it is, in words for the operator, when it runs on the host network with HCCL on its cards (a
+        multi-host member, a prefill or decode instance): it holds its cards alone (no other service, instance or
+        member may use them) and takes only a host with an IP address for `HCCL_IF_IP`; None otherwise."""
     @property
     def host(self) -> str | None: ...
     @property

@@ -33,6 +33,8 @@ from allocation.placeable import P, Placeable, Placement
 from allocation.windows import KINDS
 
 Block = tuple[int, ...]
+NO_NIC = "no IP address for HCCL_IF_IP (set its nic.address)"
+"""Why a host takes no member nor prefill or decode instance: its `nic.address`, else its `address`, is no IP address."""
 
 
 def fmt_units(value: int) -> str:
@@ -318,10 +320,12 @@ class Placer:
                 f"service {s.name}: memoryFraction {s.memory_fraction} is over the per-card "
                 f"memory budget {fmt_units(budget)} of {where}"
             )
+        if s.alone and s.host is not None and self.cards[s.host].host.nic_address is None:
+            return f"service {s.name} ({s.alone}) is pinned to host {s.host}, which has {NO_NIC}"
         if s.devices is not None:
             return self._place_pinned(s, tuple(sorted(s.devices)))
-        if s.host is None and (s.allowed_hosts is not None or s.group is not None):
-            return self._place_among(s)
+        if s.host is None and (s.allowed_hosts is not None or s.group is not None or s.alone):
+            return self._place_among(s)  # the trees know memory, not NICs
         if s.host is not None:
             cards = self.cards[s.host]
             choice = self._choose(s, [cards.host])
@@ -360,6 +364,7 @@ class Placer:
         if s.host:
             return [self.cards[s.host].host]
         hosts = [h for h in self.hosts if h.name in s.allowed_hosts] if s.allowed_hosts else self.hosts
+        hosts = [h for h in hosts if h.nic_address is not None] if s.alone else hosts
         shard = self.group_shard.get(s.group) if s.group is not None else None
         return hosts if shard is None else [h for h in hosts if self.shard_of[h.name] == shard]
 
@@ -371,6 +376,8 @@ class Placer:
         """A replica or a service limited to `hosts`: the first allowed host, by name, with room,
         among those with the fewest replicas of its service (none first), so replicas spread evenly."""
         candidates = self._candidates(s)
+        if not candidates and s.alone:
+            return self._no_nic_refusal(s)
         group = self.siblings.get(s.group, {}) if s.group is not None else {}
         held = {h.name: len(group.get(h.name, ())) for h in candidates}
         for fewest in sorted(set(held.values())):  # hosts with fewer replicas first, name order within
@@ -385,8 +392,13 @@ class Placer:
             f"no room for service {s.name} on {where}: it needs {_need_text(s)} on one host (aligned)"
             + (", on cards no other replica of its service uses" if s.group is not None else "")
             + (f", where its pinned ports are free ({'; '.join(ports)})" if ports else "")
-            + f"; free per card: {shown}"
+            + f"; free per card: {shown}" + (self._no_nic_hosts() if s.alone else "")
         )
+
+    def _no_nic_refusal(self, s: Placeable) -> str:
+        """Why `s`, which runs on the host network (`alone`), has no candidate host: none with an IP address."""
+        where = f"among hosts {', '.join(s.allowed_hosts)}" if s.allowed_hosts else "in the fleet"
+        return f"service {s.name} ({s.alone}) has no host {where} with an IP address for HCCL_IF_IP" + self._no_nic_hosts()
 
     def _choose(self, s: Placeable, hosts: list[Host]) -> tuple[Cards, Block] | None:
         """Where `s` goes among `hosts` (in order of preference): the best-fitting block of cards no
@@ -409,7 +421,10 @@ class Placer:
         card's refusal on the first five candidates."""
         details: list[str] = []
         group = s.group or ""
-        for i, host in enumerate(self._candidates(s)):
+        candidates = self._candidates(s)
+        if not candidates and s.alone:
+            return self._no_nic_refusal(s)
+        for i, host in enumerate(candidates):
             cards, avoid = self.cards[host.name], self._avoid(s, host.name)
             refusals = [r for c in block if c < host.npus and (r := cards.refusal(c, s, avoid, group)) is not None]
             refusals += [r for r in [cards.port_refusal(s)] if r is not None]
@@ -435,7 +450,7 @@ class Placer:
             block = self._member_block(cards, m)
             if block is None or cards.host.nic_address is None:
                 why = cards.port_refusal(m) or (
-                    "no IP address for HCCL_IF_IP (set its nic.address)" if cards.host.nic_address is None
+                    NO_NIC if cards.host.nic_address is None
                     else f"no block of {_need_text(m)}, none of them used by another service; free per card: {cards.describe()}"
                 )
                 return f"service {g.name}: member {m.name} is pinned to host {m.host}, which has {why}"
@@ -499,13 +514,16 @@ class Placer:
         """Why a group found no hosts: what each member needs, and which hosts of each kind have it."""
         fitting = [h for h in hosts if self._member_block(self.cards[h.name], free[0]) is not None]
         shown = ", ".join(f"{h.name} ({self._kind_text(h)})" for h in fitting[:8]) or "none"
-        no_ip = [h.name for h in self.hosts if h.nic_address is None][:5]
         return (
             f"no room for service {g.name} over {len(g.members)} hosts: {len(free)} more member(s) need each a host of "
             f"their own with {_need_text(free[0])}, none of them used by another service, all hosts of one board and "
-            f"HBM size; hosts with such a block: {shown}"
-            + (f"; hosts without an IP address for HCCL_IF_IP (nic.address): {', '.join(no_ip)}" if no_ip else "")
+            f"HBM size; hosts with such a block: {shown}" + self._no_nic_hosts()
         )
+
+    def _no_nic_hosts(self) -> str:
+        """The first hosts that take no member nor prefill or decode instance, for a refusal: none when every host can."""
+        no_ip = [h.name for h in self.hosts if h.nic_address is None][:5]
+        return f"; hosts without an IP address for HCCL_IF_IP (nic.address): {', '.join(no_ip)}" if no_ip else ""
 
     def _commit(self, s: Placeable, cards: Cards, block: Block) -> None:
         self._take(s, cards, block)

@@ -68,6 +68,11 @@ def example_values() -> dict:
         (values(pd(args=["--prefill-context-parallel", "2"])), "sets --prefill-context-parallel-size"),
         (values(pd(), defaults={"args": ["--kv-transfer-config", "{}"]}), "defaults: args: '--kv-transfer-config'"),
         (values(pd(), {"name": "pd-prefill", "model": "/m"}), "its container pd-prefill has the name of another service"),
+        (values(pd(env={"HCCL_IF_IP": "10.0.0.9"})), "HCCL_IF_IP is set by the plan from each host's nic (nic.address); remove it from env"),
+        (values(pd(env={"GLOO_SOCKET_IFNAME": "eth0", "TP_SOCKET_IFNAME": "eth0"})),
+         "GLOO_SOCKET_IFNAME is set by the plan from each host's nic (nic.interface); remove it from env; TP_SOCKET_IFNAME"),
+        (values(pd(), defaults={"env": {"HCCL_SOCKET_IFNAME": "eth0"}}),
+         "defaults: HCCL_SOCKET_IFNAME is set by the plan from each host's nic (nic.interface)"),
     ],
 )
 def test_each_mistake_in_a_disaggregated_service_is_one_paragraph_naming_it(vals, words):
@@ -200,6 +205,29 @@ def test_prefill_and_decode_pinned_to_one_card_are_refused():
     with pytest.raises(AllocationError) as err:
         plan_of(values(pd(disaggregated=pins)))
     assert "a card 0 is held by pd-decode, a prefill or decode instance, which holds its cards alone" in str(err.value)
+
+
+def test_instances_go_only_to_hosts_with_an_ip_address_for_hccl_if_ip_as_members_do():
+    # Host a is named by a host name and sets no nic.address: the tutorials' HCCL_IF_IP has nothing to be.
+    plan = plan_of({"hosts": [host("a"), host("b", address="10.0.0.2")], "services": [pd()]})
+    assert {rp.name: rp.assignment.host_name for rp in plan.disaggregated[0].instances} == {"pd-prefill": "b", "pd-decode": "b"}
+
+
+@pytest.mark.parametrize(
+    ("hosts", "role", "words"),
+    [
+        ([host("a"), host("b", address="10.0.0.2")], {"replicaPins": [{"host": "a"}]},
+         "service pd-prefill (a prefill or decode instance) is pinned to host a, which has no IP address for HCCL_IF_IP "
+         "(set its nic.address)"),
+        ([host("a"), host("b")], {"replicaPins": [{"devices": [0, 1, 2, 3]}]},
+         "service pd-prefill (a prefill or decode instance) has no host in the fleet with an IP address for HCCL_IF_IP; "
+         "hosts without an IP address for HCCL_IF_IP (nic.address): a, b"),
+    ],
+)
+def test_an_instance_with_no_host_that_has_an_ip_address_is_refused_naming_the_hosts(hosts, role, words):
+    with pytest.raises(AllocationError) as err:
+        plan_of({"hosts": hosts, "services": [pd(disaggregated={"prefill": {"tensorParallelSize": 4, **role}})]})
+    assert words in str(err.value) and "\n" not in str(err.value)
 
 
 def test_the_plan_json_carries_the_instances_and_the_proxy_and_validates_against_its_schema():
