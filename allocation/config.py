@@ -321,8 +321,8 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
     """Serve the model with prefill and decode apart: `prefill` and `decode` instances, each role with its own
     `tensorParallelSize`, `memoryFraction` and `replicas`, the KV cache passed by the Mooncake connector, one
     proxy in front ([Prefill and decode apart](disaggregated.md)). The plan sets each instance's
-    `--kv-transfer-config` (its `kvPort` block, `engine_id`, the KV pool's `lookup_rpc_port`) and the proxy's
-    port; `args` may set none of them. Not with `tensorParallelSize`, `memoryFraction`, `replicas`, `host`,
+    `--kv-transfer-config` (its `kvPort` block, `engine_id`, the KV pool's `lookup_rpc_port`), each host's
+    `nic` variables and the proxy's port; `args` and `env` may set none of them. Not with `tensorParallelSize`, `memoryFraction`, `replicas`, `host`,
     `devices`, the window pins (pin each instance under its role's `replicaPins`), `dataParallel`,
     `kvCacheGiB` or `hcclPortRanges: false`. Deployed on the docker target (each instance on the host network
     with `/etc/hccn.conf` mounted, the proxy after them); the Kubernetes target refuses it."""
@@ -350,7 +350,7 @@ class Service(ContainerSettings, _WindowPins, _RouterPins):
                 "hcclPortRanges false: every prefill and decode instance needs HCCL windows of its own, or two on one host "
                 "both bind HCCL's default 16666 (vllm-ascend issue 4725)"
             )
-        problems += owned_arg_problems(self.args)
+        problems += owned_arg_problems(self.args) + nic_env_problems(self.env)
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -807,10 +807,11 @@ class FleetConfig(Model):
         return host.memory_budget if host.memory_budget is not None else self.memory_budget
 
     @model_validator(mode="after")
-    def _multi_host_env(self) -> FleetConfig:
-        """The defaults' `env` reaches every service: with a multi-host service in the stack it sets none
-        of the NIC variables the plan sets from each host's `nic`."""
-        problems = nic_env_problems(self.defaults.env) if any(s.data_parallel for s in self.services) else []
+    def _nic_env_is_the_plans(self) -> FleetConfig:
+        """The defaults' `env` reaches every service: with a multi-host or disaggregated service in the stack
+        it sets none of the NIC variables the plan sets from each host's `nic`."""
+        on_nic = any(s.data_parallel or s.disaggregated for s in self.services)
+        problems = nic_env_problems(self.defaults.env) if on_nic else []
         if problems:
             raise ValueError("defaults: " + "; ".join(problems))
         return self

@@ -44,6 +44,14 @@ class RoleInstance(Instance):
         return self.parent.served_model_name or self.parent.original_name
 
     @property
+    def alone(self) -> str:
+        """It holds its cards alone, as a multi-host member: it runs on the host network, with HCCL and the KV
+        transfer on its cards (the connector binds a port per card, `kv_port + device_index`, and moves the KV
+        cache over the cards' own NICs, `/etc/hccn.conf`), so the placer gives it cards of its own rather than a
+        share of a card in device-share mode and start order."""
+        return "a prefill or decode instance"
+
+    @property
     def kv_role(self) -> str:
         """`kv_role` of its `--kv-transfer-config`: `kv_producer` (prefill) or `kv_consumer` (decode)."""
         return KV_ROLE[self.role]

@@ -82,6 +82,11 @@ class Member:
     def hccl_ranges(self) -> bool:
         return self.service.hccl_port_ranges
 
+    @property
+    def alone(self) -> str:
+        """It holds its block alone: its ranks' HCCL and DP traffic run on the host network, over its cards."""
+        return "a member of a multi-host service"
+
     @cached_property
     def pins(self) -> MemberPins:
         pins = self._dp.member_pins or ()

@@ -96,7 +96,7 @@ class DataParallel(Model):
 
 
 def nic_env_problems(env: dict[str, Any] | None) -> list[str]:
-    """The NIC variables a multi-host service's plan sets from its hosts' `nic`, refused in `env`."""
+    """The NIC variables the plan of a multi-host or disaggregated service sets from its hosts' `nic`, refused in `env`."""
     owned = sorted(set(env or ()) & set(NIC_ENV))
     return [f"{v} is set by the plan from each host's nic ({NIC_ENV[v]}); remove it from env" for v in owned]
 
@@ -107,5 +107,7 @@ NIC_ENV = {
     "TP_SOCKET_IFNAME": "nic.interface",
     "HCCL_SOCKET_IFNAME": "nic.interface",
 }
-"""The variables vllm-ascend's multi-node recipes set per host (DeepSeek-R1.md: `HCCL_IF_IP=$local_ip`,
-the three `*_SOCKET_IFNAME=$nic_name`), and the host key each comes from."""
+"""The variables vllm-ascend's multi-node recipes (DeepSeek-R1.md: `HCCL_IF_IP=$local_ip`, the three
+`*_SOCKET_IFNAME=$nic_name`) and its PD tutorials (v0.20.2rc1 `pd_disaggregation_mooncake_single_node.md`, for
+each instance: `export HCCL_IF_IP=192.0.0.1  # node ip`, `GLOO_SOCKET_IFNAME`, `TP_SOCKET_IFNAME`,
+`HCCL_SOCKET_IFNAME` `="eth0"`) set per host, and the host key each comes from."""

@@ -38,13 +38,14 @@ def _ip(value: str) -> str:
 
 class HostNic(Model):
     """`nic:` of a host: the address and interface the NPUs' host-side traffic of a multi-host service
-    uses on this host (vllm-ascend's multi-node recipes set them per host: `HCCL_IF_IP=$local_ip`,
-    `GLOO_SOCKET_IFNAME`, `TP_SOCKET_IFNAME` and `HCCL_SOCKET_IFNAME` `=$nic_name`). Read only for hosts
-    that run a member of a multi-host service."""
+    or a prefill or decode instance uses on this host (vllm-ascend's multi-node recipes and its
+    pd_disaggregation_mooncake tutorials set them per host: `HCCL_IF_IP=$local_ip`, `GLOO_SOCKET_IFNAME`,
+    `TP_SOCKET_IFNAME` and `HCCL_SOCKET_IFNAME` `=$nic_name`). Read only for hosts that run a member of a
+    multi-host service or a prefill or decode instance."""
 
     address: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_ip)] | None = None
     """`HCCL_IF_IP`, and the leader's `--data-parallel-address`. Default: the host's `address` when that
-    is an IP address; a host named by a host name must set it to run a member."""
+    is an IP address; a host named by a host name must set it to run a member or a prefill or decode instance."""
     interface: Annotated[str, Field(min_length=1), AfterValidator(_interface)] | None = None
     """`GLOO_SOCKET_IFNAME`, `TP_SOCKET_IFNAME` and `HCCL_SOCKET_IFNAME`: the interface `address` is on
     (`ip -br addr`). Default: unset, and Gloo and HCCL pick an interface by their own rules, which on a
@@ -141,7 +142,8 @@ class Host(Model):
     # Left out of the fleet's hash while unset, so shard files cut before it still match (FleetConfig.fleet_hash).
     nic: HostNic | None = Field(default=None, exclude_if=lambda v: v is None)
     """The address and interface of this host's NPU host-side traffic, for a member of a multi-host service
-    ([One model over several hosts](multi-host.md)); see its keys for the defaults."""
+    ([One model over several hosts](multi-host.md)) or a prefill or decode instance
+    ([Prefill and decode apart](disaggregated.md)); see its keys for the defaults."""
 
     @model_validator(mode="after")
     def _replaces_each_once(self) -> Host:
@@ -210,6 +212,13 @@ class Host(Model):
             return str(ipaddress.ip_address(self.address))
         except ValueError:
             return None
+
+    def nic_env(self) -> dict[str, str]:
+        """The NIC variables of a process on this host's network (`nic`): a multi-host member's and a prefill
+        or decode instance's, as vllm-ascend's recipes set them per host (`HostNic`)."""
+        interface = self.nic.interface if self.nic is not None else None
+        names = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME") if interface else ()
+        return {"HCCL_IF_IP": self.nic_address or ""} | dict.fromkeys(names, interface or "")
 
     def is_local(self) -> bool:
         """A daemon on this machine: reached without SSH."""

@@ -99,6 +99,11 @@ class Instance:
         return self.service.hccl_port_ranges
 
     @property
+    def alone(self) -> str | None:
+        """A service's instance may share its cards (within `cardSharing`, and with HCCL port ranges)."""
+        return None
+
+    @property
     def expert_parallel_size(self) -> int:
         """The cards each MoE layer's experts are split over: its tensor-parallel group."""
         return self.service.tensor_parallel_size

@@ -18,7 +18,7 @@ from allocation.windows import PortWindow, WindowKind
 class Placeable(Protocol):
     """What placement reads of what it places (an `allocation.instance.Instance`): its name, memory
     fraction and tensor-parallel size, its ports (HCCL port ranges or the default NPU port, its
-    pinned windows), where it may go (a pinned host and cards, candidate hosts) and its group."""
+    pinned windows), whether it holds its cards alone, where it may go (a pinned host and cards, candidate hosts) and its group."""
 
     @property
     def name(self) -> str: ...
@@ -31,6 +31,11 @@ class Placeable(Protocol):
     @property
     def hccl_ranges(self) -> bool:
         """It binds HCCL port ranges of its own; else it keeps HCCL's default NPU port and shares no card."""
+    @property
+    def alone(self) -> str | None:
+        """What it is, in words for the operator, when it runs on the host network with HCCL on its cards (a
+        multi-host member, a prefill or decode instance): it holds its cards alone (no other service, instance or
+        member may use them) and takes only a host with an IP address for `HCCL_IF_IP`; None otherwise."""
     @property
     def host(self) -> str | None: ...
     @property

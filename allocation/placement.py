@@ -33,6 +33,8 @@ from allocation.placeable import P, Placeable, Placement
 from allocation.windows import KINDS
 
 Block = tuple[int, ...]
+NO_NIC = "no IP address for HCCL_IF_IP (set its nic.address)"
+"""Why a host takes no member nor prefill or decode instance: its `nic.address`, else its `address`, is no IP address."""
 
 
 def fmt_units(value: int) -> str:
@@ -69,8 +71,8 @@ class Cards:
         self.pinned = [False] * self.host.npus
 
     def alone(self, card: int) -> bool:
-        """The card holds a service that shares it with no one: one with `hcclPortRanges: false`,
-        or any service on a host with `cardSharing: refuse`."""
+        """The card holds a service that shares it with no one: one with `hcclPortRanges: false`, one
+        that holds its cards alone (`Placeable.alone`), or any service on a host with `cardSharing: refuse`."""
         return self.sole[card]
 
     def held(self, card: int) -> bool:
@@ -94,10 +96,13 @@ class Cards:
                 f"so {service.name} cannot share it (give it other devices, or set cardSharing to "
                 "deviceShare or privileged)"
             )
-        if self.sole[card] and all(u.hccl_ranges for u in users):
+        holder = next((u for u in users if u.alone), None)
+        if holder is not None:
+            return f"{self.host.name} card {card} is held by {holder.name}, {holder.alone}, which holds its cards alone"
+        if users and service.alone:
             return (
-                f"{self.host.name} card {card} is held by {_names(users)}, a member of a multi-host service, "
-                "which holds its cards alone"
+                f"{self.host.name} card {card} is used by {_names(users)}, and {service.name}, {service.alone}, "
+                "holds its cards alone (give it other devices)"
             )
         if self.sole[card] or (users and not service.hccl_ranges):
             return (
@@ -118,7 +123,7 @@ class Cards:
         """`refusal` is None for every card of `block`: its tests without its words (placement asks
         this for every block of every candidate host)."""
         need = units(service.memory_fraction)
-        apart = self.host.card_sharing == "refuse" or not service.hccl_ranges
+        apart = self.host.card_sharing == "refuse" or keeps_apart(service)
         for c in block:
             if c in avoid or self.sole[c] or self.free[c] < need or (apart and self.users[c]):
                 return False
@@ -142,11 +147,11 @@ class Cards:
         ]
         return min(fitting, key=lambda g: (sum(self.free[c] - need for c in g), g), default=None)
 
-    def take(self, block: Block, service: Placeable, alone: bool = False) -> None:
-        """`service` holds `block`; `alone`: no other service may join it there (a member of a
-        multi-host service), as one on a `cardSharing: refuse` host or without HCCL port ranges."""
+    def take(self, block: Block, service: Placeable) -> None:
+        """`service` holds `block`; no other service may join it there when it is `alone`, or on a
+        `cardSharing: refuse` host."""
         need = units(service.memory_fraction)
-        sole = alone or self.host.card_sharing == "refuse" or not service.hccl_ranges
+        sole = keeps_apart(service) or self.host.card_sharing == "refuse"
         for c in block:
             self.free[c] -= need
             self.users[c].append(service)
@@ -183,10 +188,20 @@ class Cards:
         for c in range(self.host.npus):
             note = ""
             if self.alone(c):
+                holder = next((u for u in self.users[c] if u.alone), None)
                 refused = self.host.card_sharing == "refuse"
-                note = " (in use; cardSharing refuse)" if refused else " (held by a service with hcclPortRanges: false)"
+                note = (
+                    " (in use; cardSharing refuse)" if refused else f" (held alone by {holder.name})" if holder
+                    else " (held by a service with hcclPortRanges: false)"
+                )
             parts.append(f"{c}:{fmt_units(max(self.free[c], 0))}{note}")
         return " ".join(parts)
+
+
+def keeps_apart(service: Placeable) -> bool:
+    """It takes only cards no one uses and no one may join it there: it holds its cards alone (a
+    multi-host member, a prefill or decode instance), or keeps HCCL's default NPU port (no HCCL port ranges)."""
+    return service.alone is not None or not service.hccl_ranges
 
 
 def binds_ports(service: Placeable) -> bool:
@@ -247,6 +262,7 @@ def _need_text(service: Placeable) -> str:
         f"{service.tp_size} card{'s' if service.tp_size > 1 else ''} "
         f"with {service.memory_fraction} free each"
         + (" and no other service on them (hcclPortRanges: false)" if not service.hccl_ranges else "")
+        + (f" and no other service on them ({service.alone})" if service.alone else "")
     )
 
 
@@ -304,10 +320,12 @@ class Placer:
                 f"service {s.name}: memoryFraction {s.memory_fraction} is over the per-card "
                 f"memory budget {fmt_units(budget)} of {where}"
             )
+        if s.alone and s.host is not None and self.cards[s.host].host.nic_address is None:
+            return f"service {s.name} ({s.alone}) is pinned to host {s.host}, which has {NO_NIC}"
         if s.devices is not None:
             return self._place_pinned(s, tuple(sorted(s.devices)))
-        if s.host is None and (s.allowed_hosts is not None or s.group is not None):
-            return self._place_among(s)
+        if s.host is None and (s.allowed_hosts is not None or s.group is not None or s.alone):
+            return self._place_among(s)  # the trees know memory, not NICs
         if s.host is not None:
             cards = self.cards[s.host]
             choice = self._choose(s, [cards.host])
@@ -320,15 +338,15 @@ class Placer:
             return None
         if binds_ports(s):
             return self._place_among(s)  # the trees know memory, not ports: ask each host, in the same order
-        tp, alone = s.tp_size, not s.hccl_ranges
-        i = self._unheld_tree(tp, alone).first_at_least(need) if self.keep_off_running else None
+        tp, apart = s.tp_size, keeps_apart(s)
+        i = self._unheld_tree(tp, apart).first_at_least(need) if self.keep_off_running else None
         if i is not None:
             cards = self.cards[self.hosts[i].name]
             block = cards.best_block(s, unheld=True)
             assert block is not None, "Cards.capacity and Cards.fits disagree"
             self._commit(s, cards, block)
             return None
-        i = self._tree(tp, alone).first_at_least(need)
+        i = self._tree(tp, apart).first_at_least(need)
         if i is not None:
             cards = self.cards[self.hosts[i].name]
             block = cards.best_block(s)
@@ -346,6 +364,7 @@ class Placer:
         if s.host:
             return [self.cards[s.host].host]
         hosts = [h for h in self.hosts if h.name in s.allowed_hosts] if s.allowed_hosts else self.hosts
+        hosts = [h for h in hosts if h.nic_address is not None] if s.alone else hosts
         shard = self.group_shard.get(s.group) if s.group is not None else None
         return hosts if shard is None else [h for h in hosts if self.shard_of[h.name] == shard]
 
@@ -357,6 +376,8 @@ class Placer:
         """A replica or a service limited to `hosts`: the first allowed host, by name, with room,
         among those with the fewest replicas of its service (none first), so replicas spread evenly."""
         candidates = self._candidates(s)
+        if not candidates and s.alone:
+            return self._no_nic_refusal(s)
         group = self.siblings.get(s.group, {}) if s.group is not None else {}
         held = {h.name: len(group.get(h.name, ())) for h in candidates}
         for fewest in sorted(set(held.values())):  # hosts with fewer replicas first, name order within
@@ -371,8 +392,13 @@ class Placer:
             f"no room for service {s.name} on {where}: it needs {_need_text(s)} on one host (aligned)"
             + (", on cards no other replica of its service uses" if s.group is not None else "")
             + (f", where its pinned ports are free ({'; '.join(ports)})" if ports else "")
-            + f"; free per card: {shown}"
+            + f"; free per card: {shown}" + (self._no_nic_hosts() if s.alone else "")
         )
+
+    def _no_nic_refusal(self, s: Placeable) -> str:
+        """Why `s`, which runs on the host network (`alone`), has no candidate host: none with an IP address."""
+        where = f"among hosts {', '.join(s.allowed_hosts)}" if s.allowed_hosts else "in the fleet"
+        return f"service {s.name} ({s.alone}) has no host {where} with an IP address for HCCL_IF_IP" + self._no_nic_hosts()
 
     def _choose(self, s: Placeable, hosts: list[Host]) -> tuple[Cards, Block] | None:
         """Where `s` goes among `hosts` (in order of preference): the best-fitting block of cards no
@@ -395,7 +421,10 @@ class Placer:
         card's refusal on the first five candidates."""
         details: list[str] = []
         group = s.group or ""
-        for i, host in enumerate(self._candidates(s)):
+        candidates = self._candidates(s)
+        if not candidates and s.alone:
+            return self._no_nic_refusal(s)
+        for i, host in enumerate(candidates):
             cards, avoid = self.cards[host.name], self._avoid(s, host.name)
             refusals = [r for c in block if c < host.npus and (r := cards.refusal(c, s, avoid, group)) is not None]
             refusals += [r for r in [cards.port_refusal(s)] if r is not None]
@@ -421,7 +450,7 @@ class Placer:
             block = self._member_block(cards, m)
             if block is None or cards.host.nic_address is None:
                 why = cards.port_refusal(m) or (
-                    "no IP address for HCCL_IF_IP (set its nic.address)" if cards.host.nic_address is None
+                    NO_NIC if cards.host.nic_address is None
                     else f"no block of {_need_text(m)}, none of them used by another service; free per card: {cards.describe()}"
                 )
                 return f"service {g.name}: member {m.name} is pinned to host {m.host}, which has {why}"
@@ -441,7 +470,7 @@ class Placer:
             if rest is not None:
                 for m in g.members:
                     cards, block = chosen.get(m.index) or rest[m.index]
-                    self._take(m, cards, block, alone=True)
+                    self._take(m, cards, block)
                     self.members.append(Placement(m, cards.host, block))
                 return None
         return self._group_refusal(g, free, hosts)
@@ -485,13 +514,16 @@ class Placer:
         """Why a group found no hosts: what each member needs, and which hosts of each kind have it."""
         fitting = [h for h in hosts if self._member_block(self.cards[h.name], free[0]) is not None]
         shown = ", ".join(f"{h.name} ({self._kind_text(h)})" for h in fitting[:8]) or "none"
-        no_ip = [h.name for h in self.hosts if h.nic_address is None][:5]
         return (
             f"no room for service {g.name} over {len(g.members)} hosts: {len(free)} more member(s) need each a host of "
             f"their own with {_need_text(free[0])}, none of them used by another service, all hosts of one board and "
-            f"HBM size; hosts with such a block: {shown}"
-            + (f"; hosts without an IP address for HCCL_IF_IP (nic.address): {', '.join(no_ip)}" if no_ip else "")
+            f"HBM size; hosts with such a block: {shown}" + self._no_nic_hosts()
         )
+
+    def _no_nic_hosts(self) -> str:
+        """The first hosts that take no member nor prefill or decode instance, for a refusal: none when every host can."""
+        no_ip = [h.name for h in self.hosts if h.nic_address is None][:5]
+        return f"; hosts without an IP address for HCCL_IF_IP (nic.address): {', '.join(no_ip)}" if no_ip else ""
 
     def _commit(self, s: Placeable, cards: Cards, block: Block) -> None:
         self._take(s, cards, block)
@@ -501,9 +533,9 @@ class Placer:
             if self.shard_of:
                 self.group_shard.setdefault(s.group, self.shard_of[cards.host.name])
 
-    def _take(self, s: Placeable, cards: Cards, block: Block, alone: bool = False) -> None:
+    def _take(self, s: Placeable, cards: Cards, block: Block) -> None:
         """`s` holds `block` of `cards`' host: the host's capacities in the trees follow."""
-        cards.take(block, s, alone)
+        cards.take(block, s)
         i = self.index[cards.host.name]
         for (tp, alone), tree in self.trees.items():
             tree.update(i, cards.capacity(tp, alone))

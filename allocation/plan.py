@@ -128,12 +128,6 @@ class MemberPlan:
     def role(self) -> str:
         return "leader" if self.member.leader else "follower"
 
-    def nic_env(self) -> dict[str, str]:
-        """The NIC variables of its host (`hosts[].nic`), as vllm-ascend's multi-node recipes set them."""
-        interface = self.host.nic.interface if self.host.nic is not None else None
-        names = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME") if interface else ()
-        return {"HCCL_IF_IP": self.host.nic_address or ""} | dict.fromkeys(names, interface or "")
-
 
 @dataclass(frozen=True)
 class GroupPlan:
@@ -210,7 +204,7 @@ class GroupPlan:
             "startRank": mp.member.ranks.start,
             "memoryFraction": float(mp.memory_fraction),
         } | {k.key: k.value(a.windows.get(k.key)) for k in MEMBER_KINDS} | {
-            "env": mp.nic_env(), "args": list(self.args(mp)), "capacity": _capacity_json(mp.capacity),
+            "env": mp.host.nic_env(), "args": list(self.args(mp)), "capacity": _capacity_json(mp.capacity),
         }
 
 
@@ -312,11 +306,14 @@ class DisaggregatedPlan:
         return self.service.disaggregated
 
     def role_json(self, rp: RolePlan) -> dict[str, Any]:
-        """An instance's entry: a service's keys, then its role, its block and ids, its `--kv-transfer-config`."""
+        """An instance's entry: a service's keys, then its role, its block and ids, its `--kv-transfer-config`, and
+        its host's NIC variables (`env`), as a member's."""
         ri = rp.role_instance
+        assert rp.host is not None
         pool = {"lookupRpcPort": rp.lookup_rpc_port} if self._pd.kv_pool is not None else {}
         return rp.to_json() | {KV_PORT.key: rp.kv_ports[0], "role": ri.role, "kvPortBlock": list(rp.kv_ports),
-                               "engineId": ri.engine_id, **pool, "kvTransferConfig": self.kv_transfer_config(rp)}  # fmt: skip
+                               "engineId": ri.engine_id, **pool, "kvTransferConfig": self.kv_transfer_config(rp),
+                               "env": rp.host.nic_env()}  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {

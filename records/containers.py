@@ -492,13 +492,13 @@ def member_spec(group: GroupPlan, mp: MemberPlan, site: Site) -> ContainerSpec:
     """The container of member `mp` of `group` at `site` (its host), before its group's digest label
     (records.group): a service's container (`container_spec`) on Docker's host network, publishing
     nothing, with the group's data-parallel flags (`GroupPlan.args`) after the plan's own, its host's
-    NIC variables (`MemberPlan.nic_env`) and HCCL windows in its env, its cards alone, the same start
+    NIC variables (`Host.nic_env`) and HCCL windows in its env, its cards alone, the same start
     gate, and the health check of `member_health_url`."""
     m, a = mp.member, mp.assignment
     s, r = m.service, m.resolved
     name = names.original_name(m.name, m.previous_names)
     env, labels = _env_and_labels(site.stack, _Placed(name, s, r, a, len(a.cards), MEMBER_KINDS), r.all_devices)
-    env |= mp.nic_env()
+    env |= site.host.nic_env()
     labels[GROUP_LABEL] = s.original_name
     port = a.api_port if m.leader else None
     command = _serve(s, s.served_model_name or s.original_name, port, m.memory_fraction, r, group.args(mp))
@@ -562,12 +562,15 @@ def role_spec(d: DisaggregatedPlan, rp: RolePlan, site: Site) -> ContainerSpec:
     """The container of prefill or decode instance `rp` of `d` at `site` (its host): a service's container on
     Docker's host network as the tutorials run it (`docker run --net=host`; its peers and the proxy reach it at
     its host's address), publishing nothing, with its `--kv-transfer-config` after the plan's own flags, its
-    HCCL windows in its env, `/etc/hccn.conf` mounted read-only (`HCCN_CONF`), the same start gate, and its own
+    host's NIC variables (`Host.nic_env`: the tutorials export `HCCL_IF_IP`, `GLOO_SOCKET_IFNAME`,
+    `TP_SOCKET_IFNAME` and `HCCL_SOCKET_IFNAME` for each instance) and HCCL windows in its env, its cards alone,
+    `/etc/hccn.conf` mounted read-only (`HCCN_CONF`), the same start gate, and its own
     /health as health check. Its compile cache is its service's, which both roles share, as replicas do."""
     ri, a = rp.role_instance, rp.assignment
     s, r = ri.service, ri.resolved
     name = ri.original_name
     env, labels = _env_and_labels(site.stack, _Placed(name, s, r, a, s.tensor_parallel_size, ROLE_KINDS), r.all_devices)
+    env |= site.host.nic_env()
     labels |= {DISAGGREGATED_LABEL: ri.parent.original_name, ROLE_LABEL: ri.role}
     command = _serve(s, ri.served_model_name, a.api_port, rp.gpu_memory_utilization, r, kv_transfer_flag(d, rp))
     mounts = _mounts(ri.parent, r)

@@ -362,18 +362,18 @@ def _engine_check(host: Host, declared: str, root: str) -> list[str]:
 ADDR_AWK = r"""$3 == "inet" || $3 == "inet6" { split($4, a, "/"); printf "%s%s on %s", (n++ ? ", " : ""), a[1], $2 }"""
 
 
-def _nic_checks(host: Host, members: Sequence[MemberPlan]) -> list[str]:
-    """The address a multi-host service's members put in `HCCL_IF_IP` (and the leader in
-    `--data-parallel-address`) must be one of this host's, on `nic.interface` when the host names one
-    (the three `*_SOCKET_IFNAME` variables): HCCL and Gloo bind it, and a rank on an address the host
-    does not have fails only when its group starts, on every host at once. The exact address, compared
+def _nic_checks(host: Host, users: Sequence[str]) -> list[str]:
+    """The address the containers `users` put in `HCCL_IF_IP` (multi-host members, the leader in
+    `--data-parallel-address` too, and prefill and decode instances) must be one of this host's, on
+    `nic.interface` when the host names one (the three `*_SOCKET_IFNAME` variables): HCCL and Gloo bind it,
+    and a rank on an address the host does not have fails only when its group or KV transfer starts. The exact address, compared
     in the text iproute2 prints (inet_ntop's, as Python's `ipaddress` writes it), not its subnet. An
     interface that does not exist is one whose addresses `ip` cannot list, in its own words."""
     interface = host.nic.interface if host.nic is not None else None
     declared = host.nic_address or ""
     where = f"interface {interface}" if interface else "the host"
     key = "nic.address" if host.nic is not None and host.nic.address is not None else "address, as nic.address is unset"
-    which = f"HCCL_IF_IP {declared} of {', '.join(mp.name for mp in members)} on host {host.name} (from its {key})"
+    which = f"HCCL_IF_IP {declared} of {', '.join(users)} on host {host.name} (from its {key})"
     fix = (
         f"): set host {host.name}'s nic in ascend-fleet:hosts, nic.address to an address of the host"
         + (" and nic.interface to the interface it is on" if interface else "")
@@ -422,8 +422,9 @@ def host_check_script(
     every problem. `stack`: whose containers are the plan's own (their label); `ports`: every port the
     plan publishes on the host, its routers' too; `shared_cards`: cards to be put into device-share
     mode, whose support is checked; `engine`: the Docker Engine version the stack declares for the
-    host, compared with the one it runs; `members`: the members of multi-host services on the host, whose
-    NIC address is checked; `instances`: the names of its prefill and decode instances, which need `/etc/hccn.conf`."""
+    host, compared with the one it runs; `members`: the members of multi-host services on the host, and
+    `instances` the names of its prefill and decode instances, whose NIC address is checked (and the
+    instances need `/etc/hccn.conf`)."""
     needs = _needs(containers)
     devices, models, mounts, _ = needs
     count = len(containers)
@@ -436,7 +437,7 @@ def host_check_script(
         f"ascend-fleet: host {host.name} ready for {count} service(s): devices {len(devices)}, "
         f"driver and npu-smi present, model directories {len(models)}, other mounts {len(mounts)}"
     )
-    if members:
+    if members or instances:
         interface = host.nic.interface if host.nic is not None else None
         summary += f", HCCL_IF_IP {host.nic_address}" + (f" on {interface}" if interface else "")
     summary += f", {HCCN_CONF} present" if instances else ""
@@ -454,7 +455,7 @@ def host_check_script(
         *_sharing_checks(host, shared_cards, [spec.name for _, spec in containers], root),
         *(_foreign_checks(host, stack, containers, ports) if containers else ()),
         *(_engine_check(host, engine, root) if engine is not None else []),
-        *(_nic_checks(host, members) if members else []),
+        *(_nic_checks(host, [*(mp.name for mp in members), *instances]) if members or instances else []),
         *(_hccn_check(host, instances, root) if instances else []),
         'if [ -n "$problems" ]; then',
         f'  printf \'%s%s\\n%s\\n\' {_q(header)} "$problems" {_q(advice)} >&2',

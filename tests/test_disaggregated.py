@@ -68,6 +68,11 @@ def example_values() -> dict:
         (values(pd(args=["--prefill-context-parallel", "2"])), "sets --prefill-context-parallel-size"),
         (values(pd(), defaults={"args": ["--kv-transfer-config", "{}"]}), "defaults: args: '--kv-transfer-config'"),
         (values(pd(), {"name": "pd-prefill", "model": "/m"}), "its container pd-prefill has the name of another service"),
+        (values(pd(env={"HCCL_IF_IP": "10.0.0.9"})), "HCCL_IF_IP is set by the plan from each host's nic (nic.address); remove it from env"),
+        (values(pd(env={"GLOO_SOCKET_IFNAME": "eth0", "TP_SOCKET_IFNAME": "eth0"})),
+         "GLOO_SOCKET_IFNAME is set by the plan from each host's nic (nic.interface); remove it from env; TP_SOCKET_IFNAME"),
+        (values(pd(), defaults={"env": {"HCCL_SOCKET_IFNAME": "eth0"}}),
+         "defaults: HCCL_SOCKET_IFNAME is set by the plan from each host's nic (nic.interface)"),
     ],
 )
 def test_each_mistake_in_a_disaggregated_service_is_one_paragraph_naming_it(vals, words):
@@ -150,6 +155,79 @@ def test_a_kv_block_that_would_run_past_65535_is_refused():
     with pytest.raises(AllocationError) as err:
         plan_of(vals)
     assert "kvPort of pd-prefill 65534-65537 runs past port 65535" in str(err.value)
+
+
+FORTIES = {role: {"tensorParallelSize": 4, "memoryFraction": 0.4} for role in ("prefill", "decode")}
+"""Both roles at 0.4: with a service of 0.4, all three would fit on one block of four cards by memory."""
+SOLO = {"name": "solo", "model": "/m", "tensorParallelSize": 4, "memoryFraction": 0.4}
+
+
+@pytest.mark.parametrize(
+    ("fraction", "where"),
+    [
+        # The instances placed first (name order at equal fractions): the service joins neither.
+        (0.4, {"pd-decode": ("a", (0, 1, 2, 3)), "pd-prefill": ("a", (4, 5, 6, 7)), "solo": ("b", (0, 1, 2, 3))}),
+        # The service placed first (larger fraction): neither instance joins it, though best fit would.
+        (0.5, {"solo": ("a", (0, 1, 2, 3)), "pd-decode": ("a", (4, 5, 6, 7)), "pd-prefill": ("b", (0, 1, 2, 3))}),
+    ],
+)
+def test_each_instance_holds_its_cards_alone_where_memory_would_let_it_share_them(fraction, where):
+    plan = plan_of(values(SOLO | {"memoryFraction": fraction}, pd(disaggregated=FORTIES)))
+    placed = {p.name: (p.assignment.host_name, p.assignment.cards) for hp in plan.hosts for p in (*hp.services, *hp.roles)}
+    # Each instance on a host network with HCCL and the KV transfer on its cards: no other service on them.
+    assert placed == where
+    assert all(hp.shared_cards() == () for hp in plan.hosts)
+
+
+@pytest.mark.parametrize(
+    ("solo", "role", "words"),
+    [
+        # The service pinned where the instance is pinned: the instance, placed first (larger fraction), holds them.
+        ({"memoryFraction": 0.3}, {"memoryFraction": 0.4},
+         "service solo: pinned devices [0, 1, 2, 3] do not fit on host a: a card 0 is held by pd-prefill, a prefill or "
+         "decode instance, which holds its cards alone;"),
+        # The instance pinned where the service is: refused, naming the instance, its host and its cards.
+        ({"memoryFraction": 0.5}, {"memoryFraction": 0.4},
+         "service pd-prefill: pinned devices [0, 1, 2, 3] do not fit on host a: a card 0 is used by solo, and pd-prefill, "
+         "a prefill or decode instance, holds its cards alone (give it other devices);"),
+    ],
+)
+def test_an_instance_pinned_to_share_a_card_with_a_service_is_refused_in_one_paragraph(solo, role, words):
+    pins = {"replicaPins": [{"host": "a", "devices": [0, 1, 2, 3]}]}
+    vals = values(SOLO | solo | {"host": "a", "devices": [0, 1, 2, 3]}, pd(disaggregated={"prefill": FORTIES["prefill"] | role | pins}))
+    with pytest.raises(AllocationError) as err:
+        plan_of(vals)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_prefill_and_decode_pinned_to_one_card_are_refused():
+    pins = {role: FORTIES[role] | {"replicaPins": [{"host": "a", "devices": [0, 1, 2, 3]}]} for role in FORTIES}
+    with pytest.raises(AllocationError) as err:
+        plan_of(values(pd(disaggregated=pins)))
+    assert "a card 0 is held by pd-decode, a prefill or decode instance, which holds its cards alone" in str(err.value)
+
+
+def test_instances_go_only_to_hosts_with_an_ip_address_for_hccl_if_ip_as_members_do():
+    # Host a is named by a host name and sets no nic.address: the tutorials' HCCL_IF_IP has nothing to be.
+    plan = plan_of({"hosts": [host("a"), host("b", address="10.0.0.2")], "services": [pd()]})
+    assert {rp.name: rp.assignment.host_name for rp in plan.disaggregated[0].instances} == {"pd-prefill": "b", "pd-decode": "b"}
+
+
+@pytest.mark.parametrize(
+    ("hosts", "role", "words"),
+    [
+        ([host("a"), host("b", address="10.0.0.2")], {"replicaPins": [{"host": "a"}]},
+         "service pd-prefill (a prefill or decode instance) is pinned to host a, which has no IP address for HCCL_IF_IP "
+         "(set its nic.address)"),
+        ([host("a"), host("b")], {"replicaPins": [{"devices": [0, 1, 2, 3]}]},
+         "service pd-prefill (a prefill or decode instance) has no host in the fleet with an IP address for HCCL_IF_IP; "
+         "hosts without an IP address for HCCL_IF_IP (nic.address): a, b"),
+    ],
+)
+def test_an_instance_with_no_host_that_has_an_ip_address_is_refused_naming_the_hosts(hosts, role, words):
+    with pytest.raises(AllocationError) as err:
+        plan_of({"hosts": hosts, "services": [pd(disaggregated={"prefill": {"tensorParallelSize": 4, **role}})]})
+    assert words in str(err.value) and "\n" not in str(err.value)
 
 
 def test_the_plan_json_carries_the_instances_and_the_proxy_and_validates_against_its_schema():

@@ -2,7 +2,8 @@
 1,000 hosts of 8 or 16 NPUs (hypothesis): no prefill or decode instance's kvPort block overlaps any window
 on its host (of any service, member, instance or proxy), none runs past 65535, none lies in
 AscendDirectTransport's random ports for the host's NPU count nor in the ephemeral ports, every
-instance has its own engine id, and a disaggregated service is planned whole or the plan is refused."""
+instance holds its cards alone and has its own engine id, and a disaggregated service is planned whole or
+the plan is refused."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def fleets(draw: st.DrawFn) -> dict:
         services.append(s)
     for i in range(draw(st.integers(1, 5))):
         roles = {
-            role: {"tensorParallelSize": draw(st.sampled_from([1, 2, 4, 8])), "memoryFraction": float(draw(st.sampled_from(["0.45", "0.9"]))),
+            role: {"tensorParallelSize": draw(st.sampled_from([1, 2, 4, 8])), "memoryFraction": float(draw(st.sampled_from(["0.3", "0.45", "0.9"]))),
                    "replicas": draw(st.integers(1, 3))}
             for role in ("prefill", "decode")
         }  # fmt: skip
@@ -62,7 +63,10 @@ def check(plan: Plan, values: dict) -> None:
             assert w[1] < v[0], f"host {hp.host.name}: {who} {window_text(w)} overlaps {other} {window_text(v)}"
         assert all(1024 <= w[0] <= w[1] <= MAX_PORT for w, _ in owned)
         random = transport_range(hp.host.npus)
-        for rp in hp.roles:
+        for rp in hp.roles:  # it holds its cards alone: HCCL and the KV transfer run on them
+            mine = set(rp.assignment.cards)
+            others = [p.name for p in (*hp.services, *hp.members, *hp.roles) if p is not rp and mine & set(p.assignment.cards)]
+            assert not others, f"host {hp.host.name}: {rp.name} shares cards {rp.assignment.cards} with {others}"
             first, last = rp.kv_ports
             assert last - first + 1 == rp.service.tensor_parallel_size == len(rp.assignment.cards)
             assert last < random[0] or first > random[1], f"{rp.name} {window_text(rp.kv_ports)} in {window_text(random)}"

@@ -44,7 +44,7 @@ def test_an_instance_mounts_hccn_conf_read_only_and_carries_its_hccl_windows_car
     assert [(m.source, m.read_only) for m in spec.mounts if m.target == HCCN_CONF] == [(HCCN_CONF, True)]
     env = dict(spec.env)
     assert {k: env[k] for k in env if k.startswith(("HCCL_", "ASCEND_", "VLLM_PORT"))} == {
-        "HCCL_BUFFSIZE": "512", "HCCL_NPU_SOCKET_PORT_RANGE": "16682-16697", "HCCL_HOST_SOCKET_PORT_RANGE": "61072-61087",
+        "HCCL_BUFFSIZE": "512", "HCCL_IF_IP": "10.20.0.11", "HCCL_NPU_SOCKET_PORT_RANGE": "16682-16697", "HCCL_HOST_SOCKET_PORT_RANGE": "61072-61087",
         "HCCL_IF_BASE_PORT": "61096", "VLLM_PORT": "62016", "ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3",
         "ASCEND_FLEET_CONTAINER": "qwen-pd-prefill", "ASCEND_FLEET_CARDS": "0,1,2,3",
         "ASCEND_FLEET_HEALTH_URL": "http://127.0.0.1:8001/health", "ASCEND_FLEET_START_WAIT_SECONDS": "1800",
@@ -56,6 +56,23 @@ def test_an_instance_mounts_hccn_conf_read_only_and_carries_its_hccl_windows_car
     # Both roles share their service's compile cache, as replicas do.
     caches = {m.source for i in example().disaggregated[0].instances for m in i.spec.mounts if m.target == "/root/.cache"}
     assert caches == {"/var/lib/ascend-fleet/cache/qwen-pd"}
+
+
+def test_each_instance_carries_its_hosts_nic_variables_as_a_member_there_would_and_the_plan_json_shows_them():
+    # vllm-ascend@v0.20.2rc1 pd_disaggregation_mooncake_single_node.md, for the prefiller and the decoder alike:
+    # export HCCL_IF_IP=192.0.0.1 (node ip), GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME, HCCL_SOCKET_IFNAME="eth0".
+    vals = values(pd(disaggregated={"prefill": {"tensorParallelSize": 4, "replicaPins": [{"host": "a"}]},
+                                    "decode": {"tensorParallelSize": 4, "replicaPins": [{"host": "b"}]}}))  # fmt: skip
+    vals["hosts"][1]["nic"] = {"address": "192.168.1.2", "interface": "eth1"}
+    deployment = deployment_of(vals)
+    prefill, decode = deployment.disaggregated[0].instances
+    nic = ("HCCL_IF_IP", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME")
+    assert {k: v for k, v in prefill.spec.env.items() if k in nic} == {"HCCL_IF_IP": "10.0.0.1"}
+    assert {k: v for k, v in decode.spec.env.items() if k in nic} == {
+        "HCCL_IF_IP": "192.168.1.2", "GLOO_SOCKET_IFNAME": "eth1", "TP_SOCKET_IFNAME": "eth1", "HCCL_SOCKET_IFNAME": "eth1"}
+    assert {k: v for k, v in decode.spec.env.items() if k in nic} == decode.plan.host.nic_env()
+    doc = plan_json(deployment)["disaggregated"][0]
+    assert [i["env"] for i in (*doc["prefill"], *doc["decode"])] == [{"HCCL_IF_IP": "10.0.0.1"}, decode.plan.host.nic_env()]
 
 
 def test_a_service_that_mounts_its_own_hccn_conf_keeps_it_and_gets_no_second_mount_there():

@@ -15,6 +15,7 @@ from records.host_requirements import requirements
 from tests.support.disaggregated import pd, values
 from tests.support.pipeline import deployment_of
 from tests.support.stacks import host, service
+from tests.support.stand_in_root import ip
 
 
 def apart():
@@ -47,7 +48,7 @@ def test_the_check_of_a_host_without_an_instance_is_the_one_it_had_before():
 
 def stand_in_host(root: Path) -> None:
     """Every driver path the check asks of a host, every card's device, the model folder, a `docker` that
-    lists no container and an npu-smi that shows no card."""
+    lists no container, an npu-smi that shows no card and an `ip` that shows the host's address."""
     for req in requirements(range(8)):
         path = root / req.path.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -57,6 +58,8 @@ def stand_in_host(root: Path) -> None:
     (root / "bin").mkdir()
     (root / "bin/docker").write_text("#!/bin/sh\n")
     (root / "bin/docker").chmod(0o755)
+    # Host a's address (tests.support.disaggregated.values), for the NIC check of its instances.
+    ip(root, {"eth0": "2: eth0    inet 10.0.0.1/24 brd 10.0.0.255 scope global eth0\\       valid_lft forever\n"})
 
 
 def checked(root: Path) -> subprocess.CompletedProcess:

@@ -56,7 +56,7 @@ def test_the_example_puts_deepseek_r1_over_two_a2_hosts_as_the_tutorial_does_bes
         ("--headless", "--data-parallel-size", "4", "--data-parallel-size-local", "2", "--data-parallel-start-rank", "2",
          "--data-parallel-address", "10.20.0.11", "--data-parallel-rpc-port", "29550", "--enable-expert-parallel"),
     ]  # fmt: skip
-    assert ds.members[1].nic_env() == {"HCCL_IF_IP": "10.20.0.12", "GLOO_SOCKET_IFNAME": "enp189s0f0",
+    assert ds.members[1].host.nic_env() == {"HCCL_IF_IP": "10.20.0.12", "GLOO_SOCKET_IFNAME": "enp189s0f0",
                                        "TP_SOCKET_IFNAME": "enp189s0f0", "HCCL_SOCKET_IFNAME": "enp189s0f0"}  # fmt: skip
     assert plan.groups[1].address == "10.30.0.13"  # npu-c's nic.address, not its SSH address
 

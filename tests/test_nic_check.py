@@ -14,8 +14,10 @@ import pytest
 
 from records.host_check import host_check_script
 from records.host_requirements import requirements
+from tests.support.disaggregated import pd
 from tests.support.pipeline import deployment_of
 from tests.support.stacks import fleet, host, service
+from tests.support.stand_in_root import ip
 
 DP = {"size": 2, "perHost": 2}
 # `ip -o addr show` on a host with loopback and one NIC, one line per address (iproute2 ip/ipaddress.c).
@@ -45,25 +47,22 @@ def stand_in_host(root: Path) -> None:
         path.chmod(0o755)
     (root / "bin").mkdir()
     (root / "bin/docker").write_text("#!/bin/sh\n")
-    (root / "ip").mkdir()
-    for name, lines in ADDRESSES.items():
-        (root / "ip" / name).write_text(lines)
-    (root / "bin/ip").write_text(
-        "#!/bin/sh\n"
-        '[ "$1 $2 $3" = "-o addr show" ] || { echo "unexpected: $*" >&2; exit 2; }\n'
-        f'[ -z "$5" ] && exec cat {root}/ip/*\n'
-        f'[ -e "{root}/ip/$5" ] && exec cat "{root}/ip/$5"\n'
-        'echo "Device \\"$5\\" does not exist." >&2; exit 1\n'
-    )
-    for tool in ("docker", "ip"):
-        (root / "bin" / tool).chmod(0o755)
+    (root / "bin/docker").chmod(0o755)
+    ip(root, ADDRESSES)
 
 
-def checked(root: Path, **nic: str) -> subprocess.CompletedProcess:
-    """The host check of npu-a (its member's NIC; no container's paths) on the stand-in root."""
+def instance_host(**nic: str):
+    """The host record of npu-a, which runs both instances of a disaggregated service (and its proxy)."""
+    stack = fleet([host("npu-a", address="10.20.0.110", nic=nic)], [pd()])
+    return deployment_of(stack).hosts[0]
+
+
+def checked(root: Path, hd=None, **nic: str) -> subprocess.CompletedProcess:
+    """The host check of npu-a (its members' and instances' NIC; no container's paths) on the stand-in root:
+    `hd`'s, else that of `member_host(**nic)`."""
     stand_in_host(root)
-    hd = member_host(**nic)
-    script = host_check_script(hd.host, [], root=str(root), members=hd.plan.members)
+    hd = hd or member_host(**nic)
+    script = host_check_script(hd.host, [], root=str(root), members=hd.plan.members, instances=[i.name for i in hd.instances])
     env = {**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"}
     return subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60, env=env)
 
@@ -124,6 +123,28 @@ def test_a_nic_the_host_does_not_have_as_declared_stops_the_check_with_what_to_s
     result = checked(tmp_path, **nic)
     assert result.returncode == 1
     assert paragraph in result.stderr
+
+
+def test_a_host_with_prefill_and_decode_instances_checks_their_nic_as_a_members_and_others_do_not():
+    # vllm-ascend@v0.20.2rc1 pd_disaggregation_mooncake_single_node.md exports HCCL_IF_IP and the three
+    # *_SOCKET_IFNAME for each instance: the same address must be the host's, on its interface.
+    script = instance_host(interface="eth0").check_script
+    assert "ip -o addr show dev eth0 2>&1 </dev/null" in script and "HCCL_IF_IP 10.20.0.110 of pd-decode, pd-prefill" in script
+    stack = fleet([host("npu-a", address="10.20.0.110"), host("npu-b", address="10.20.0.111")],
+                  [pd(disaggregated={"prefill": {"tensorParallelSize": 4, "replicaPins": [{"host": "npu-a"}]},
+                                     "decode": {"tensorParallelSize": 4, "replicaPins": [{"host": "npu-a"}]},
+                                     "proxy": {"host": "npu-b"}}), service("small", 1, 0.5, host="npu-b")])  # fmt: skip
+    a, b = deployment_of(stack).hosts
+    assert "ip -o addr show" in a.check_script and "ip -o addr show" not in b.check_script
+
+
+def test_an_instances_host_check_stops_when_its_address_is_not_on_the_declared_interface(tmp_path):
+    result = checked(tmp_path, instance_host(interface="lo"))
+    assert result.returncode == 1
+    assert (
+        "  - HCCL_IF_IP 10.20.0.110 of pd-decode, pd-prefill on host npu-a (from its address, as nic.address is unset) is "
+        "not an address of interface lo (it has: 127.0.0.1 on lo, ::1 on lo)"
+    ) in result.stderr
 
 
 def test_a_members_host_check_creates_its_compile_cache_and_asks_for_its_model_and_cards():

@@ -20,6 +20,7 @@ class Job:
     memory_fraction: Decimal = Decimal("0.5")
     tp_size: int = 1
     hccl_ranges: bool = True
+    alone: str | None = None
     host: str | None = None
     devices: list[int] | None = None
     allowed_hosts: list[str] | None = None

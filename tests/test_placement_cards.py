@@ -23,6 +23,8 @@ class Job:
     memory_fraction: Decimal
     tp_size: int = 1
     hccl_ranges: bool = True
+    alone: str | None = None
+    """Words when it holds its cards alone (a multi-host member, a prefill or decode instance)."""
     devices: list[int] | None = None
     host: str | None = None
     allowed_hosts: list[str] | None = None
@@ -39,6 +41,7 @@ JOBS = st.builds(
     memory_fraction=FRACTIONS,
     tp_size=st.sampled_from([1, 2, 4, 8]),
     hccl_ranges=st.booleans(),
+    alone=st.sampled_from([None, None, "a prefill or decode instance"]),
     devices=st.sampled_from([None, [0]]),
 )
 SHARING = st.sampled_from(["deviceShare", "privileged", "refuse"])

@@ -19,6 +19,7 @@ from cli.stackfile import load_fleet
 from views.exports import prometheus
 from views.exports.metric_names import NPU, ROUTER, VLLM
 from tests.conftest import Result, require_binary
+from tests.support.disaggregated import example
 from tests.support.pipeline import deployment_of
 
 
@@ -72,6 +73,26 @@ def test_the_exporter_port_and_thresholds_come_from_the_stack(tmp_path):
     fleet = fleet.model_copy(update={"metrics": fleet.metrics.model_copy(update={"npu_exporter_port": 9100})})
     files = prometheus.files(deployment_of(fleet))
     assert all(t["targets"][0].endswith(":9100") for t in json.loads(files[prometheus.NPU_TARGETS]))
+
+
+def test_each_prefill_and_decode_instance_is_a_vllm_target_with_its_cards_and_the_proxy_is_none():
+    # vllm-ascend@v0.20.2rc1's example proxy serves /v1/completions, /v1/chat/completions, /healthcheck and
+    # /instances/add|remove (load_balance_proxy_server_example.py lines 892-918): no /metrics to scrape.
+    deployment = example()
+    (target_files, rules) = prometheus.targets(deployment), prometheus.rules(deployment)
+    vllm = target_files[prometheus.VLLM_TARGETS]
+    assert vllm == [
+        {"targets": ["10.20.0.11:8000"], "labels": {"stack": "pd-1p1d", "service": "qwen-pd-decode", "replica_of": "qwen-pd",
+                                                    "host": "npu-a", "cards": "4,5,6,7"}},
+        {"targets": ["10.20.0.11:8001"], "labels": {"stack": "pd-1p1d", "service": "qwen-pd-prefill", "replica_of": "qwen-pd",
+                                                    "host": "npu-a", "cards": "0,1,2,3"}},
+    ]  # fmt: skip
+    assert all("8002" not in t["targets"][0] for ts in target_files.values() for t in ts)
+    cards = [r["labels"] for r in rules["groups"][0]["rules"]]
+    assert [(c["card"], c["service"], c["replica_of"]) for c in cards] == [
+        *((str(c), "qwen-pd-decode", "qwen-pd") for c in range(4, 8)), *((str(c), "qwen-pd-prefill", "qwen-pd") for c in range(4))]
+    # A host with instances only is an NPU exporter target as one with services is (no npuExporter of the fleet's).
+    assert [t["targets"] for t in target_files[prometheus.NPU_TARGETS]] == [["10.20.0.11:8082"]]
 
 
 # One series set per alert; values are promtool's expanding notation (`0x20`: 0 for 21 samples).

@@ -153,11 +153,12 @@ ROLE = _object(
         **{k.key: _window(k.shape) for k in KINDS}, "capacity": CAPACITY, KV_PORT.key: PORT,
         "role": {"enum": ["prefill", "decode"]}, "kvPortBlock": RANGE, "engineId": TEXT,
         "kvTransferConfig": {"description": "Its `--kv-transfer-config`, as vLLM reads it.", "type": "object"},
-        "container": CONTAINER,
+        "env": TEXT_MAP, "container": CONTAINER,
     },
     {"lookupRpcPort": {"description": "Only with the KV pool: the `lookup_rpc_port` of its AscendStoreConnector.", **INT}},
     description="One prefill or decode instance of a disaggregated service on its host: a service's keys, its "
-    "`kvPort` (the first of the `kvPortBlock` handshake ports it binds, one per card), `engineId`, and `container` its "
+    "`kvPort` (the first of the `kvPortBlock` handshake ports it binds, one per card), `engineId`, `env` its host's NIC "
+    "variables, and `container` its "
     "container (on the host network: `networkMode` `host`, no `ports`).",
 )  # fmt: skip
 DISAGGREGATED = _object(

@@ -1,6 +1,7 @@
 """A stand-in root for the scripts that run on a host (device-share, the host check): the simulated
-npu-smi under it, and a live NPU claim as a running rank keeps one. The scripts take `root` for this
-(`docker` then resolves to `<root>/bin/docker`, which each test writes as the answers it needs)."""
+npu-smi under it, an `ip` that lists given addresses, and a live NPU claim as a running rank keeps one.
+The scripts take `root` for this (`docker` then resolves to `<root>/bin/docker`, which each test writes
+as the answers it needs)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,23 @@ def npu_smi(root: Path) -> None:
         f'exec sh {REPO}/sim/npu-smi "$@"\n'
     )
     smi.chmod(0o755)
+
+
+def ip(root: Path, addresses: dict[str, str]) -> None:
+    """`<root>/bin/ip`: answers `ip -o addr show [dev IFACE]` with `addresses` (interface -> the lines
+    iproute2's `ip/ipaddress.c` prints for it), or iproute2's refusal of an interface it does not have."""
+    (root / "ip").mkdir()
+    for name, lines in addresses.items():
+        (root / "ip" / name).write_text(lines)
+    (root / "bin").mkdir(exist_ok=True)
+    (root / "bin/ip").write_text(
+        "#!/bin/sh\n"
+        '[ "$1 $2 $3" = "-o addr show" ] || { echo "unexpected: $*" >&2; exit 2; }\n'
+        f'[ -z "$5" ] && exec cat {root}/ip/*\n'
+        f'[ -e "{root}/ip/$5" ] && exec cat "{root}/ip/$5"\n'
+        'echo "Device \\"$5\\" does not exist." >&2; exit 1\n'
+    )
+    (root / "bin/ip").chmod(0o755)
 
 
 def hold(root: Path, card: int, service: str) -> subprocess.Popen:

@@ -1,10 +1,13 @@
 """Prometheus files from the plan: scrape targets with the plan's labels, the config, the rules.
 
-`render --format prometheus --output DIR` writes them. Every vLLM container, router and host
-NPU exporter becomes a `file_sd_configs` target labelled `stack`, `service`, `replica_of`,
-`host` and `cards`, so a query or an alert names what the plan names. A recording rule per
-planned card maps a host's card to the service on it, which joins NPU metrics to services.
-Pure: the files are returned as text.
+`render --format prometheus --output DIR` writes them. Every vLLM container (a service's, a
+replica's, a prefill or decode instance's), router and host NPU exporter becomes a `file_sd_configs`
+target labelled `stack`, `service`, `replica_of`, `host` and `cards`, so a query or an alert names
+what the plan names. A recording rule per planned card maps a host's card to the service on it, which
+joins NPU metrics to services. A disaggregated service's proxy is no target: vllm-ascend@v0.20.2rc1's
+`examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py` serves `/v1/completions`,
+`/v1/chat/completions`, `/healthcheck` and `/instances/add|remove`, no `/metrics`. Pure: the files are
+returned as text.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
+from allocation.plan import ServicePlan
 from records.deployment import Deployment, HostDeployment
 from views.exports.metric_names import NPU, ROUTER, VLLM
 
@@ -39,10 +43,17 @@ def _target(address: str, port: int, labels: dict[str, str]) -> dict[str, Any]:
 
 def _scrapes_exporter(deployment: Deployment, hd: HostDeployment) -> bool:
     """With `metrics.npuExporter` set, exactly the hosts the fleet deploys an exporter on. Without it,
-    every host with services, as before: the operator may run an exporter of their own there."""
+    every host with services or prefill and decode instances, as before: the operator may run an exporter
+    of their own there."""
     if deployment.plan.fleet.metrics.npu_exporter is not None:
         return hd.exporter is not None
-    return bool(hd.services)
+    return bool(hd.services or hd.instances)
+
+
+def _served(hd: HostDeployment) -> tuple[ServicePlan, ...]:
+    """The plans of the host's vLLM containers that serve their own /metrics on their API port: its services'
+    and replicas', then its prefill and decode instances' (`replica_of` their disaggregated service)."""
+    return tuple(c.plan for c in (*hd.services, *hd.instances))
 
 
 def targets(deployment: Deployment) -> dict[str, list[dict[str, Any]]]:
@@ -51,8 +62,7 @@ def targets(deployment: Deployment) -> dict[str, list[dict[str, Any]]]:
     vllm, routers, npus = [], [], []
     for hd in deployment.hosts:
         address = hd.host.url_address()
-        for sd in hd.services:
-            ps = sd.plan
+        for ps in _served(hd):
             labels = {
                 "stack": stack,
                 "service": ps.name,
@@ -86,9 +96,8 @@ def config(deployment: Deployment) -> dict[str, Any]:
 def _card_rules(deployment: Deployment) -> list[dict[str, Any]]:
     rules = []
     for hd in deployment.hosts:
-        for sd in hd.services:
-            for card in sd.plan.assignment.cards:
-                ps = sd.plan
+        for ps in _served(hd):
+            for card in ps.assignment.cards:
                 labels = {"stack": deployment.stack, "host": hd.name, "card": str(card), "service": ps.name}
                 labels["replica_of"] = ps.replica_of
                 rules.append({"record": CARD_SERVICE, "expr": "vector(1)", "labels": labels})
