@@ -62,9 +62,10 @@ from allocation.capacity import GIB
 from records.containers import DRIVER_DIR, HOST_NETWORK, NPU_SMI
 from allocation.plan import Assignment
 from records.deployment import HostDeployment, RouterDeployment
+from records.disaggregated import InstanceDeployment
 from records.device_share import STATUS_KEY, UNIT
 from records.host_requirements import Requirement, cards_of, requirements
-from allocation.windows import DP_RPC, MEMBER_KINDS, NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
+from allocation.windows import DP_RPC, KV_PORT, MEMBER_KINDS, NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
 from ops.bounded_json import excerpt, loads
 from ops.doctor.dp_flags import joins
 from ops.doctor.drift import differences, shown
@@ -120,11 +121,11 @@ class HostView:
     publisher: Mapping[int, LiveContainer]
     """Host port -> the active container publishing it."""
     placed: tuple[tuple[str, Assignment], ...]
-    """(name, assignment) of every service and member of a multi-host service on the host: what holds
-    cards and windows."""
+    """(name, assignment) of every service, member of a multi-host service and prefill or decode instance on
+    the host: what holds cards and windows."""
     card_services: Mapping[int, tuple[str, ...]]
     windows: tuple[tuple[str, str, PortWindow], ...]
-    """(service or member, window kind key, window) of every planned window."""
+    """(service, member, instance or proxy, window kind key, window) of every planned window."""
 
     @property
     def name(self) -> str:
@@ -194,7 +195,7 @@ def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
     live = {name: by_name[spec.name] for name, spec, _ in hd.containers if spec.name in by_name}
     service_of = {c.id: name for name, c in live.items()}
     active = [c for c in facts.containers if c.active]
-    placed = tuple((sd.name, sd.plan.assignment) for sd in hd.services) + tuple((md.name, md.plan.assignment) for md in hd.members)
+    placed = tuple((c.name, c.plan.assignment) for c in (*hd.services, *hd.members, *hd.instances))
     card_services: dict[int, tuple[str, ...]] = {}
     for name, a in placed:
         for card in a.cards:
@@ -210,7 +211,8 @@ def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
         publisher={port: c for c in active for port, _ in c.published},
         placed=placed,
         card_services=card_services,
-        windows=tuple((name, key, window) for name, a in placed for key, window in a.windows.items()),
+        windows=tuple((name, key, window) for name, a in placed for key, window in a.windows.items())
+        + tuple((p.name, key, window) for p in hd.proxies for key, window in p.plan.proxy_windows.items()),
     )
 
 
@@ -386,9 +388,13 @@ def _bound_apart(view: HostView, name: str, key: str, address: str) -> bool:
     """A listener on one address leaves the port free on the host's other addresses: Linux refuses a bind
     only to the same address and port, or where either is the wildcard (ip(7), `SO_REUSEADDR`: "a socket
     may bind, except when there is an active listening socket bound to the address"). So a listener on an
-    address other than a member's own does not hold that member's address-bound windows (`ADDRESS_BOUND`)."""
+    address other than a member's own does not hold that member's address-bound windows (`ADDRESS_BOUND`),
+    nor one other than a prefill instance's its `kvPort` block (`_handshake_address`)."""
     md = next((m for m in view.hd.members if m.name == name), None)
-    return md is not None and key in ADDRESS_BOUND and _other_address(address, md.plan.host.nic_address)
+    if md is not None:
+        return key in ADDRESS_BOUND and _other_address(address, md.plan.host.nic_address)
+    instance = next((i for i in view.hd.instances if i.name == name), None)
+    return instance is not None and key == KV_PORT.key and _other_address(address, _handshake_address(instance))
 
 
 def _other_address(address: str, own: str | None) -> bool:
@@ -479,6 +485,19 @@ ADDRESS_BOUND = frozenset({DP_RPC.key, *(k.key for k in HOST_SIDE)})
 bound on every address."""
 
 
+def _handshake_address(instance: InstanceDeployment) -> str:
+    """Where a prefill instance binds its `kvPort` block: one address. vllm-ascend@v0.20.2rc1
+    `mooncake_connector.py` `KVCacheSendingThread.run` binds each worker's ZMQ ROUTER socket on
+    `tcp://{side_channel_host}:{kv_port + device_index}`, `side_channel_host` being vLLM's `get_ip()`
+    (`MooncakeConnectorWorker.__init__`): `VLLM_HOST_IP` (the plan sets none), else the address of the host's
+    route out (vllm v0.20.2 `vllm/utils/network_utils.py` `get_ip`: a UDP socket connected to 8.8.8.8, its
+    `getsockname()`), taken as its host's `address` (when that is a host name, a listener on any address is
+    judged as holding the block). A decode
+    instance binds none of its block: it only connects (`KVCacheRecvingThread`, ZMQ REQ sockets, `bind=False`)."""
+    assert instance.plan.host is not None  # always given (allocation.planner)
+    return instance.plan.host.address
+
+
 def _host_side(c: LiveContainer) -> list[tuple[str, str, PortWindow]]:
     """(variable, its value, window) of each host-side HCCL window a container's env sets."""
     out = []
@@ -493,13 +512,14 @@ def _host_side(c: LiveContainer) -> list[tuple[str, str, PortWindow]]:
 
 def _judge_host_network(view: HostView) -> list[Finding]:
     """Foreign containers on the host network whose host-side HCCL windows (their env) overlap a window of
-    a member of a multi-host service, which are host ports too: whichever binds second fails, as HCCL's
+    a planned container on the host network (a member of a multi-host service, a prefill or decode instance,
+    a proxy), which are host ports too: whichever binds second fails, as HCCL's
     `Communication_Error_Bind_IP_Port(EI0019)` (vllm-ascend PR 16205: nightly runs "when jobs share a
     NIC"). A bound port shows as a listener (`_judge_listeners`); this sees it before it is bound, and
     in a stopped container that comes back. HCCL's defaults when unset lie in the kernel's ephemeral
-    range, where no member window lies (docs/multi-host.md)."""
-    members = {md.name for md in view.hd.members}
-    ours = [(name, key, w) for name, key, w in view.windows if name in members and key != NPU_RANGE.key]
+    range, where no such window lies (docs/multi-host.md, docs/disaggregated.md)."""
+    on_host = {c.name for c in view.hd.planned if c.spec.network_mode == HOST_NETWORK}
+    ours = [(name, key, w) for name, key, w in view.windows if name in on_host and key != NPU_RANGE.key]
     out = []
     for c in (c for c in view.foreign if c.network_mode == HOST_NETWORK):
         # HCCL binds its host sockets on HCCL_IF_IP (`ADDRESS_BOUND`): another address of the host is apart.

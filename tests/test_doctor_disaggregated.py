@@ -1,0 +1,143 @@
+"""doctor's judgement of a disaggregated service, from hand-made host facts: each prefill and decode instance
+and the proxy present on its host, on the host network, as planned (`drift`); their cards and windows judged
+as the host's planned ones, a prefill instance's `kvPort` block on its host's address."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ops.doctor.facts import Listener
+from ops.doctor.findings import host_findings
+from tests.support.disaggregated import example, pd, values
+from tests.support.doctor import inspect_of, running_facts, with_container
+from tests.support.pipeline import deployment_of
+from tests.support.stacks import host
+
+
+@pytest.fixture(scope="module")
+def deployment():
+    """The committed 1P1D example: prefill on cards 0-3 (API 8001, kvPort 28004-28007), decode on 4-7 (API
+    8000, kvPort 28000-28003), the proxy on 8002, all on npu-a (10.20.0.11)."""
+    return example()
+
+
+def apart():
+    """Prefill on a (10.0.0.1), decode on b (10.0.0.2), the proxy on c (10.0.0.3)."""
+    roles = {"prefill": {"tensorParallelSize": 4, "replicaPins": [{"host": "a"}]},
+             "decode": {"tensorParallelSize": 4, "replicaPins": [{"host": "b"}]}, "proxy": {"host": "c"}}  # fmt: skip
+    vals = values(pd(disaggregated=roles))
+    vals["hosts"].append(host("c", address="10.0.0.3"))
+    return deployment_of(vals)
+
+
+def instance(deployment, name: str):
+    return next(i for d in deployment.disaggregated for i in (*d.instances, d.proxy) if i.name == name)
+
+
+def on(deployment, name: str):
+    """The host deployment that runs container `name`."""
+    return next(hd for hd in deployment.hosts if name in {c.name for c in hd.planned})
+
+
+def running(deployment, name: str, *, command=None, **changes):
+    """The facts of the host of instance or proxy `name` with its container replaced: `command` (a function
+    of the planned words) or any `inspect_of` override."""
+    hd, spec = on(deployment, name), instance(deployment, name).spec
+    spec = spec if command is None else dataclasses.replace(spec, command=tuple(command(list(spec.command))))
+    base = 1000 * (1 + [c.name for c in hd.planned].index(name))
+    return hd, with_container(running_facts(hd), inspect_of(spec, cid=f"{name}-id", pid=base, **changes))
+
+
+def listening(hd, *extra: Listener):
+    facts = running_facts(hd)
+    return dataclasses.replace(facts, listeners=(*facts.listeners, *extra))
+
+
+def seen(found) -> list[tuple]:
+    return [(f.kind, f.service, f.port or f.card, f.key) for f in found]
+
+
+def test_hosts_running_every_instance_and_the_proxy_as_planned_have_no_findings(deployment):
+    assert host_findings(deployment.hosts[0], running_facts(deployment.hosts[0])) == []
+    spread = apart()
+    assert {hd.name: host_findings(hd, running_facts(hd)) for hd in spread.hosts} == {"a": [], "b": [], "c": []}
+
+
+@pytest.mark.parametrize("name, what", [
+    ("qwen-pd-decode", "planned on cards 4,5,6,7 as a decode instance of qwen-pd (host network), API port 8000"),
+    ("qwen-pd-proxy", "planned as the proxy of qwen-pd (host network), API port 8002"),
+])  # fmt: skip
+def test_an_absent_instance_or_proxy_is_missing_on_its_host(deployment, name, what):
+    hd = deployment.hosts[0]
+    facts = running_facts(hd)
+    gone = dataclasses.replace(facts, containers=tuple(c for c in facts.containers if c.name != name))
+    found = [f for f in host_findings(hd, gone) if f.kind == "missing"]
+    assert [(f.service, f.message) for f in found] == [(name, f"container {name} does not exist ({what})")]
+
+
+def test_an_instance_off_the_host_network_with_another_kv_transfer_config_and_env_is_drift(deployment):
+    def other_port(words):
+        flag = words.index("--kv-transfer-config")
+        words[flag + 1] = words[flag + 1].replace('"kv_port":28004', '"kv_port":28010')
+        return words
+
+    hd, facts = running(deployment, "qwen-pd-prefill", command=other_port, env={"HCCL_IF_BASE_PORT": "61000"})
+    bridged = [c for c in facts.containers if c.name == "qwen-pd-prefill"][0]
+    facts = dataclasses.replace(facts, containers=tuple(
+        dataclasses.replace(c, network_mode="bridge") if c is bridged else c for c in facts.containers))  # fmt: skip
+    found = [f for f in host_findings(hd, facts) if f.kind == "drift"]
+    assert [f.key for f in found] == ["command (argument 21 after --kv-transfer-config)", "env HCCL_IF_BASE_PORT", "network mode"]
+    assert '"kv_port":28004' in found[0].message and '"kv_port":28010' in found[0].message
+    assert found[2].message == "container qwen-pd-prefill: network mode: host (plan) != bridge (live)"
+
+
+def test_a_proxy_with_other_flags_is_drift(deployment):
+    hd, facts = running(deployment, "qwen-pd-proxy", command=lambda w: [*w[:-1], "8009"])
+    assert [(f.kind, f.key) for f in host_findings(hd, facts)] == [("drift", "command (argument 14 after --decoder-ports)")]
+
+
+def test_a_foreign_container_on_an_instances_card_is_foreign(deployment):
+    hd = deployment.hosts[0]
+    spec = instance(deployment, "qwen-pd-decode").spec
+    intruder = inspect_of(spec, cid="old-id", pid=9000, name="old-decode", devices=["/dev/davinci5"])
+    intruder["HostConfig"]["NetworkMode"] = "bridge"
+    found = host_findings(hd, with_container(running_facts(hd), intruder))
+    assert [(f.kind, f.service, f.card) for f in found][0] == ("foreign-card", "qwen-pd-decode", 5)
+
+
+@pytest.mark.parametrize("port, key", [(8002, "proxyPort"), (28001, "kvPort"), (8001, "apiPort")])
+def test_a_process_listening_on_an_instances_or_the_proxys_port_is_foreign(deployment, port, key):
+    hd = deployment.hosts[0]
+    [found] = host_findings(hd, listening(hd, Listener("0.0.0.0", port, (("nginx", 4343),))))
+    owner = {"proxyPort": "qwen-pd-proxy", "kvPort": "qwen-pd-decode", "apiPort": "qwen-pd-prefill"}[key]
+    assert seen([found]) == [("foreign-port", owner, port, key)]
+    assert found.message.startswith(f"port {port} (0.0.0.0) is held by process nginx (pid 4343); it is in {owner}'s {key}")
+
+
+@pytest.mark.parametrize("address, held", [("10.20.0.11", True), ("0.0.0.0", True), ("[::]", True), ("127.0.0.1", False),
+                                           ("10.20.0.12", False)])  # fmt: skip
+def test_a_listener_holds_a_prefill_instances_kv_port_only_on_its_hosts_address_or_every_address(deployment, address, held):
+    """The prefiller binds its handshake on its host's address (vLLM's get_ip), not on every address: a process on
+    the same port of another address leaves it free."""
+    hd = deployment.hosts[0]
+    found = host_findings(hd, listening(hd, Listener(address, 28005, (("python3", 4242),))))
+    assert seen(found) == ([("foreign-port", "qwen-pd-prefill", 28005, "kvPort")] if held else [])
+
+
+@pytest.mark.parametrize("env, found", [
+    ({"HCCL_IF_BASE_PORT": "61100"}, [("foreign-port", "qwen-pd-prefill", 61100, "hcclIfBasePort")]),
+    # HCCL_IF_BASE_PORT takes 32 ports from its base: 27970-28001 reach into the decoder's block.
+    ({"HCCL_IF_BASE_PORT": "27970"}, [("foreign-port", "qwen-pd-decode", 28000, "kvPort")]),
+    ({"HCCL_HOST_SOCKET_PORT_RANGE": "8002"}, [("foreign-port", "qwen-pd-proxy", 8002, "proxyPort")]),
+])  # fmt: skip
+def test_a_foreign_container_on_the_host_network_whose_hccl_windows_overlap_an_instances_or_the_proxys_is_foreign(
+    deployment, env, found
+):
+    """Stopped, but Docker starts it again after a reboot: its env says which host ports it will take."""
+    hd = deployment.hosts[0]
+    other = inspect_of(instance(deployment, "qwen-pd-proxy").spec, cid="bench-id", pid=9100, name="bench", status="exited",
+                       restart="always", health=None)  # fmt: skip
+    other["Config"]["Env"] = [f"{k}={v}" for k, v in env.items()]
+    assert seen(host_findings(hd, with_container(running_facts(hd), other))) == found
