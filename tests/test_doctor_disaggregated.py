@@ -93,9 +93,46 @@ def test_an_instance_off_the_host_network_with_another_kv_transfer_config_and_en
     assert found[2].message == "container qwen-pd-prefill: network mode: host (plan) != bridge (live)"
 
 
-def test_a_proxy_with_other_flags_is_drift(deployment):
+def test_a_proxy_pointing_at_another_decoder_is_a_proxy_finding_naming_both_and_drift(deployment):
     hd, facts = running(deployment, "qwen-pd-proxy", command=lambda w: [*w[:-1], "8009"])
-    assert [(f.kind, f.key) for f in host_findings(hd, facts)] == [("drift", "command (argument 14 after --decoder-ports)")]
+    found = host_findings(hd, facts)
+    assert [(f.kind, f.service, f.key) for f in found] == [
+        ("proxy", "qwen-pd", "instances"), ("drift", "qwen-pd-proxy", "command (argument 14 after --decoder-ports)")]
+    assert found[0].message == (
+        "proxy qwen-pd-proxy of qwen-pd sends requests to prefillers 10.20.0.11:8001 and decoders 10.20.0.11:8009; "
+        "the plan: prefill qwen-pd-prefill at 10.20.0.11:8001, decode qwen-pd-decode at 10.20.0.11:8000 (its "
+        "command's drift shows the words)"
+    )
+
+
+def replaced(words: list[str], flag: str, *values: str) -> list[str]:
+    at = words.index(flag)
+    return [*words[: at + 1], *values, *words[at + 2 :]]
+
+
+@pytest.mark.parametrize("command, runs", [
+    # Two decoders where the plan has one: nargs="+" takes every word up to the next option.
+    (lambda w: replaced(replaced(w, "--decoder-hosts", "10.20.0.11", "10.0.0.9"), "--decoder-ports", "8000", "8000"),
+     "decoders 10.20.0.11:8000, 10.0.0.9:8000"),
+    # The last time a flag is given counts (argparse), in its `=` form too.
+    (lambda w: [*w, "--prefiller-hosts", "10.0.0.7"], "prefillers 10.0.0.7:8001"),
+    (lambda w: [*w, "--prefiller-hosts=10.0.0.8"], "prefillers 10.0.0.8:8001"),
+    # Left out: the example's defaults.
+    (lambda w: w[: w.index("--prefiller-hosts")], "prefillers localhost:8001 and decoders localhost:8002"),
+])  # fmt: skip
+def test_a_proxy_is_read_as_its_argparse_reads_its_flags(deployment, command, runs):
+    hd, facts = running(deployment, "qwen-pd-proxy", command=command)
+    [proxy] = [f for f in host_findings(hd, facts) if f.kind == "proxy"]
+    assert runs in proxy.message.partition("; the plan")[0]
+
+
+def test_a_proxy_whose_words_differ_but_name_the_planned_instances_is_drift_only(deployment):
+    def equal(words):
+        at = words.index("--decoder-ports")
+        return [*words[:at], f"--decoder-ports={words[at + 1]}", *words[at + 2 :]]
+
+    hd, facts = running(deployment, "qwen-pd-proxy", command=equal)
+    assert [f.kind for f in host_findings(hd, facts)] == ["drift"]
 
 
 def test_a_foreign_container_on_an_instances_card_is_foreign(deployment):
@@ -141,3 +178,72 @@ def test_a_foreign_container_on_the_host_network_whose_hccl_windows_overlap_an_i
                        restart="always", health=None)  # fmt: skip
     other["Config"]["Env"] = [f"{k}={v}" for k, v in env.items()]
     assert seen(host_findings(hd, with_container(running_facts(hd), other))) == found
+
+
+def without_hccn(spec, read_only: bool | None = None):
+    """The `docker inspect` of an instance's container without its /etc/hccn.conf mount, or with it read-write."""
+    inspect = inspect_of(spec, cid=f"{spec.name}-id", pid=2000)
+    mounts = inspect["HostConfig"]["Mounts"]
+    inspect["HostConfig"]["Mounts"] = [
+        {**m, "ReadOnly": read_only} if m["Target"] == "/etc/hccn.conf" else m
+        for m in mounts if m["Target"] != "/etc/hccn.conf" or read_only is not None
+    ]  # fmt: skip
+    return inspect
+
+
+def test_an_instance_without_hccn_conf_is_a_finding_of_its_own_saying_why_and_drift(deployment):
+    hd = deployment.hosts[0]
+    spec = instance(deployment, "qwen-pd-prefill").spec
+    found = host_findings(hd, with_container(running_facts(hd), without_hccn(spec)))
+    assert [(f.kind, f.service, f.key) for f in found] == [("hccn-conf", "qwen-pd", "mounts"), ("drift", "qwen-pd-prefill", "mounts")]
+    assert found[0].message == (
+        "container qwen-pd-prefill (prefill instance of qwen-pd) does not mount /etc/hccn.conf: the Mooncake transfer "
+        "reads the cards' device IPs from it, and without it the service starts with no error while its decoder "
+        "answers wrong, the first token wrong and then repeated (vllm-ascend issue 7711); `pulumi up` re-creates "
+        "it with the plan's read-only mount"
+    )
+    assert "lacking /etc/hccn.conf:/etc/hccn.conf:ro" in found[1].message
+
+
+def test_an_instance_mounting_hccn_conf_read_write_is_drift_only(deployment):
+    hd = deployment.hosts[0]
+    spec = instance(deployment, "qwen-pd-decode").spec
+    [found] = host_findings(hd, with_container(running_facts(hd), without_hccn(spec, read_only=False)))
+    assert (found.kind, found.key) == ("drift", "mounts")
+    assert "extra /etc/hccn.conf:/etc/hccn.conf; lacking /etc/hccn.conf:/etc/hccn.conf:ro" in found.message
+
+
+def test_an_instance_mounting_its_services_own_hccn_conf_has_no_finding():
+    d = deployment_of(values(pd(mounts=[{"source": "/opt/hccn/hccn.conf", "target": "/etc/hccn.conf"}])))
+    assert {hd.name: host_findings(hd, running_facts(hd)) for hd in d.hosts} == {"a": [], "b": []}
+
+
+def without_listeners(hd, *ports: int):
+    facts = running_facts(hd)
+    return dataclasses.replace(facts, listeners=tuple(lst for lst in facts.listeners if lst.port not in ports))
+
+
+def test_a_serving_prefill_instance_not_listening_on_its_kv_ports_is_a_kv_transfer_finding(deployment):
+    hd = deployment.hosts[0]
+    [found] = host_findings(hd, without_listeners(hd, 28005, 28007))
+    assert seen([found]) == [("kv-transfer", "qwen-pd", 28005, "kvPort")]
+    assert found.message == (
+        "prefill instance qwen-pd-prefill of qwen-pd serves but does not listen on port 28005, 28007 of its kvPort block "
+        "28004-28007 (each worker binds kv_port + its device index): its decoders cannot fetch its KV cache from those workers"
+    )
+
+
+def test_a_port_of_the_block_held_by_another_process_is_foreign_and_not_the_instances(deployment):
+    hd = deployment.hosts[0]
+    facts = without_listeners(hd, 28006)
+    facts = dataclasses.replace(facts, listeners=(*facts.listeners, Listener("10.20.0.11", 28006, (("redis-server", 77),))))
+    assert seen(host_findings(hd, facts)) == [("foreign-port", "qwen-pd-prefill", 28006, "kvPort"), ("kv-transfer", "qwen-pd", 28006, "kvPort")]
+
+
+def test_a_decode_instance_binds_no_kv_port_and_a_starting_prefill_instance_is_not_judged_yet(deployment):
+    hd = deployment.hosts[0]
+    assert instance(deployment, "qwen-pd-decode").plan.kv_ports == (28000, 28003)
+    assert host_findings(hd, without_listeners(hd, *range(28000, 28004))) == []
+    spec = instance(deployment, "qwen-pd-prefill").spec
+    starting = with_container(without_listeners(hd, *range(28004, 28008)), inspect_of(spec, cid="qwen-pd-prefill-id", pid=2000, health="starting"))
+    assert host_findings(hd, starting) == []

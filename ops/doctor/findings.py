@@ -59,7 +59,7 @@ from typing import Any, Literal, Mapping
 
 from allocation import names
 from allocation.capacity import GIB
-from records.containers import DRIVER_DIR, HOST_NETWORK, NPU_SMI
+from records.containers import DRIVER_DIR, HCCN_CONF, HOST_NETWORK, NPU_SMI
 from allocation.plan import Assignment
 from records.deployment import HostDeployment, RouterDeployment
 from records.disaggregated import InstanceDeployment
@@ -68,6 +68,7 @@ from records.host_requirements import Requirement, cards_of, requirements
 from allocation.windows import DP_RPC, KV_PORT, MEMBER_KINDS, NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
 from ops.bounded_json import excerpt, loads
 from ops.doctor.dp_flags import joins
+from ops.doctor.pd_flags import proxy_targets
 from ops.doctor.drift import differences, shown
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
 from ops.doctor.kv_log import differs, logged_gib
@@ -77,7 +78,7 @@ HCCS = ("HCCS", "HCCS_SW")
 
 Kind = Literal[
     "unreachable", "host", "missing", "stopped", "restarting", "unhealthy", "drift", "foreign-card", "foreign-port",
-    "sharing", "router", "topology", "kv-cache", "group", "node", "claim",
+    "sharing", "router", "topology", "kv-cache", "group", "hccn-conf", "kv-transfer", "proxy", "node", "claim",
 ]  # fmt: skip
 """`node` and `claim` are the Kubernetes target's (ops/doctor/kube_findings.py)."""
 
@@ -638,6 +639,75 @@ def _judge_routers(view: HostView) -> list[Finding]:
     return out
 
 
+def _judge_hccn_conf(view: HostView) -> list[Finding]:
+    """Each prefill or decode instance's container mounts `/etc/hccn.conf` (from wherever the plan says): the
+    Mooncake transfer reads the cards' device IPs from it, and an instance without it starts and serves with no
+    error, its decoder answering wrong (vllm-ascend issue 7711: "the first output token is incorrect, followed
+    by continuous repetition"; HCCL's plog says "'device ip' is not set correctly"). The mounts' `drift`
+    names the words."""
+    out = []
+    for i in view.hd.instances:
+        live = view.live.get(i.name)
+        if live is None or any(target == HCCN_CONF for _, target, _ in live.mounts):
+            continue  # a missing container: _judge_state says so
+        text = (
+            f"container {i.name} ({i.role} instance of {i.service.name}) does not mount {HCCN_CONF}: the Mooncake "
+            "transfer reads the cards' device IPs from it, and without it the service starts with no error while its "
+            "decoder answers wrong, the first token wrong and then repeated (vllm-ascend issue 7711); `pulumi up` "
+            "re-creates it with the plan's read-only mount"
+        )
+        out.append(Finding("hccn-conf", text, service=i.service.name, container=live.name, key="mounts"))
+    return out
+
+
+def _judge_kv_ports(view: HostView) -> list[Finding]:
+    """Each serving prefill instance listens on every port of its `kvPort` block (`ss`), where its decoders fetch
+    its KV cache's handshake: each worker binds `kv_port + device_index` (vllm-ascend@v0.20.2rc1
+    `mooncake_connector.py` `KVCacheSendingThread.run`) while the engine starts, before it serves. A decode
+    instance binds none (`_handshake_address`). Another process on a port is `foreign-port`
+    (`_judge_listeners`)."""
+    if view.facts.ss_error:
+        return []  # `_judge_host` says the listeners were not checked
+    out = []
+    for i in (i for i in view.hd.instances if i.role == "prefill"):
+        live = view.live.get(i.name)
+        if live is None or live.status != "running" or live.health not in (None, HEALTHY):
+            continue  # not serving: _judge_state says so
+        own = view.pids_of(live)
+        bound = {lst.port for lst in view.facts.listeners if own & {pid for _, pid in lst.processes}}
+        first, last = i.plan.kv_ports
+        free = [p for p in range(first, last + 1) if p not in bound]
+        if free:
+            text = (
+                f"prefill instance {i.name} of {i.service.name} serves but does not listen on port "
+                f"{', '.join(map(str, free))} of its kvPort block {window_text(i.plan.kv_ports)} (each worker binds "
+                "kv_port + its device index): its decoders cannot fetch its KV cache from those workers"
+            )
+            out.append(Finding("kv-transfer", text, service=i.service.name, container=live.name, port=free[0], key=KV_PORT.key))
+    return out
+
+
+def _judge_proxies(view: HostView) -> list[Finding]:
+    """Each proxy on the host sends requests to the instances the plan gives it: its live `--prefiller-hosts`,
+    `--prefiller-ports`, `--decoder-hosts` and `--decoder-ports`, read as its argparse reads them
+    (`ops.doctor.pd_flags`), against the plan's."""
+    out = []
+    for p in view.hd.proxies:
+        live = view.live.get(p.name)
+        if live is None:
+            continue  # _judge_state says so
+        runs, plan = proxy_targets(live.command), proxy_targets(p.spec.command)
+        if runs == plan:
+            continue
+        planned = ", ".join(f"{i.role} {i.name} at {i.plan.url[0]}:{i.plan.url[1]}" for i in p.instances)
+        text = (
+            f"proxy {p.name} of {p.plan.name} sends requests to {shown(runs.text())}; the plan: {planned} "
+            "(its command's drift shows the words)"
+        )
+        out.append(Finding("proxy", text, service=p.plan.name, container=live.name, key="instances"))
+    return out
+
+
 def _judge_kv_cache(view: HostView) -> list[Finding]:
     """Each running service with `kvCacheGiB`: the KV cache its log says it reserved at its latest start
     against the plan's bytes (a log without the line says nothing either way)."""
@@ -689,8 +759,9 @@ def _judge_topology(view: HostView) -> list[Finding]:
 # Without Docker every process would look foreign, so only the host is judged then.
 JUDGES_WITHOUT_DOCKER = (_judge_host, _judge_sharing, _judge_topology)
 JUDGES = (
-    _judge_host, _judge_state, _judge_groups, _judge_drift, _judge_foreign_cards, _judge_listeners, _judge_publishers, _judge_hccl,
-    _judge_host_network, _judge_sharing, _judge_routers, _judge_topology, _judge_kv_cache,
+    _judge_host, _judge_state, _judge_groups, _judge_proxies, _judge_hccn_conf, _judge_drift, _judge_foreign_cards,
+    _judge_listeners, _judge_kv_ports, _judge_publishers, _judge_hccl, _judge_host_network, _judge_sharing, _judge_routers,
+    _judge_topology, _judge_kv_cache,
 )  # fmt: skip
 
 
