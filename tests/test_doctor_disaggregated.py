@@ -8,8 +8,10 @@ import dataclasses
 
 import pytest
 
+from ops.doctor.engine_ids import engine_id_findings
 from ops.doctor.facts import Listener
-from ops.doctor.findings import host_findings
+from ops.doctor.findings import Finding, host_findings
+from ops.doctor.pd_flags import engine_id
 from tests.support.disaggregated import example, pd, values
 from tests.support.doctor import inspect_of, running_facts, with_container
 from tests.support.pipeline import deployment_of
@@ -247,3 +249,63 @@ def test_a_decode_instance_binds_no_kv_port_and_a_starting_prefill_instance_is_n
     spec = instance(deployment, "qwen-pd-prefill").spec
     starting = with_container(without_listeners(hd, *range(28004, 28008)), inspect_of(spec, cid="qwen-pd-prefill-id", pid=2000, health="starting"))
     assert host_findings(hd, starting) == []
+
+
+def with_engine_id(spec, engine: str):
+    """The spec with its `--kv-transfer-config` under another engine id."""
+    words = list(spec.command)
+    at = words.index("--kv-transfer-config") + 1
+    words[at] = words[at].replace(f'"engine_id":"{spec.name}"', f'"engine_id":"{engine}"')
+    return dataclasses.replace(spec, command=tuple(words))
+
+
+def test_two_instances_under_one_engine_id_are_one_kv_transfer_finding_naming_both(deployment):
+    hd = deployment.hosts[0]
+    twin = with_engine_id(instance(deployment, "qwen-pd-decode").spec, "qwen-pd-prefill")
+    facts = with_container(running_facts(hd), inspect_of(twin, cid="qwen-pd-decode-id", pid=1000))
+    assert engine_id_findings(deployment, [facts]) == {"npu-a": [Finding(
+        "kv-transfer",
+        "engine id qwen-pd-prefill is used by 2 running containers of stack pd-1p1d: qwen-pd-decode on npu-a, "
+        "qwen-pd-prefill on npu-a; the Mooncake connector refuses a peer whose engine id is its own ('Conflict engine "
+        "id'), so transfers between them fail: the plan gives each instance its own, its container's name",
+        service="qwen-pd", container="qwen-pd-decode", key="engine_id",
+    )]}  # fmt: skip
+    assert engine_id_findings(deployment, [running_facts(hd)]) == {}
+
+
+def test_an_engine_id_is_judged_across_hosts_and_reported_on_the_first(monkeypatch):
+    from ops import doctor
+
+    spread = apart()
+    reads = [running_facts(hd) for hd in spread.hosts]
+    twin = with_engine_id(instance(spread, "pd-decode").spec, "pd-prefill")
+    reads[1] = with_container(reads[1], inspect_of(twin, cid="pd-decode-id", pid=1000))
+    monkeypatch.setattr(doctor, "read_hosts", lambda deployment, timeout=None: reads)
+    reports = doctor.audit(spread)
+    assert [[(f.kind, f.key) for f in r.findings] for r in reports] == [[("kv-transfer", "engine_id")], [("drift", "command (argument 19 after --kv-transfer-config)")], []]
+    assert "pd-prefill on a, pd-decode on b;" in reports[0].findings[0].message
+
+
+@pytest.mark.parametrize("labels, status, found", [
+    ({"ascend-fleet.stack": "pd-1p1d"}, "running", True),  # an old instance of the stack, left running
+    ({"ascend-fleet.stack": "another"}, "running", False),  # another stack's: its proxy sends it no peer of ours
+    ({"ascend-fleet.stack": "pd-1p1d"}, "exited", False),
+])  # fmt: skip
+def test_a_container_outside_the_plan_counts_when_it_runs_as_the_stacks(deployment, labels, status, found):
+    hd = deployment.hosts[0]
+    old = inspect_of(instance(deployment, "qwen-pd-decode").spec, cid="old-id", pid=9000, name="qwen-pd-decode-old",
+                     labels=labels, status=status, devices=[])  # fmt: skip
+    judged = engine_id_findings(deployment, [with_container(running_facts(hd), old)])
+    assert [f.container for f in judged.get("npu-a", [])] == (["qwen-pd-decode"] if found else [])
+
+
+@pytest.mark.parametrize("words, found", [
+    (["--kv-transfer-config", '{"engine_id":"a"}', "--kv-transfer-config", '{"engine_id":"b"}'], "b"),  # the last counts
+    (['--kv_transfer_config={"engine_id":"c"}'], "c"),  # vLLM's `_` spelling, the `=` form
+    (["--kv-transfer-config", '{"kv_role":"kv_consumer"}'], None),  # vLLM draws a random id
+    (["--kv-transfer-config", "{not json"], None),
+    (["--kv-transfer-config", '["engine_id"]'], None),
+    ([], None),
+])  # fmt: skip
+def test_an_engine_id_is_read_as_vllm_reads_the_kv_transfer_config(words, found):
+    assert engine_id(["vllm", "serve", "/models/m", *words]) == found
