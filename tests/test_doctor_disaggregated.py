@@ -12,8 +12,9 @@ from ops.doctor.engine_ids import engine_id_findings
 from ops.doctor.facts import Listener
 from ops.doctor.findings import Finding, host_findings
 from ops.doctor.pd_flags import engine_id
+from ops.npusmi import parse_topology
 from tests.support.disaggregated import example, pd, values
-from tests.support.doctor import inspect_of, running_facts, with_container
+from tests.support.doctor import inspect_of, running_facts, with_container, with_link
 from tests.support.pipeline import deployment_of
 from tests.support.stacks import host
 
@@ -309,3 +310,11 @@ def test_a_container_outside_the_plan_counts_when_it_runs_as_the_stacks(deployme
 ])  # fmt: skip
 def test_an_engine_id_is_read_as_vllm_reads_the_kv_transfer_config(words, found):
     assert engine_id(["vllm", "serve", "/models/m", *words]) == found
+
+
+def test_an_instances_cards_not_linked_by_hccs_is_a_topology_finding_naming_the_instance(deployment):
+    hd = deployment.hosts[0]
+    facts = dataclasses.replace(running_facts(hd), topology=parse_topology(with_link(5, 6, "PIX")))
+    [found] = host_findings(hd, facts)
+    assert (found.kind, found.service) == ("topology", "qwen-pd-decode")
+    assert found.message.startswith("the tensor-parallel group of decode instance qwen-pd-decode of qwen-pd (cards 4,5,6,7)")

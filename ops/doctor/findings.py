@@ -10,11 +10,18 @@ each `_judge` function then looks for one kind of finding in that view.
 - `group`: a member of a multi-host service is absent from its host (its group
   cannot serve), or joins another leader address or RPC port, start rank or
   data-parallel size than the plan's (`ops.doctor.dp_flags`).
+- `proxy`: a disaggregated service's proxy sends requests to other instances than
+  the plan's (`ops.doctor.pd_flags`).
+- `hccn-conf`: a prefill or decode instance does not mount `/etc/hccn.conf`
+  (vllm-ascend issue 7711: its decoder answers wrong).
+- `kv-transfer`: a serving prefill instance does not listen on every port of its
+  `kvPort` block; two running containers of the stack carry one engine id (judged
+  across hosts: `ops.doctor.engine_ids`).
 - `drift`: the live container differs from its record in any field Docker
   keeps (`ops.doctor.drift`: command, env the plan sets, image, devices, mounts,
   ports, labels the plan sets, privileged, ipc mode, shm size, restart policy,
-  sysctls, log driver and options, stop timeout, health check, a member's
-  host network).
+  sysctls, log driver and options, stop timeout, health check, the host network
+  of a member, an instance or a proxy).
 - `foreign-card`: a container outside the plan that runs, or is stopped but
   comes back when the daemon restarts (restart policy `always`), has a planned card's
   `/dev/davinciN` (or is privileged, so sees every card); or `npu-smi` lists a
@@ -27,9 +34,10 @@ each `_judge` function then looks for one kind of finding in that view.
   belongs to the container publishing the port); a foreign container (running or
   coming back) publishing a port in a planned window; a foreign container on a planned card whose
   HCCL NPU socket range (HCCL's default port when unset) overlaps the planned one; a foreign
-  container on the host network whose HCCL host-side windows overlap a member's (on the host
-  network every window of a member is a host port, so its own listeners are its own and any
-  other process's in them is foreign).
+  container on the host network whose HCCL host-side windows overlap a window of a member, an
+  instance or a proxy (on the host network each of their windows is a host port, so its own
+  listeners are its own and any other process's in them is foreign; a member's address-bound
+  windows and a prefill instance's `kvPort` block are held only on its address or every address).
 - `host`: Docker not answering; a path of the host requirements table missing
   for any configured card (device files, the driver paths every container
   mounts: the table the host check reads, worded as it words them); `npu-smi`
@@ -133,8 +141,11 @@ class HostView:
         return self.hd.name
 
     def who(self, name: str) -> str:
-        """A planned service or member of a multi-host service, for messages."""
+        """A planned service, member of a multi-host service or prefill or decode instance, for messages."""
         group = next((md.group.name for md in self.hd.members if md.name == name), None)
+        instance = next((i for i in self.hd.instances if i.name == name), None)
+        if instance is not None:
+            return f"{instance.role} instance {name} of {instance.service.name}"
         return f"service {name}" if group is None else f"member {name} of {group}"
 
     def pids_of(self, c: LiveContainer) -> frozenset[int]:
