@@ -36,22 +36,9 @@ def target(deployment: Deployment, name: str, replica: int | None) -> Target:
     instances = {sd.name: sd for sd in deployment.services()}
     routers = {rd.name: rd for rd in deployment.routers}
     replicated = {rd.plan.service.name: rd for rd in routers.values()}
-    groups = {g.name: g for g in deployment.groups}
-    members = {md.name: md for g in groups.values() for md in g.members}
-    split = {d.name: d for d in deployment.disaggregated}
-    parts = {c.name: c for d in split.values() for c in (*d.instances, d.proxy)}
-    leave = " and leave out --replica" if replica is not None else ""
-    if name in groups:
-        listed = ", ".join(f"{md.name} ({md.plan.role} on {md.plan.assignment.host_name})" for md in groups[name].members)
-        raise ConfigError(
-            f"logs {name}: {name} runs over {len(groups[name].members)} hosts, one member each with its own log: "
-            f"name the member{leave}: {listed}"
-        )
-    if name in split:
-        raise ConfigError(
-            f"logs {name}: {name} runs prefill and decode apart, each instance and its proxy a container with its own "
-            f"log: name one{leave}: {_parts(split[name])}"
-        )
+    members = {md.name: md for g in deployment.groups for md in g.members}
+    parts = {c.name: c for d in deployment.disaggregated for c in (*d.instances, d.proxy)}
+    _refuse_several(deployment, name, replica)
     if replica is not None:
         if name not in replicated:
             if name not in instances and name not in routers and name not in members and name not in parts:
@@ -90,6 +77,25 @@ def target(deployment: Deployment, name: str, replica: int | None) -> Target:
         part = parts[name]
         return Target(hosts[_host_of(part)], part.name, part.spec.name, _what(part))
     raise ConfigError(unknown(deployment, "logs", name))
+
+
+def _refuse_several(deployment: Deployment, name: str, replica: int | None) -> None:
+    """ConfigError when `name` is a service of several containers, each with its own log: a multi-host
+    service (naming its members) or a disaggregated one (naming its instances and proxy)."""
+    groups = {g.name: g for g in deployment.groups}
+    split = {d.name: d for d in deployment.disaggregated}
+    leave = " and leave out --replica" if replica is not None else ""
+    if name in groups:
+        listed = ", ".join(f"{md.name} ({md.plan.role} on {md.plan.assignment.host_name})" for md in groups[name].members)
+        raise ConfigError(
+            f"logs {name}: {name} runs over {len(groups[name].members)} hosts, one member each with its own log: "
+            f"name the member{leave}: {listed}"
+        )
+    if name in split:
+        raise ConfigError(
+            f"logs {name}: {name} runs prefill and decode apart, each instance and its proxy a container with its own "
+            f"log: name one{leave}: {_parts(split[name])}"
+        )
 
 
 def _host_of(part: InstanceDeployment | ProxyDeployment) -> str:
