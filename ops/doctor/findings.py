@@ -504,8 +504,8 @@ def _handshake_address(instance: InstanceDeployment) -> str:
     (`MooncakeConnectorWorker.__init__`): `VLLM_HOST_IP` (the plan sets none), else the address of the host's
     route out (vllm v0.20.2 `vllm/utils/network_utils.py` `get_ip`: a UDP socket connected to 8.8.8.8, its
     `getsockname()`), taken as its host's `address` (when that is a host name, a listener on any address is
-    judged as holding the block). A decode
-    instance binds none of its block: it only connects (`KVCacheRecvingThread`, ZMQ REQ sockets, `bind=False`)."""
+    judged as holding the block). A decode instance binds none of its block: it only connects
+    (`KVCacheRecvingThread`, ZMQ REQ sockets, `bind=False`)."""
     assert instance.plan.host is not None  # always given (allocation.planner)
     return instance.plan.host.address
 
