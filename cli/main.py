@@ -130,7 +130,7 @@ def _live_parsers(sub: argparse._SubParsersAction) -> None:
 
     logs = sub.add_parser("logs", help="the last lines of a planned container's log, read on its host over SSH")
     _stack_args(logs)
-    logs.add_argument("service", metavar="SERVICE", help="a service, or a replica, router or member by its name (bge-m3-2, bge-m3-router, deepseek-r1-node1)")
+    logs.add_argument("service", metavar="SERVICE", help="a service, or a replica, router, member, prefill or decode instance or proxy by its name (bge-m3-2, bge-m3-router, deepseek-r1-node1, qwen-pd-prefill, qwen-pd-proxy)")
     logs.add_argument("--replica", type=int, metavar="N", help="replica N (from 1) of a replicated SERVICE")
     logs.add_argument("--tail", type=int, default=100, metavar="N", help="the last N lines, 1 to 10000 (default 100)")
     logs.add_argument(

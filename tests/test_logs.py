@@ -211,3 +211,25 @@ def test_a_multi_host_service_is_refused_naming_its_members_and_a_member_is_read
     with pytest.raises(ConfigError) as err:
         target(ds, "ds-node2", None)
     assert "(did you mean 'ds-node1'?); its services: ds (members ds-node0, ds-node1), solo" in str(err.value)
+
+
+def test_a_disaggregated_service_is_refused_naming_its_instances_and_proxy_and_each_is_read_on_its_host():
+    from tests.support.disaggregated import example
+
+    pd = example()
+    with pytest.raises(ConfigError) as err:
+        target(pd, "qwen-pd", None)
+    assert str(err.value) == (
+        "logs qwen-pd: qwen-pd runs prefill and decode apart, each instance and its proxy a container with its own log: "
+        "name one: qwen-pd-prefill (prefill on npu-a), qwen-pd-decode (decode on npu-a), qwen-pd-proxy (proxy on npu-a)"
+    )
+    with pytest.raises(ConfigError, match="name one and leave out --replica: qwen-pd-prefill"):
+        target(pd, "qwen-pd", 1)
+    with pytest.raises(ConfigError, match=r"qwen-pd-proxy is not a replicated service \(an instance or the proxy of a disaggregated service"):
+        target(pd, "qwen-pd-proxy", 1)
+    found = [(w.host.name, w.name, w.container, w.what) for w in (target(pd, n, None) for n in ("qwen-pd-decode", "qwen-pd-proxy"))]
+    assert found == [("npu-a", "qwen-pd-decode", "qwen-pd-decode", "decode instance qwen-pd-decode of qwen-pd on cards 4,5,6,7"),
+                     ("npu-a", "qwen-pd-proxy", "qwen-pd-proxy", "proxy qwen-pd-proxy of qwen-pd")]  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        target(pd, "qwen-pd-prefil", None)
+    assert "(did you mean 'qwen-pd-prefill'?); its services: qwen-pd (qwen-pd-prefill (prefill on npu-a), qwen-pd-decode" in str(err.value)

@@ -317,3 +317,31 @@ def test_status_of_a_multi_host_service_reads_every_host_of_its_members_and_only
     assert [hd.name for hd in hosts_of(deployment, frozenset({"solo"})).hosts] == ["npu-a"]
     hosts = [only(host_status(hd, running_facts(hd)), frozenset({"solo"})) for hd in deployment.hosts[:1]]
     assert json.loads(render(deployment, hosts, "json"))["groups"] == []
+
+
+def test_each_instance_of_a_disaggregated_service_is_listed_with_its_role_and_the_proxy_after_them():
+    from tests.support.disaggregated import example
+
+    deployment = example()
+    hosts = [host_status(hd, dataclasses.replace(running_facts(hd), clock=CLOCK)) for hd in deployment.hosts]
+    doc, table = json.loads(render(deployment, hosts, "json")), render(deployment, hosts, "table")
+    assert exit_code(hosts) == 0 and services_named(deployment, ["qwen-pd"]) == {"qwen-pd"}
+    up = {"state": "running", "health": "healthy", "serving": True, "host": "npu-a"}
+    assert doc["disaggregated"] == [{"name": "qwen-pd", "endpoint": "http://10.20.0.11:8002/v1", "serving": True, "containers": [
+        {"name": "qwen-pd-prefill", "role": "prefill", "cards": [0, 1, 2, 3], **up},
+        {"name": "qwen-pd-decode", "role": "decode", "cards": [4, 5, 6, 7], **up},
+        {"name": "qwen-pd-proxy", "role": "proxy", "cards": [], **up},
+    ]}]  # fmt: skip
+    rows = {c["name"]: (c["kind"], c["service"], c["role"]) for h in doc["hosts"] for c in h["containers"]}
+    assert rows == {"qwen-pd-prefill": ("role", "qwen-pd", "prefill"), "qwen-pd-decode": ("role", "qwen-pd", "decode"),
+                    "qwen-pd-proxy": ("proxy", "qwen-pd", None)}  # fmt: skip
+    assert table.endswith(
+        "disaggregated qwen-pd (http://10.20.0.11:8002/v1): 3 of 3 containers running and healthy\n"
+        "  container        role     host   cards  status\n"
+        "  qwen-pd-prefill  prefill  npu-a  0-3    up (healthy)\n"
+        "  qwen-pd-decode   decode   npu-a  4-7    up (healthy)\n"
+        "  qwen-pd-proxy    proxy    npu-a  -      up (healthy)"
+    )
+    gone = dataclasses.replace(running_facts(deployment.hosts[0]), containers=())
+    [pd] = json.loads(render(deployment, [host_status(deployment.hosts[0], gone)], "json"))["disaggregated"]
+    assert pd["serving"] is False and [c["state"] for c in pd["containers"]] == ["missing"] * 3

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from records.deployment import Deployment, HostDeployment
 from allocation.errors import printable
 from ops.doctor.facts import FactsError, HostFacts, parse_facts
+from ops.doctor.engine_ids import engine_id_findings
 from ops.doctor.findings import Finding, host_findings, required
 from ops.doctor.gather import gather_script
 from ops.doctor import status
@@ -64,16 +65,20 @@ def read_hosts(deployment: Deployment, *, timeout: float | None = None) -> list[
         return list(pool.map(lambda hd: read_host(hd, timeout=timeout), deployment.hosts))
 
 
-def judged(hd: HostDeployment, read: HostFacts | Finding) -> HostReport:
-    """One host's report: the finding that it could not be read, or what the judges find in its facts."""
+def judged(hd: HostDeployment, read: HostFacts | Finding, across: list[Finding] | None = None) -> HostReport:
+    """One host's report: the finding that it could not be read, or what the judges find in its facts, then
+    `across`, what the judgement across hosts found there (`ops.doctor.engine_ids`)."""
     if isinstance(read, Finding):
         return HostReport(hd.name, read.kind != "unreachable", (read,))
-    return HostReport(hd.name, True, tuple(host_findings(hd, read)))
+    return HostReport(hd.name, True, (*host_findings(hd, read), *(across or ())))
 
 
 def audit(deployment: Deployment, *, timeout: float | None = None) -> list[HostReport]:
-    """Every host of the deployment, read in parallel and judged; reports in host-name order."""
-    return [judged(hd, read) for hd, read in zip(deployment.hosts, read_hosts(deployment, timeout=timeout))]
+    """Every host of the deployment, read in parallel and judged, each on its own and across them; reports in
+    host-name order."""
+    reads = read_hosts(deployment, timeout=timeout)
+    across = engine_id_findings(deployment, reads)
+    return [judged(hd, read, across.get(hd.name)) for hd, read in zip(deployment.hosts, reads)]
 
 
 def render_reports(stack: str, reports: list[HostReport], fmt: str) -> str:

@@ -207,8 +207,8 @@ FIELDS: dict[str, Compare | str] = {
     "sysctls": lambda s, c: _keys("sysctl", s.sysctls, c.sysctls, exact=True),
     "log_opts": _log_opts,
     "log_driver": lambda s, c: _one("log driver", s.log_driver, c.log_driver or "(unset)"),
-    # Only where the plan sets one (a multi-host service's member): Docker names the default network by
-    # its own words (`bridge`, `default`), which the plan never spells.
+    # Only where the plan sets one (a member of a multi-host service, a prefill or decode instance, a proxy):
+    # Docker names the default network by its own words (`bridge`, `default`), which the plan never spells.
     "network_mode": lambda s, c: [] if s.network_mode is None else _one("network mode", s.network_mode, c.network_mode or "(unset)"),
 }
 """Each field of ContainerSpec: how it is compared, or why it is not."""

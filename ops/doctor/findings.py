@@ -10,11 +10,18 @@ each `_judge` function then looks for one kind of finding in that view.
 - `group`: a member of a multi-host service is absent from its host (its group
   cannot serve), or joins another leader address or RPC port, start rank or
   data-parallel size than the plan's (`ops.doctor.dp_flags`).
+- `proxy`: a disaggregated service's proxy sends requests to other instances than
+  the plan's (`ops.doctor.pd_flags`).
+- `hccn-conf`: a prefill or decode instance does not mount `/etc/hccn.conf`
+  (vllm-ascend issue 7711: its decoder answers wrong).
+- `kv-transfer`: a serving prefill instance does not listen on every port of its
+  `kvPort` block; two running containers of the stack carry one engine id (judged
+  across hosts: `ops.doctor.engine_ids`).
 - `drift`: the live container differs from its record in any field Docker
   keeps (`ops.doctor.drift`: command, env the plan sets, image, devices, mounts,
   ports, labels the plan sets, privileged, ipc mode, shm size, restart policy,
-  sysctls, log driver and options, stop timeout, health check, a member's
-  host network).
+  sysctls, log driver and options, stop timeout, health check, the host network
+  of a member, an instance or a proxy).
 - `foreign-card`: a container outside the plan that runs, or is stopped but
   comes back when the daemon restarts (restart policy `always`), has a planned card's
   `/dev/davinciN` (or is privileged, so sees every card); or `npu-smi` lists a
@@ -27,9 +34,10 @@ each `_judge` function then looks for one kind of finding in that view.
   belongs to the container publishing the port); a foreign container (running or
   coming back) publishing a port in a planned window; a foreign container on a planned card whose
   HCCL NPU socket range (HCCL's default port when unset) overlaps the planned one; a foreign
-  container on the host network whose HCCL host-side windows overlap a member's (on the host
-  network every window of a member is a host port, so its own listeners are its own and any
-  other process's in them is foreign).
+  container on the host network whose HCCL host-side windows overlap a window of a member, an
+  instance or a proxy (on the host network each of their windows is a host port, so its own
+  listeners are its own and any other process's in them is foreign; a member's address-bound
+  windows and a prefill instance's `kvPort` block are held only on its address or every address).
 - `host`: Docker not answering; a path of the host requirements table missing
   for any configured card (device files, the driver paths every container
   mounts: the table the host check reads, worded as it words them); `npu-smi`
@@ -59,14 +67,16 @@ from typing import Any, Literal, Mapping
 
 from allocation import names
 from allocation.capacity import GIB
-from records.containers import DRIVER_DIR, HOST_NETWORK, NPU_SMI
+from records.containers import DRIVER_DIR, HCCN_CONF, HOST_NETWORK, NPU_SMI
 from allocation.plan import Assignment
 from records.deployment import HostDeployment, RouterDeployment
+from records.disaggregated import InstanceDeployment
 from records.device_share import STATUS_KEY, UNIT
 from records.host_requirements import Requirement, cards_of, requirements
-from allocation.windows import DP_RPC, MEMBER_KINDS, NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
+from allocation.windows import DP_RPC, KV_PORT, MEMBER_KINDS, NPU_SOCKETS as NPU_RANGE, PortWindow, window_text
 from ops.bounded_json import excerpt, loads
 from ops.doctor.dp_flags import joins
+from ops.doctor.pd_flags import proxy_targets
 from ops.doctor.drift import differences, shown
 from ops.doctor.facts import HostFacts, LiveContainer, parse_port_list
 from ops.doctor.kv_log import differs, logged_gib
@@ -76,7 +86,7 @@ HCCS = ("HCCS", "HCCS_SW")
 
 Kind = Literal[
     "unreachable", "host", "missing", "stopped", "restarting", "unhealthy", "drift", "foreign-card", "foreign-port",
-    "sharing", "router", "topology", "kv-cache", "group", "node", "claim",
+    "sharing", "router", "topology", "kv-cache", "group", "hccn-conf", "kv-transfer", "proxy", "node", "claim",
 ]  # fmt: skip
 """`node` and `claim` are the Kubernetes target's (ops/doctor/kube_findings.py)."""
 
@@ -120,19 +130,22 @@ class HostView:
     publisher: Mapping[int, LiveContainer]
     """Host port -> the active container publishing it."""
     placed: tuple[tuple[str, Assignment], ...]
-    """(name, assignment) of every service and member of a multi-host service on the host: what holds
-    cards and windows."""
+    """(name, assignment) of every service, member of a multi-host service and prefill or decode instance on
+    the host: what holds cards and windows."""
     card_services: Mapping[int, tuple[str, ...]]
     windows: tuple[tuple[str, str, PortWindow], ...]
-    """(service or member, window kind key, window) of every planned window."""
+    """(service, member, instance or proxy, window kind key, window) of every planned window."""
 
     @property
     def name(self) -> str:
         return self.hd.name
 
     def who(self, name: str) -> str:
-        """A planned service or member of a multi-host service, for messages."""
+        """A planned service, member of a multi-host service or prefill or decode instance, for messages."""
         group = next((md.group.name for md in self.hd.members if md.name == name), None)
+        instance = next((i for i in self.hd.instances if i.name == name), None)
+        if instance is not None:
+            return f"{instance.role} instance {name} of {instance.service.name}"
         return f"service {name}" if group is None else f"member {name} of {group}"
 
     def pids_of(self, c: LiveContainer) -> frozenset[int]:
@@ -194,7 +207,7 @@ def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
     live = {name: by_name[spec.name] for name, spec, _ in hd.containers if spec.name in by_name}
     service_of = {c.id: name for name, c in live.items()}
     active = [c for c in facts.containers if c.active]
-    placed = tuple((sd.name, sd.plan.assignment) for sd in hd.services) + tuple((md.name, md.plan.assignment) for md in hd.members)
+    placed = tuple((c.name, c.plan.assignment) for c in (*hd.services, *hd.members, *hd.instances))
     card_services: dict[int, tuple[str, ...]] = {}
     for name, a in placed:
         for card in a.cards:
@@ -210,7 +223,8 @@ def view_of(hd: HostDeployment, facts: HostFacts) -> HostView:
         publisher={port: c for c in active for port, _ in c.published},
         placed=placed,
         card_services=card_services,
-        windows=tuple((name, key, window) for name, a in placed for key, window in a.windows.items()),
+        windows=tuple((name, key, window) for name, a in placed for key, window in a.windows.items())
+        + tuple((p.name, key, window) for p in hd.proxies for key, window in p.plan.proxy_windows.items()),
     )
 
 
@@ -386,9 +400,13 @@ def _bound_apart(view: HostView, name: str, key: str, address: str) -> bool:
     """A listener on one address leaves the port free on the host's other addresses: Linux refuses a bind
     only to the same address and port, or where either is the wildcard (ip(7), `SO_REUSEADDR`: "a socket
     may bind, except when there is an active listening socket bound to the address"). So a listener on an
-    address other than a member's own does not hold that member's address-bound windows (`ADDRESS_BOUND`)."""
+    address other than a member's own does not hold that member's address-bound windows (`ADDRESS_BOUND`),
+    nor one other than a prefill instance's its `kvPort` block (`_handshake_address`)."""
     md = next((m for m in view.hd.members if m.name == name), None)
-    return md is not None and key in ADDRESS_BOUND and _other_address(address, md.plan.host.nic_address)
+    if md is not None:
+        return key in ADDRESS_BOUND and _other_address(address, md.plan.host.nic_address)
+    instance = next((i for i in view.hd.instances if i.name == name), None)
+    return instance is not None and key == KV_PORT.key and _other_address(address, _handshake_address(instance))
 
 
 def _other_address(address: str, own: str | None) -> bool:
@@ -479,6 +497,19 @@ ADDRESS_BOUND = frozenset({DP_RPC.key, *(k.key for k in HOST_SIDE)})
 bound on every address."""
 
 
+def _handshake_address(instance: InstanceDeployment) -> str:
+    """Where a prefill instance binds its `kvPort` block: one address. vllm-ascend@v0.20.2rc1
+    `mooncake_connector.py` `KVCacheSendingThread.run` binds each worker's ZMQ ROUTER socket on
+    `tcp://{side_channel_host}:{kv_port + device_index}`, `side_channel_host` being vLLM's `get_ip()`
+    (`MooncakeConnectorWorker.__init__`): `VLLM_HOST_IP` (the plan sets none), else the address of the host's
+    route out (vllm v0.20.2 `vllm/utils/network_utils.py` `get_ip`: a UDP socket connected to 8.8.8.8, its
+    `getsockname()`), taken as its host's `address` (when that is a host name, a listener on any address is
+    judged as holding the block). A decode instance binds none of its block: it only connects
+    (`KVCacheRecvingThread`, ZMQ REQ sockets, `bind=False`)."""
+    assert instance.plan.host is not None  # always given (allocation.planner)
+    return instance.plan.host.address
+
+
 def _host_side(c: LiveContainer) -> list[tuple[str, str, PortWindow]]:
     """(variable, its value, window) of each host-side HCCL window a container's env sets."""
     out = []
@@ -493,13 +524,14 @@ def _host_side(c: LiveContainer) -> list[tuple[str, str, PortWindow]]:
 
 def _judge_host_network(view: HostView) -> list[Finding]:
     """Foreign containers on the host network whose host-side HCCL windows (their env) overlap a window of
-    a member of a multi-host service, which are host ports too: whichever binds second fails, as HCCL's
+    a planned container on the host network (a member of a multi-host service, a prefill or decode instance,
+    a proxy), which are host ports too: whichever binds second fails, as HCCL's
     `Communication_Error_Bind_IP_Port(EI0019)` (vllm-ascend PR 16205: nightly runs "when jobs share a
     NIC"). A bound port shows as a listener (`_judge_listeners`); this sees it before it is bound, and
     in a stopped container that comes back. HCCL's defaults when unset lie in the kernel's ephemeral
-    range, where no member window lies (docs/multi-host.md)."""
-    members = {md.name for md in view.hd.members}
-    ours = [(name, key, w) for name, key, w in view.windows if name in members and key != NPU_RANGE.key]
+    range, where no such window lies (docs/multi-host.md, docs/disaggregated.md)."""
+    on_host = {c.name for c in view.hd.planned if c.spec.network_mode == HOST_NETWORK}
+    ours = [(name, key, w) for name, key, w in view.windows if name in on_host and key != NPU_RANGE.key]
     out = []
     for c in (c for c in view.foreign if c.network_mode == HOST_NETWORK):
         # HCCL binds its host sockets on HCCL_IF_IP (`ADDRESS_BOUND`): another address of the host is apart.
@@ -618,6 +650,75 @@ def _judge_routers(view: HostView) -> list[Finding]:
     return out
 
 
+def _judge_hccn_conf(view: HostView) -> list[Finding]:
+    """Each prefill or decode instance's container mounts `/etc/hccn.conf` (from wherever the plan says): the
+    Mooncake transfer reads the cards' device IPs from it, and an instance without it starts and serves with no
+    error, its decoder answering wrong (vllm-ascend issue 7711: "the first output token is incorrect, followed
+    by continuous repetition"; HCCL's plog says "'device ip' is not set correctly"). The mounts' `drift`
+    names the words."""
+    out = []
+    for i in view.hd.instances:
+        live = view.live.get(i.name)
+        if live is None or any(target == HCCN_CONF for _, target, _ in live.mounts):
+            continue  # a missing container: _judge_state says so
+        text = (
+            f"container {i.name} ({i.role} instance of {i.service.name}) does not mount {HCCN_CONF}: the Mooncake "
+            "transfer reads the cards' device IPs from it, and without it the service starts with no error while its "
+            "decoder answers wrong, the first token wrong and then repeated (vllm-ascend issue 7711); `pulumi up` "
+            "re-creates it with the plan's read-only mount"
+        )
+        out.append(Finding("hccn-conf", text, service=i.service.name, container=live.name, key="mounts"))
+    return out
+
+
+def _judge_kv_ports(view: HostView) -> list[Finding]:
+    """Each serving prefill instance listens on every port of its `kvPort` block (`ss`), where its decoders fetch
+    its KV cache's handshake: each worker binds `kv_port + device_index` (vllm-ascend@v0.20.2rc1
+    `mooncake_connector.py` `KVCacheSendingThread.run`) while the engine starts, before it serves. A decode
+    instance binds none (`_handshake_address`). Another process on a port is `foreign-port`
+    (`_judge_listeners`)."""
+    if view.facts.ss_error:
+        return []  # `_judge_host` says the listeners were not checked
+    out = []
+    for i in (i for i in view.hd.instances if i.role == "prefill"):
+        live = view.live.get(i.name)
+        if live is None or live.status != "running" or live.health not in (None, HEALTHY):
+            continue  # not serving: _judge_state says so
+        own = view.pids_of(live)
+        bound = {lst.port for lst in view.facts.listeners if own & {pid for _, pid in lst.processes}}
+        first, last = i.plan.kv_ports
+        free = [p for p in range(first, last + 1) if p not in bound]
+        if free:
+            text = (
+                f"prefill instance {i.name} of {i.service.name} serves but does not listen on port "
+                f"{', '.join(map(str, free))} of its kvPort block {window_text(i.plan.kv_ports)} (each worker binds "
+                "kv_port + its device index): its decoders cannot fetch its KV cache from those workers"
+            )
+            out.append(Finding("kv-transfer", text, service=i.service.name, container=live.name, port=free[0], key=KV_PORT.key))
+    return out
+
+
+def _judge_proxies(view: HostView) -> list[Finding]:
+    """Each proxy on the host sends requests to the instances the plan gives it: its live `--prefiller-hosts`,
+    `--prefiller-ports`, `--decoder-hosts` and `--decoder-ports`, read as its argparse reads them
+    (`ops.doctor.pd_flags`), against the plan's."""
+    out = []
+    for p in view.hd.proxies:
+        live = view.live.get(p.name)
+        if live is None:
+            continue  # _judge_state says so
+        runs, plan = proxy_targets(live.command), proxy_targets(p.spec.command)
+        if runs == plan:
+            continue
+        planned = ", ".join(f"{i.role} {i.name} at {i.plan.url[0]}:{i.plan.url[1]}" for i in p.instances)
+        text = (
+            f"proxy {p.name} of {p.plan.name} sends requests to {shown(runs.text())}; the plan: {planned} "
+            "(its command's drift shows the words)"
+        )
+        out.append(Finding("proxy", text, service=p.plan.name, container=live.name, key="instances"))
+    return out
+
+
 def _judge_kv_cache(view: HostView) -> list[Finding]:
     """Each running service with `kvCacheGiB`: the KV cache its log says it reserved at its latest start
     against the plan's bytes (a log without the line says nothing either way)."""
@@ -669,8 +770,9 @@ def _judge_topology(view: HostView) -> list[Finding]:
 # Without Docker every process would look foreign, so only the host is judged then.
 JUDGES_WITHOUT_DOCKER = (_judge_host, _judge_sharing, _judge_topology)
 JUDGES = (
-    _judge_host, _judge_state, _judge_groups, _judge_drift, _judge_foreign_cards, _judge_listeners, _judge_publishers, _judge_hccl,
-    _judge_host_network, _judge_sharing, _judge_routers, _judge_topology, _judge_kv_cache,
+    _judge_host, _judge_state, _judge_groups, _judge_proxies, _judge_hccn_conf, _judge_drift, _judge_foreign_cards,
+    _judge_listeners, _judge_kv_ports, _judge_publishers, _judge_hccl, _judge_host_network, _judge_sharing, _judge_routers,
+    _judge_topology, _judge_kv_cache,
 )  # fmt: skip
 
 

@@ -1,9 +1,10 @@
 """`status`: what runs where, read in the same one round trip per host as `doctor`. Pure.
 
 `doctor` judges a host's facts; `status` shows them in the plan's terms. Per host: each planned
-container (services and replicas, routers, the NPU exporter) with its cards, state and health,
-uptime, image and endpoint; then the containers outside the plan that hold the host's cards; then
-what each router says of its replicas (`GET /workers`). The facts are the gather script's
+container (services and replicas, routers, members, prefill and decode instances and proxies, the NPU
+exporter) with its cards, state and health, uptime, image and endpoint; then the containers outside the
+plan that hold the host's cards; then what each router says of its replicas (`GET /workers`); then each
+multi-host and disaggregated service's containers over its hosts. The facts are the gather script's
 (ops.doctor.gather), read by `ops.doctor.read_host`: nothing here reaches a host.
 
 The exit status a script can act on (`exit_code`): 0 when every planned container runs and is
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from allocation import names
 from allocation.errors import printable
@@ -41,9 +42,11 @@ class ContainerStatus:
     name: str
     """Docker's name (a renamed service keeps its container's)."""
     kind: str | None
-    """`service`, `replica`, `router`, `member` or `exporter`; None for a container outside the plan."""
+    """`service`, `replica`, `router`, `member`, `role` (a prefill or decode instance), `proxy` or `exporter`; None
+    for a container outside the plan."""
     service: str | None
-    """The configured service it serves: a replica's service, a router's, a member's group."""
+    """The configured service it serves: a replica's service, a router's, a member's group, an instance's or
+    proxy's disaggregated service."""
     cards: tuple[int, ...]
     """Its planned cards; for a container outside the plan, the cards whose device files it has."""
     endpoint: str | None
@@ -63,7 +66,7 @@ class ContainerStatus:
     privileged: bool = False
     """Outside the plan and privileged: it sees every card."""
     role: str | None = None
-    """A member's `leader` or `follower` in its group; None for any other container."""
+    """A member's `leader` or `follower` in its group, an instance's `prefill` or `decode`; None for any other container."""
 
     @property
     def serving(self) -> bool:
@@ -142,26 +145,56 @@ class GroupStatus:
     endpoint: str
     members: tuple[tuple[str, ContainerStatus], ...]
     """(host, the member's row) of each member whose host was read or shown."""
+    KEY: ClassVar[str] = "members"
+    """The JSON key of the rows."""
 
     @property
     def serving(self) -> bool:
         return all(c.serving for _, c in self.members)
 
     def to_json(self) -> dict[str, Any]:
-        members = [{"name": c.name, "role": c.role, "host": host, "cards": list(c.cards), "state": c.state,
+        members = [{"name": c.name, "role": _role(c), "host": host, "cards": list(c.cards), "state": c.state,
                     "health": c.health, "serving": c.serving} for host, c in self.members]  # fmt: skip
-        return {"name": self.name, "endpoint": self.endpoint, "serving": self.serving, "members": members}
+        return {"name": self.name, "endpoint": self.endpoint, "serving": self.serving, self.KEY: members}
+
+
+@dataclass(frozen=True)
+class DisaggregatedStatus(GroupStatus):
+    """A disaggregated service: each prefill and decode instance's row, prefill first, then its proxy's (its
+    `members`), as their hosts show them. It serves when every one does, as `status`'s exit code counts them."""
+
+    KEY: ClassVar[str] = "containers"
+
+
+def _role(c: ContainerStatus) -> str:
+    """A member's `leader` or `follower`, an instance's `prefill` or `decode`, or `proxy`."""
+    return c.role or str(c.kind)
+
+
+def _gathered(hosts: list[HostStatus], at: list[tuple[str, str]]) -> tuple[tuple[str, ContainerStatus], ...]:
+    """(host, row) of each (host, container) of `at` among the rows of `hosts`, in that order."""
+    rows = {(h.name, c.name): c for h in hosts for c in h.planned}
+    return tuple((host, rows[host, name]) for host, name in at if (host, name) in rows)
 
 
 def group_status(deployment: Deployment, hosts: list[HostStatus]) -> list[GroupStatus]:
     """Each multi-host service among the rows of `hosts`, its members' rows gathered from their hosts."""
-    rows = {(h.name, c.name): c for h in hosts for c in h.planned}
     out = []
     for g in deployment.groups:
-        at = [(md.plan.assignment.host_name, md.spec.name) for md in g.members]
-        members = tuple((host, rows[host, name]) for host, name in at if (host, name) in rows)
+        members = _gathered(hosts, [(md.plan.assignment.host_name, md.spec.name) for md in g.members])
         if members:
             out.append(GroupStatus(g.name, g.endpoint, members))
+    return out
+
+
+def disaggregated_status(deployment: Deployment, hosts: list[HostStatus]) -> list[DisaggregatedStatus]:
+    """Each disaggregated service among the rows of `hosts`, its instances' and proxy's rows gathered from their hosts."""
+    out = []
+    for d in deployment.disaggregated:
+        at = [(i.plan.assignment.host_name, i.spec.name) for i in d.instances] + [(d.proxy.host_name, d.proxy.spec.name)]
+        containers = _gathered(hosts, at)
+        if containers:
+            out.append(DisaggregatedStatus(d.name, d.endpoint, containers))
     return out
 
 
@@ -314,16 +347,27 @@ GROUP_HEADERS = ["member", "role", "host", "cards", "status"]
 
 def _group_text(g: GroupStatus) -> str:
     title = f"group {g.name} ({g.endpoint}): {sum(c.serving for _, c in g.members)} of {len(g.members)} members running and healthy"
-    rows = [[printable(cell) for cell in (c.name, c.role or "-", host, cards_text(c.cards), c.status_text())] for host, c in g.members]
-    return f"{fit(printable(title))}\n{text_table(GROUP_HEADERS, rows)}"
+    return _section(title, GROUP_HEADERS, [(_role(c), host, c) for host, c in g.members])
+
+
+def _disaggregated_text(d: DisaggregatedStatus) -> str:
+    serving = sum(c.serving for _, c in d.members)
+    title = f"disaggregated {d.name} ({d.endpoint}): {serving} of {len(d.members)} containers running and healthy"
+    return _section(title, ["container", *GROUP_HEADERS[1:]], [(_role(c), host, c) for host, c in d.members])
+
+
+def _section(title: str, headers: list[str], rows: list[tuple[str, str, ContainerStatus]]) -> str:
+    """A service's containers over several hosts under its title: (role, host, row) each."""
+    cells = [[printable(cell) for cell in (c.name, role, host, cards_text(c.cards), c.status_text())] for role, host, c in rows]
+    return f"{fit(printable(title))}\n{text_table(headers, cells)}"
 
 
 def render(deployment: Deployment, hosts: list[HostStatus], fmt: str) -> str:
     code = exit_code(hosts)
-    groups = group_status(deployment, hosts)
+    groups, pd = group_status(deployment, hosts), disaggregated_status(deployment, hosts)
     if fmt == "json":
         return json_text({"stack": deployment.stack, "ok": code == OK, "hosts": [h.to_json() for h in hosts],
-                          "groups": [g.to_json() for g in groups]})  # fmt: skip
+                          "groups": [g.to_json() for g in groups], "disaggregated": [d.to_json() for d in pd]})  # fmt: skip
     planned = [c for h in hosts for c in h.planned]
     unread = sum(h.error is not None for h in hosts)
     summary = f"stack {deployment.stack}: {len(hosts)} host(s), {sum(c.serving for c in planned)} of {len(planned)} planned containers running and healthy"
@@ -332,4 +376,4 @@ def render(deployment: Deployment, hosts: list[HostStatus], fmt: str) -> str:
     npus = {hd.name: hd.host.npus for hd in deployment.hosts}
     for h in hosts:
         parts.append("\n".join(_host_text(h, npus[h.name])))
-    return "\n\n".join(parts + [_group_text(g) for g in groups])
+    return "\n\n".join(parts + [_group_text(g) for g in groups] + [_disaggregated_text(d) for d in pd])

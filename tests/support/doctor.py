@@ -155,9 +155,12 @@ def group_values() -> dict[str, Any]:
 
 def running_facts(hd) -> HostFacts:
     """Any host running exactly its plan (`HostDeployment.planned`): healthy containers, their ranks on their
-    cards; a service's API port held by docker-proxy, a member's ports (on the host network) by its own
-    processes: the leader's API port, and the HCCL base port of every member."""
+    cards; a service's API port held by docker-proxy, a member's or instance's ports (on the host network) by
+    its own processes: the leader's, an instance's and the proxy's API port, the HCCL base port of every
+    member and instance, and each rank of a prefill instance on its port of the `kvPort` block, on its host's
+    address (`records.disaggregated` says why)."""
     inspects, pids, listeners, procs = [], {}, [Listener("0.0.0.0", 22, (("sshd", 1),))], []
+    blocks = {i.name: i.plan.kv_ports for i in hd.instances if i.role == "prefill"}
     for i, c in enumerate(hd.planned):
         base, cid = 1000 * (i + 1), f"{c.name}-id"
         inspects.append(inspect_of(c.spec, cid=cid, pid=base))
@@ -167,9 +170,12 @@ def running_facts(hd) -> HostFacts:
         if c.spec.network_mode is None:
             listeners.append(Listener("0.0.0.0", c.spec.api_port, (("docker-proxy", base + 500),)))
             continue
-        if c.role == "leader":
-            listeners.append(Listener("0.0.0.0", c.spec.api_port, (("vllm", base),)))
-        listeners.append(Listener("10.0.0.1", int(c.spec.env["HCCL_IF_BASE_PORT"]), (("python3", ranks[0]),)))
+        if c.role != "follower":
+            listeners.append(Listener("0.0.0.0", c.spec.api_port, (("python3" if c.kind == "proxy" else "vllm", base),)))
+        if "HCCL_IF_BASE_PORT" in c.spec.env:
+            listeners.append(Listener("10.0.0.1", int(c.spec.env["HCCL_IF_BASE_PORT"]), (("python3", ranks[0]),)))
+        if c.name in blocks:
+            listeners += [Listener(hd.host.address, blocks[c.name][0] + k, (("python3", rank),)) for k, rank in enumerate(ranks)]
     return HostFacts(
         containers=tuple(LiveContainer.from_inspect(i) for i in inspects), pids=pids, listeners=tuple(listeners),
         npu=npu_info(procs), topology=FULL_MESH, image_ids=host_image_ids(*(c.spec for c in hd.planned)),
