@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from sim.fleet import SimEndpoint, SimFleet, card_state_env
-from sim.host import CLAIMS_DIR, IMAGE
 from tests.engine.engine import Project
+from tests.support.sim_stacks import fleet_defaults
 
 FLEET = "fleet"
 SERVICES_PER_HOST = 4
@@ -61,14 +61,7 @@ def fleet_values(fleet: SimFleet, size: int, pins: dict[str, int], count: int | 
         "services": services,
         "shards": {"size": size},
         "ssh": {"identityFile": str(fleet.identity_file), "knownHostsFile": str(fleet.known_hosts_file)},
-        "defaults": {
-            "image": IMAGE,
-            "mounts": [{"source": str(CLAIMS_DIR), "target": str(CLAIMS_DIR), "readOnly": False}],
-            "env": {"NPU_SIM_LOAD_SECONDS": "0"},
-            "startTimeoutSeconds": 300,
-            "stopGraceSeconds": 10,
-            "shmSizeMiB": 64,
-        },
+        "defaults": fleet_defaults(300),
     }
 
 

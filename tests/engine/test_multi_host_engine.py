@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from sim.fleet import SimFleet, card_state_env
-from sim.host import CLAIMS_DIR, IMAGE, SimHost
+from sim.host import SimHost
 from tests.engine.engine import Project, container_changes, doctor_findings, health, plan_of
+from tests.support.sim_stacks import fleet_defaults
 from views.diff import diff_plans, render_diff
 
 pytestmark = pytest.mark.engine
@@ -53,14 +54,7 @@ def values(fleet: SimFleet) -> dict[str, Any]:
         "hosts": hosts,
         "services": services,
         "ssh": {"identityFile": str(fleet.identity_file), "knownHostsFile": str(fleet.known_hosts_file)},
-        "defaults": {
-            "image": IMAGE,
-            "mounts": [{"source": str(CLAIMS_DIR), "target": str(CLAIMS_DIR), "readOnly": False}],
-            "env": {"NPU_SIM_LOAD_SECONDS": "0"},
-            "startTimeoutSeconds": 300,
-            "stopGraceSeconds": 10,
-            "shmSizeMiB": 64,
-        },
+        "defaults": fleet_defaults(300),
     }
 
 

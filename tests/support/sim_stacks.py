@@ -114,6 +114,19 @@ def _api_port(taken: set[int]) -> int:
     return port
 
 
+def fleet_defaults(start_timeout_seconds: int) -> dict:
+    """The `defaults` of a stack on simulated hosts (sim/fleet.py): the npu-sim image, loading at once, the
+    simulated cards' state folder mounted, a short stop grace and a small /dev/shm."""
+    return {
+        "image": IMAGE,
+        "mounts": [{"source": str(CLAIMS_DIR), "target": str(CLAIMS_DIR), "readOnly": False}],
+        "env": {"NPU_SIM_LOAD_SECONDS": "0"},
+        "startTimeoutSeconds": start_timeout_seconds,
+        "stopGraceSeconds": 10,
+        "shmSizeMiB": 64,
+    }
+
+
 def staging_on_the_simulated_fleet(fleet: SimFleet, tmp_path: Path, connect_timeout: int = 10) -> Path:
     """The staging stack file on `fleet`'s first three simulated hosts: each host's SSH endpoint, the
     fleet's key and known_hosts, the npu-sim image, and ports of their own for every API port and the
