@@ -20,6 +20,7 @@ from ops.doctor.kube_findings import planned
 from tests.support.lws import crd_path, validator
 from tests.support.pipeline import deployment_of
 from tests.support.pulumi_harness import run_program
+from views.endpoints import endpoints
 from views.exports.kubernetes import claim_name, manifests
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "Pulumi.deepseek-r1.yaml"
@@ -87,6 +88,12 @@ def test_the_leaders_api_is_the_services_own_service_and_every_members_card_has_
     assert {claim_name(h, c) for h in ("npu-a", "npu-b") for c in range(8)} <= claims
 
 
+def test_the_groups_endpoint_is_its_services_in_cluster_name_as_the_program_exports_it():
+    values = example_values(namespace="ascend")
+    (group,) = [e for e in endpoints(deployment_of(values, "deepseek-r1")) if e.name == "deepseek-r1"]
+    assert group.endpoint == "http://deepseek-r1.ascend.svc:8000/v1" and group.host == "npu-a"
+
+
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
 def test_each_leaderworkerset_validates_against_lws_crd_and_its_pod_templates_against_kubernetes(setting):
     check = validator(crd_path())
@@ -123,6 +130,9 @@ def test_the_program_creates_each_group_as_one_leaderworkerset_after_its_members
     waits = {urns[u] for u in lws.dependencies}
     assert {f"resourceclaim-{claim_name(h, c)}" for h in ("npu-a", "npu-b") for c in range(8)} <= waits
     assert not [r for r in run.registrations if r.name.startswith("deployment-deepseek-r1")]
+    services = run.stack_outputs["services"]
+    assert services["deepseek-r1"] == {"endpoint": "http://deepseek-r1.default.svc:8000/v1", "members": ["deepseek-r1-node0", "deepseek-r1-node1"]}
+    assert services["deepseek-r1-node1"]["role"] == "follower" and services["deepseek-r1-node1"]["host"] == "npu-b"
 
 
 def test_doctor_plans_one_pod_per_member_with_its_host_and_claims():

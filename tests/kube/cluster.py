@@ -205,7 +205,7 @@ def wait_established(client: Client, crd: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + READY_SECONDS
     while True:
         stored = client.get(crd)
-        conditions = {c["type"]: c["status"] for c in stored.get("status", {}).get("conditions", ())}
+        conditions = {c["type"]: c["status"] for c in (stored.get("status") or {}).get("conditions") or ()}
         if conditions.get("Established") == "True":
             return stored
         if time.monotonic() > deadline:
