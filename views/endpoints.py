@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from allocation import names
 from records.deployment import Deployment
-from views.exports.kubernetes import router_url, worker_url
+from views.exports.kubernetes import group_url, router_url, worker_url
 from views.report import json_text, text_table
 
 FORMATS = ("table", "json")
@@ -51,7 +51,10 @@ def endpoints(deployment: Deployment) -> list[Endpoint]:
             out.append(Endpoint(service, rd.name, names.ROUTER, rd.plan.host_name, url))
         url = f"{worker_url(fleet, sd)}/v1" if kube else sd.endpoint
         out.append(Endpoint(service, sd.name, sd.plan.instance.kind, sd.plan.assignment.host_name, url))
-    out += [Endpoint(g.name, g.name, names.GROUP, g.plan.leader.host.name, g.endpoint) for g in deployment.groups]
+    out += [
+        Endpoint(g.name, g.name, names.GROUP, g.plan.leader.host.name, f"{group_url(fleet, g)}/v1" if kube else g.endpoint)
+        for g in deployment.groups
+    ]
     out += [Endpoint(d.name, d.name, names.DISAGGREGATED, d.proxy.host_name, d.endpoint) for d in deployment.disaggregated]
     return sorted(out, key=lambda e: e.service)  # stable: a router before its replicas
 

@@ -4,7 +4,8 @@
 `ascend-fleet:target`. The objects are the ones `render --format kubernetes` prints, so `pulumi up`
 and `kubectl apply` of the export create the same cluster. Grouped by what they belong to: a node
 component per host (its cards' claims, its device-share ConfigMap), a component per service or
-replica (Deployment and Service), a component per router (worker ConfigMap, Deployment, Service).
+replica (Deployment and Service), a component per multi-host service (its LeaderWorkerSet and the
+Service of its leader's API), a component per router (worker ConfigMap, Deployment, Service).
 
 Order, from dependencies only (Pulumi runs independent resources in parallel): a pod after its
 node's claims; a service on a shared card after the services before it on the card (`after`, as on
@@ -22,7 +23,8 @@ import pulumi
 
 from components.kubernetes.objects import create
 from records.deployment import Deployment, RouterDeployment, ServiceDeployment, previous_replicas
-from views.exports.kubernetes import Manifest, manifests, router_url, worker_url
+from records.group import GroupDeployment
+from views.exports.kubernetes import Manifest, group_url, manifests, router_url, worker_url
 
 
 class Group(pulumi.ComponentResource):
@@ -42,11 +44,17 @@ class Group(pulumi.ComponentResource):
     def deployment(self) -> pulumi.CustomResource:
         return self.resources["Deployment"]
 
+    @property
+    def leader_worker_set(self) -> pulumi.CustomResource:
+        return self.resources["LeaderWorkerSet"]
+
 
 @dataclass(frozen=True)
 class KubernetesFleet:
     nodes: dict[str, Group]
     services: dict[str, Group]
+    groups: dict[str, Group]
+    """Each multi-host service's LeaderWorkerSet and Service, by the service's name."""
     routers: dict[str, Group]
     endpoints: dict[str, Any]
     """The stack output `services`, as the docker target's: each instance's and router's summary."""
@@ -74,6 +82,13 @@ def _router_summary(deployment: Deployment, rd: RouterDeployment) -> dict[str, A
     return {"endpoint": f"{url}/v1", "host": rd.plan.host_name, "replicas": [ps.name for ps in rd.plan.replicas]}
 
 
+def _group(gd: GroupDeployment, owned: dict[str, list[Manifest]], nodes: dict[str, Group]) -> Group:
+    """A multi-host service's objects, after the node of each member: no member waits for another, the
+    leader's handshake waits for its followers (docs/multi-host.md)."""
+    waits = [nodes[h] for h in dict.fromkeys(md.plan.assignment.host_name for md in gd.members) if h in nodes]
+    return Group("MultiHostService", gd.name, owned[f"group/{gd.name}"], waits)
+
+
 def build(deployment: Deployment) -> KubernetesFleet:
     """Every object of the stack, grouped by owner, in dependency order."""
     owned: dict[str, list[Manifest]] = {}
@@ -81,6 +96,7 @@ def build(deployment: Deployment) -> KubernetesFleet:
         owned.setdefault(m.owner, []).append(m)
     nodes = {hd.name: Group("NpuNode", hd.name, owned[f"node/{hd.name}"]) for hd in deployment.hosts if f"node/{hd.name}" in owned}
     services = _services(deployment, owned, nodes)
+    groups = {gd.name: _group(gd, owned, nodes) for gd in deployment.groups}
     routers = {
         rd.plan.service.name: Group(
             "Router", rd.name, owned[f"router/{rd.name}"], [services[rd.replicas[0]].deployment], rd.spec.create_timeout_seconds
@@ -92,4 +108,8 @@ def build(deployment: Deployment) -> KubernetesFleet:
         sd.name: {"endpoint": worker_url(fleet, sd) + "/v1", **sd.summary()} for sd in deployment.services()
     }
     endpoints |= {rd.plan.service.name: _router_summary(deployment, rd) for rd in deployment.routers}
-    return KubernetesFleet(nodes, {sd.name: g for sd, g in services.items()}, routers, endpoints)
+    endpoints |= {
+        gd.name: {"endpoint": group_url(fleet, gd) + "/v1", "members": [md.name for md in gd.members]} for gd in deployment.groups
+    }
+    endpoints |= {md.name: md.summary() for gd in deployment.groups for md in gd.members}
+    return KubernetesFleet(nodes, {sd.name: g for sd, g in services.items()}, groups, routers, endpoints)

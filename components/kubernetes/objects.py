@@ -13,6 +13,10 @@ per kind, and Pulumi's mocks see every object (a ConfigGroup's children are made
   types.go: "The spec is immutable"), so any change replaces it, deleting the old one first (its
   name is fixed). pulumi-kubernetes 4.25 has no typed `resource.k8s.io/v1` class; its
   `apiextensions.CustomResource` takes any apiVersion and kind.
+- LeaderWorkerSet (a multi-host service): a custom resource of LWS's CRD (`apiextensions.CustomResource`),
+  updated in place: a changed template is LWS's rollout, which with `maxSurge: 0` deletes the group before the
+  new one starts; replaced, old one deleted first, when it must be (its name is fixed). pulumi-kubernetes
+  awaits no custom resource: `pulumi up` returns once the API server holds it.
 - Service, ConfigMap: updated in place.
 """
 
@@ -23,7 +27,7 @@ from typing import Mapping, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from views.exports.kubernetes import RESOURCE_API, Manifest
+from views.exports.kubernetes import LWS_API, RESOURCE_API, Manifest
 
 
 def resource_name(m: Manifest) -> str:
@@ -45,6 +49,10 @@ def create(
         assert obj["apiVersion"] == RESOURCE_API
         opts = _options(parent, depends_on, delete_before_replace=True, replace_on_changes=["spec"])
         return k8s.apiextensions.CustomResource(name, api_version=RESOURCE_API, kind=m.kind, metadata=meta, spec=obj["spec"], opts=opts)
+    if m.kind == "LeaderWorkerSet":
+        assert obj["apiVersion"] == LWS_API
+        opts = _options(parent, depends_on, delete_before_replace=True)
+        return k8s.apiextensions.CustomResource(name, api_version=LWS_API, kind=m.kind, metadata=meta, spec=obj["spec"], opts=opts)
     if m.kind == "Deployment":
         timeouts = None if timeout_seconds is None else pulumi.CustomTimeouts(create=f"{timeout_seconds}s", update=f"{timeout_seconds}s")
         opts = _options(parent, depends_on, delete_before_replace=True, custom_timeouts=timeouts)

@@ -1,8 +1,9 @@
 """`doctor`'s judgement of a Kubernetes stack: what the cluster holds against what the plan renders. Pure.
 
-The plan side is the renderer's own output (`views.exports.kubernetes.manifests`): each Deployment
-is a planned pod (its `ascend-fleet/instance` and `ascend-fleet/host` labels, the claims and the
-env of its template), each ResourceClaim a planned card. So doctor compares with the very objects
+The plan side is the renderer's own output (`views.exports.kubernetes.manifests`): each Deployment,
+and each pod template of a multi-host service's LeaderWorkerSet (one per member), is a planned pod (its
+`ascend-fleet/instance` and `ascend-fleet/host` labels, the claims and the env of its template), each
+ResourceClaim a planned card. So doctor compares with the very objects
 `render --format kubernetes` and the Pulumi components apply. Findings, in the docker target's words
 where they mean the same (docs/doctor.md):
 
@@ -30,7 +31,7 @@ from ops.doctor.drift import shown
 from ops.doctor.findings import Finding
 from ops.doctor.kube_facts import ClusterFacts, LiveClaim, LivePod
 from records.deployment import Deployment
-from views.exports.kubernetes import HOST_LABEL, RUNTIME_VISIBLE_ENV, manifests
+from views.exports.kubernetes import HOST_LABEL, INSTANCE_LABEL, RUNTIME_VISIBLE_ENV, manifests
 
 WINDOW_PREFIX = "HCCL_"
 """Every HCCL setting, windows or not (`HCCL_BUFFSIZE` too): a pod's HCCL must be configured as planned."""
@@ -39,7 +40,9 @@ WINDOW_PREFIX = "HCCL_"
 @dataclass(frozen=True)
 class PlannedPod:
     name: str
-    """The Deployment's name, its pods' `ascend-fleet/instance` label: the service, replica or router."""
+    """Its pods' `ascend-fleet/instance` label: the service, replica, router or member."""
+    owner: str
+    """What runs it, as `kubectl describe` names it: `deployment NAME` or `leaderworkerset NAME`."""
     host: str
     claims: tuple[str, ...]
     env: Mapping[str, Mapping[str, str]]
@@ -59,13 +62,21 @@ def planned(deployment: Deployment) -> tuple[list[PlannedPod], list[PlannedClaim
     for m in manifests(deployment):
         labels = m.obj["metadata"]["labels"]
         if m.kind == "Deployment":
-            spec = m.obj["spec"]["template"]["spec"]
-            refs = tuple(c["resourceClaimName"] for c in spec.get("resourceClaims", ()))
-            env = {c["name"]: {e["name"]: e["value"] for e in c.get("env", ())} for c in spec["containers"]}
-            pods.append(PlannedPod(m.name, labels[HOST_LABEL], refs, env))
+            pods.append(_planned_pod(f"deployment {m.name}", m.obj["spec"]["template"]))
+        elif m.kind == "LeaderWorkerSet":
+            lwt = m.obj["spec"]["leaderWorkerTemplate"]
+            templates = [lwt["leaderTemplate"], lwt["workerTemplate"]][: lwt["size"]]
+            pods += [_planned_pod(f"leaderworkerset {m.name}", t) for t in templates]
         elif m.kind == "ResourceClaim":
             claims.append(PlannedClaim(m.name, labels[HOST_LABEL], int(labels["ascend-fleet/card"])))
     return pods, claims
+
+
+def _planned_pod(owner: str, template: Mapping) -> PlannedPod:
+    labels, spec = template["metadata"]["labels"], template["spec"]
+    refs = tuple(c["resourceClaimName"] for c in spec.get("resourceClaims", ()))
+    env = {c["name"]: {e["name"]: e["value"] for e in c.get("env", ())} for c in spec["containers"]}
+    return PlannedPod(labels[INSTANCE_LABEL], owner, labels[HOST_LABEL], refs, env)
 
 
 def is_window(key: str) -> bool:
@@ -95,7 +106,7 @@ def _node(plan: PlannedPod, pod: LivePod, facts: ClusterFacts) -> list[Finding]:
     on = f"host {shown(host)}" if host is not None else "no planned host (the node lacks the hostname label)"
     text = (
         f"pod {shown(pod.name)} of {plan.name} runs on node {shown(pod.node)} ({on}), but the plan puts it on "
-        f"{plan.host}: its cards and windows are planned there. Delete the pod so that its Deployment recreates "
+        f"{plan.host}: its cards and windows are planned there. Delete the pod so that its {plan.owner} recreates "
         f"it on {plan.host}, and check that only {plan.host}'s node carries its hostname label value"
     )
     return [Finding("node", text, service=plan.name, container=pod.name)]
@@ -136,7 +147,7 @@ def pod_findings(plan: PlannedPod, facts: ClusterFacts, ns: str) -> list[Finding
     if not pods:
         text = (
             f"{plan.name} has no pod (label ascend-fleet/instance={plan.name} in namespace {ns}): "
-            f"`kubectl -n {ns} describe deployment {plan.name}` says why; `pulumi up` creates a missing Deployment"
+            f"`kubectl -n {ns} describe {plan.owner}` says why; `pulumi up` creates it if it is missing"
         )
         return [Finding("missing", text, service=plan.name)]
     judges = (lambda p: _status(plan, p, ns), lambda p: _node(plan, p, facts), lambda p: _claims(plan, p), lambda p: _env(plan, p))

@@ -199,6 +199,20 @@ def wait_ready(client: Client, processes: dict[str, subprocess.Popen], logs: dic
     raise ClusterFailed(f"the API server was not ready in {READY_SECONDS:.0f} s ({last}):\n{_tail(logs)}")
 
 
+def wait_established(client: Client, crd: dict[str, Any]) -> dict[str, Any]:
+    """The CRD as stored once its `Established` condition is true (generous bound): until then the API server
+    does not serve its kind."""
+    deadline = time.monotonic() + READY_SECONDS
+    while True:
+        stored = client.get(crd)
+        conditions = {c["type"]: c["status"] for c in (stored.get("status") or {}).get("conditions") or ()}
+        if conditions.get("Established") == "True":
+            return stored
+        if time.monotonic() > deadline:
+            raise ClusterFailed(f"CRD {crd['metadata']['name']} not Established in {READY_SECONDS:.0f} s: {conditions}")
+        time.sleep(0.5)
+
+
 def _tail(logs: dict[str, Path]) -> str:
     return "\n".join(f"--- {name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-40:])
                      for name, p in logs.items())  # fmt: skip

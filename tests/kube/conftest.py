@@ -17,6 +17,7 @@ import pytest
 
 from tests.kube import cluster as kube
 from tests.kube import mindcluster
+from tests.support import lws
 
 REQUIRE_ENV = "ASCEND_FLEET_REQUIRE_KUBE"
 TOOLS_ENV = "ASCEND_FLEET_K8S_TOOLS"
@@ -66,3 +67,12 @@ def publish(cluster: kube.Cluster):
             cluster.client.apply(mindcluster.resource_slice(name, cards), dry_run=False)
 
     return _publish
+
+
+@pytest.fixture(scope="session")
+def lws_crd(cluster: kube.Cluster) -> dict:
+    """LeaderWorkerSet's CRD (scripts/fetch-lws-crd.sh), installed and Established: the API server then serves
+    leaderworkerset.x-k8s.io/v1 and validates each object against the CRD's schema. No LWS controller runs."""
+    crd = lws.crd(lws.crd_path(unavailable))
+    cluster.client.apply(crd, dry_run=False)
+    return kube.wait_established(cluster.client, crd)

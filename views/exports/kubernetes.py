@@ -40,9 +40,12 @@ from allocation.errors import ConfigError
 from allocation.target import DRA_DRIVER
 from records.containers import ContainerSpec, HealthCheck, created_on_host
 from records.deployment import Deployment, HostDeployment, RouterDeployment, ServiceDeployment
+from records.group import GroupDeployment, MemberDeployment
 from records.rollout import WORKERS_MOUNT
 
 RESOURCE_API = "resource.k8s.io/v1"
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+"""LeaderWorkerSet's group and version (kubernetes-sigs/lws `api/leaderworkerset/v1/groupversion_info.go`)."""
 RUNTIME_VISIBLE_ENV = "ASCEND_VISIBLE_DEVICES"
 """Read by the Ascend Docker Runtime: the physical cards it mounts into the container."""
 INSTANCE_LABEL = "ascend-fleet/instance"
@@ -51,6 +54,8 @@ HOST_LABEL = "ascend-fleet/host"
 REPLICA_OF_LABEL = "ascend-fleet/replica-of"
 REPLICA_INDEX_LABEL = "ascend-fleet/replica-index"
 AFTER_ANNOTATION = "ascend-fleet/after"
+GROUP_LABEL = "ascend-fleet/group"
+"""On a multi-host service's LeaderWorkerSet and both its pod templates: the service's name."""
 UNACCOUNTED = "ascend-fleet/unaccounted-cards"
 DEVICE_SHARE = "ascend-fleet/device-share-cards"
 SHM = "dshm"
@@ -175,17 +180,22 @@ def _volumes(spec: ContainerSpec, workers: str | None) -> tuple[list[dict], list
     return volumes, mounts
 
 
-def container(spec: ContainerSpec, name: str, env: Mapping[str, str], claims: Iterable[str], mounts: list[dict]) -> dict:
-    """The spec's container: image, entrypoint and command, env, ports, claims, mounts and probes."""
+def container(
+    spec: ContainerSpec, name: str, env: Mapping[str, str], claims: Iterable[str], mounts: list[dict], serves: bool = True
+) -> dict:
+    """The spec's container: image, entrypoint and command, env, ports, claims, mounts and probes. One that
+    does not `serve` HTTP (a `--headless` follower, whose spec's API port is its leader's) declares no port:
+    on the host network a declared port is taken on the node (Kubernetes docs, "hostNetwork")."""
     out: dict[str, Any] = {"name": name, "image": spec.image}
     if spec.entrypoint is not None:
         out["command"] = list(spec.entrypoint)
     out["args"] = list(spec.command)
     out["env"] = [{"name": k, "value": v} for k, v in sorted(env.items())]
-    ports = [{"name": "api", "containerPort": spec.api_port, "protocol": "TCP"}]
-    if spec.metrics_port is not None:
-        ports.append({"name": "metrics", "containerPort": spec.metrics_port, "protocol": "TCP"})
-    out["ports"] = ports
+    if serves:
+        ports = [{"name": "api", "containerPort": spec.api_port, "protocol": "TCP"}]
+        if spec.metrics_port is not None:
+            ports.append({"name": "metrics", "containerPort": spec.metrics_port, "protocol": "TCP"})
+        out["ports"] = ports
     claim_refs = [{"name": c} for c in claims]
     if claim_refs:
         out["resources"] = {"claims": claim_refs}
@@ -193,8 +203,12 @@ def container(spec: ContainerSpec, name: str, env: Mapping[str, str], claims: It
     return out | probes(spec.healthcheck)
 
 
-def pod_spec(fleet: FleetConfig, host: str, spec: ContainerSpec, main: dict, volumes: list[dict], claims: Mapping[str, str]) -> dict:
-    """Pinned to the planned node and tolerating its taint; network, IPC and grace as planned."""
+def pod_spec(
+    fleet: FleetConfig, host: str, spec: ContainerSpec, main: dict, volumes: list[dict], claims: Mapping[str, str],
+    host_network: bool = False,
+) -> dict:
+    """Pinned to the planned node and tolerating its taint; network, IPC and grace as planned: the node's
+    network with `kubernetes.network: hostNetwork`, and always for `host_network` (a multi-host member)."""
     k8s = fleet.kubernetes
     out: dict[str, Any] = {
         "nodeSelector": {k8s.hostname_label: host},
@@ -204,7 +218,7 @@ def pod_spec(fleet: FleetConfig, host: str, spec: ContainerSpec, main: dict, vol
         "terminationGracePeriodSeconds": spec.stop_grace_seconds,
         "restartPolicy": "Always",
     }
-    if k8s.network == "hostNetwork":
+    if host_network or k8s.network == "hostNetwork":
         out |= {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}
     else:
         # A network namespace of its own: its windows kept out of its ephemeral ports, as under Docker
@@ -268,27 +282,116 @@ def _k8s_env(spec: ContainerSpec, cards: tuple[int, ...], dra: bool) -> dict[str
     return env
 
 
+def _model_pod(
+    fleet: FleetConfig, host: str, cards: tuple[int, ...], spec: ContainerSpec, serves: bool = True, host_network: bool = False
+) -> tuple[dict, dict[str, str]]:
+    """A model's pod on `host` holding `cards` (the claim of each, or without DRA the runtime told them),
+    and its annotations: Docker's labels, the keys `doctor` reads, and without DRA the unaccounted cards."""
+    dra = fleet.kubernetes.dra
+    annotations = dict(spec.labels)
+    if not dra:
+        annotations[UNACCOUNTED] = unaccounted_text(host, cards)
+    claims = {f"npu-{c}": claim_name(host, c) for c in cards} if dra else {}
+    volumes, mounts = _volumes(spec, None)
+    main = container(spec, "vllm", _k8s_env(spec, cards, dra), claims, mounts, serves)
+    return pod_spec(fleet, host, spec, main, volumes, claims, host_network), annotations
+
+
 def _service_manifests(fleet: FleetConfig, sd: ServiceDeployment, order: tuple[int, str | None] | None) -> list[Manifest]:
     """A service's (or replica's) Deployment and Service, its pod naming the claim of each of its cards."""
     name, host = _label_name(sd.name, "service"), sd.plan.assignment.host_name
-    cards, dra = tuple(sorted(sd.plan.assignment.cards)), fleet.kubernetes.dra
     labels = {INSTANCE_LABEL: name, HOST_LABEL: host}
-    annotations = dict(sd.spec.labels)  # Docker's labels, the keys `doctor` reads
-    if not dra:
-        annotations[UNACCOUNTED] = unaccounted_text(host, cards)
+    pod, annotations = _model_pod(fleet, host, tuple(sorted(sd.plan.assignment.cards)), sd.spec)
     if order is not None:
         index, previous = order
         labels |= {REPLICA_OF_LABEL: sd.plan.replica_of, REPLICA_INDEX_LABEL: str(index)}
         if previous is not None:
             annotations[AFTER_ANNOTATION] = previous
-    claims = {f"npu-{c}": claim_name(host, c) for c in cards} if dra else {}
-    volumes, mounts = _volumes(sd.spec, None)
-    main = container(sd.spec, "vllm", _k8s_env(sd.spec, cards, dra), claims, mounts)
-    pod = pod_spec(fleet, host, sd.spec, main, volumes, claims)
     return [
         Manifest(f"service/{name}", deployment_object(fleet, name, labels, annotations, pod)),
         Manifest(f"service/{name}", service_object(fleet, name, name, labels, sd.spec)),
     ]
+
+
+def lws_name(group: str) -> str:
+    """The LeaderWorkerSet of multi-host service `group`. Not the service's own name, which its API's Service
+    takes: LWS's controller creates a headless Service named after the LeaderWorkerSet (kubernetes-sigs/lws
+    v0.9.0 `pkg/controllers/leaderworkerset_controller.go` `reconcileHeadlessServices`)."""
+    return f"{group}-lws"
+
+
+LWS_NAME_MAX = 50
+"""LWS names the leaders' StatefulSet after the LeaderWorkerSet (v0.9.0 `pkg/controllers/leaderworkerset_controller.go`)
+and the workers' after the leader pod, `<name>-0` (`pkg/controllers/pod_controller.go`); a StatefulSet labels its pods
+`controller-revision-hash: <statefulset>-<hash>`, the hash a uint32 of up to 10 digits (kubernetes v1.37.2
+`pkg/controller/history/controller_history.go` `ControllerRevisionName`, `HashControllerRevision`), a label value
+of at most 63 characters: so at most 50."""
+
+
+def _member_template(fleet: FleetConfig, md: MemberDeployment) -> dict:
+    """One member's pod template: its host, its cards' claims, its container with the plan's flags and env,
+    on the node's network as the docker target runs a member (every port a rank binds is a planned host
+    port, outside the ephemeral range, docs/multi-host.md). Its pods carry the member's name as their
+    instance label, which `doctor` looks them up by."""
+    host = md.plan.assignment.host_name
+    labels = {INSTANCE_LABEL: _label_name(md.name, "member"), HOST_LABEL: host, GROUP_LABEL: md.group.name}
+    cards = tuple(sorted(md.plan.assignment.cards))
+    pod, annotations = _model_pod(fleet, host, cards, md.spec, serves=md.plan.member.leader, host_network=True)
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod}
+
+
+def _group_manifests(fleet: FleetConfig, gd: GroupDeployment) -> list[Manifest]:
+    """A multi-host service as one LeaderWorkerSet of one group (kubernetes-sigs/lws v0.9.0
+    `api/leaderworkerset/v1/leaderworkerset_types.go`) and the Service of its leader's API:
+
+    - `size`: its members; `leaderTemplate` member 0's pod (the API, the DP RPC port), `workerTemplate`
+      member 1's (`--headless --data-parallel-start-rank`), each pinned to its own host. One worker template
+      is every worker's, so a group of more members is refused (`refuse_groups`). With one member the worker
+      template is the leader's, unused: LWS runs no worker for `size: 1`.
+    - `--data-parallel-address` is the plan's, as on the docker target: the leader binds it, so it must be an
+      address of the leader's own host, and it is the address `HCCL_IF_IP` names on the planned NIC. LWS's
+      `LWS_LEADER_ADDRESS` is a DNS name (`<lws>-0.<subdomain>.<namespace>`, v0.9.0 `pkg/utils/pod/pod_utils.go`
+      `AddLWSVariables`), and on the host network a pod's `status.podIP` is the node's address, which need not
+      be the NIC's; the leader's node is fixed by its `nodeSelector`, so its NIC address is known at plan time.
+    - `restartPolicy: RecreateGroupOnPodRestart`: "recreate all the pods in the group if any individual pod
+      in the group is recreated" or any container restarts, so the group restarts as one, as the docker target
+      re-creates every member (vLLM's leader takes no follower back, docs/multi-host.md).
+    - `startupPolicy: LeaderCreated`: the workers start as soon as the leader pod exists. `LeaderReady` would
+      wait forever: the leader is ready only once its followers' engines have joined its handshake.
+    - `rolloutStrategy`: one group, `maxSurge: 0`, so a changed template deletes the group before the new one
+      starts and no card is needed twice (as a Deployment's `Recreate`)."""
+    name = lws_name(gd.name)
+    if len(name) > LWS_NAME_MAX:
+        raise ConfigError(
+            f"service {gd.name} is {len(gd.name)} characters long; on Kubernetes it is the LeaderWorkerSet {name}, "
+            f"whose StatefulSets' revision labels allow at most {LWS_NAME_MAX}: shorten the service's name"
+        )
+    templates = [_member_template(fleet, md) for md in gd.members]
+    leader = gd.members[0]
+    lws = {
+        "apiVersion": LWS_API,
+        "kind": "LeaderWorkerSet",
+        "metadata": _metadata(name, fleet, {GROUP_LABEL: gd.name}),
+        "spec": {
+            "replicas": 1,
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+            "leaderWorkerTemplate": {
+                "size": len(templates),
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": templates[0],
+                "workerTemplate": templates[-1],
+            },
+        },
+    }
+    labels = {INSTANCE_LABEL: leader.name, HOST_LABEL: leader.plan.assignment.host_name, GROUP_LABEL: gd.name}
+    service = service_object(fleet, _label_name(gd.name, "service"), leader.name, labels, leader.spec)
+    return [Manifest(f"group/{gd.name}", lws), Manifest(f"group/{gd.name}", service)]
+
+
+def group_url(fleet: FleetConfig, gd: GroupDeployment) -> str:
+    """A multi-host service's URL in the cluster: the Service of its leader's API (`_group_manifests`)."""
+    return f"http://{gd.name}.{fleet.kubernetes.namespace}.svc:{gd.plan.leader.assignment.api_port}"
 
 
 def worker_url(fleet: FleetConfig, replica: ServiceDeployment) -> str:
@@ -348,25 +451,31 @@ def _replica_order(deployment: Deployment) -> dict[ServiceDeployment, tuple[int,
     }
 
 
+MAX_GROUP_MEMBERS = 2
+"""A LeaderWorkerSet has one worker template for all its workers, and each follower has its own host, cards,
+windows and NIC address: one template pins one follower (`_group_manifests`)."""
+
+
 def refuse_groups(deployment: Deployment) -> Deployment:
-    """The deployment, unless it holds a multi-host service: such a service is one instance whose
-    members start, serve and stop together, which Kubernetes describes as one LeaderWorkerSet
-    (kubernetes-sigs/lws `api/leaderworkerset/v1/leaderworkerset_types.go`: a group of `size` pods,
-    a leader template and a worker template), and this version renders none. Rendering its members as
-    Deployments of their own would let the cluster restart one of them alone, which its leader does not
-    take back (docs/multi-host.md), and leaving it out would deploy half the stack: so every Kubernetes
-    path (`render --format kubernetes`, the Kubernetes target, `doctor`) stops here, before any object
-    is written or applied."""
-    groups = deployment.plan.groups
-    if groups:
-        members = "; ".join(f"{g.name} over {', '.join(mp.host.name for mp in g.members)}" for g in groups)
+    """The deployment, unless it holds a multi-host service of more than two members. Such a service is one
+    LeaderWorkerSet (kubernetes-sigs/lws v0.9.0 `api/leaderworkerset/v1/leaderworkerset_types.go`: a leader
+    template and one worker template for every worker), and its followers cannot share a template: each is
+    pinned to its own host (a `nodeSelector` in the template) and names its own cards' claims, and its HCCL
+    windows and NIC address are its host's. Rendering them as Deployments of their own would let the cluster
+    restart one alone, which its leader does not take back (docs/multi-host.md), and leaving it out would
+    deploy half the stack: so every Kubernetes path (`render --format kubernetes`, the Kubernetes target,
+    `doctor`) stops here, before any object is written or applied."""
+    wide = [g for g in deployment.plan.groups if len(g.members) > MAX_GROUP_MEMBERS]
+    if wide:
+        members = "; ".join(f"{g.name} over {', '.join(mp.host.name for mp in g.members)}" for g in wide)
         raise ConfigError(
-            f"stack {deployment.stack}: the Kubernetes target does not deploy a service over several hosts: "
+            f"stack {deployment.stack}: the Kubernetes target deploys a service over at most {MAX_GROUP_MEMBERS} hosts: "
             f"{members} (dataParallel). Such a service is one LeaderWorkerSet (kubernetes-sigs/lws, "
-            "api/leaderworkerset/v1), which this version does not render, and its members as Deployments of "
-            "their own would restart one at a time, which vLLM's leader does not take back; nothing was written "
-            "or applied. Deploy the stack with the docker target (ascend-fleet:target: docker), or remove "
-            "dataParallel (or the service) to deploy the rest on Kubernetes; see docs/kubernetes.md."
+            "api/leaderworkerset/v1), whose one worker template cannot pin each follower to its own host, cards and "
+            "windows, and its members as Deployments of their own would restart one at a time, which vLLM's leader "
+            "does not take back; nothing was written or applied. Deploy the stack with the docker target "
+            "(ascend-fleet:target: docker), or give the service at most two hosts (dataParallel.size at most twice "
+            "perHost); see docs/kubernetes.md."
         )
     return deployment
 
@@ -391,8 +500,9 @@ def refuse_disaggregated(deployment: Deployment) -> Deployment:
 
 def manifests(deployment: Deployment) -> tuple[Manifest, ...]:
     """Every object of the stack, in the order to apply them: per host in use, its device-share
-    ConfigMap, its cards' claims, its services; then the routers. A multi-host or a disaggregated service
-    stops it (`refuse_groups`, `refuse_disaggregated`)."""
+    ConfigMap, its cards' claims (its members' too), its services; then each multi-host service's
+    LeaderWorkerSet and Service; then the routers. A multi-host service of more than two members or a
+    disaggregated service stops it (`refuse_groups`, `refuse_disaggregated`)."""
     fleet = refuse_disaggregated(refuse_groups(deployment)).plan.fleet
     order = _replica_order(deployment)
     out: list[Manifest] = []
@@ -400,10 +510,12 @@ def manifests(deployment: Deployment) -> tuple[Manifest, ...]:
         share = _device_share(fleet, hd)
         out += [share] if share is not None else []
         if fleet.kubernetes.dra:
-            cards = sorted({c for sd in hd.services for c in sd.plan.assignment.cards})
+            cards = sorted({c for model in (*hd.services, *hd.members) for c in model.plan.assignment.cards})
             out += [Manifest(f"node/{hd.name}", resource_claim(fleet, hd.name, c)) for c in cards]
         for sd in hd.services:
             out += _service_manifests(fleet, sd, order.get(sd))
+    for gd in deployment.groups:
+        out += _group_manifests(fleet, gd)
     for rd in deployment.routers:
         out += _router_manifests(fleet, rd)
     return tuple(out)
