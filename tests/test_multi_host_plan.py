@@ -91,12 +91,6 @@ def test_plan_keys_stay_without_a_multi_host_service():
     assert "groups" not in plan_json(plain) and "members" not in plan_json(plain)["hosts"][0]
 
 
-def test_render_as_kubernetes_refuses_before_writing_anything(cli, tmp_path):
-    result = cli("render", "--config", EXAMPLE, "--format", "kubernetes", "--output", str(tmp_path / "out"))
-    assert result.returncode == 1 and "the Kubernetes target does not deploy a service over several hosts" in result.stderr
-    assert not (tmp_path / "out").exists()
-
-
 def two_hosts(*extra_hosts, **dp_service):
     hosts = [host("a", address="10.0.0.1"), host("b", address="10.0.0.2"), *extra_hosts]
     return {"hosts": hosts, "services": [service("ds", 4, 0.9, dataParallel=DP) | dp_service]}
