@@ -86,12 +86,17 @@ def planned_group(sim: SimHost, fleet: SimFleet, tmp_path: Path, size: int, host
             "dataParallel": {"size": size, "perHost": 1, "memberPins": pins},
         }],
     }  # fmt: skip
-    config = tmp_path / "Pulumi.dp-on-sim.yaml"
+    [group] = plan_json(tmp_path / "Pulumi.dp-on-sim.yaml", values)["groups"]
+    return Group(group, {e.name: e for e in endpoints}, model)
+
+
+def plan_json(config: Path, values: dict) -> dict:
+    """`python -m allocation plan --format json` of the stack file `config`, written with the
+    `ascend-fleet:` `values`."""
     config.write_text(json.dumps({"config": {f"ascend-fleet:{k}": v for k, v in values.items()}}))  # JSON is YAML
     planned = allocation("plan", "--config", str(config), "--format", "json")
     assert planned.returncode == 0, planned.stderr
-    [group] = json.loads(planned.stdout)["groups"]
-    return Group(group, {e.name: e for e in endpoints}, model)
+    return json.loads(planned.stdout)
 
 
 def window_env(entry: dict) -> dict[str, str]:

@@ -23,8 +23,7 @@ from sim.containers import mounts
 from sim.host import SimHost
 from sim.pd_proxy_image import PD_IMAGE, PROXY_SCRIPT, build_pd_image
 from tests.support.rolling import LOCAL_DOCKER
-from tests.support.sim_groups import free_port_outside_ephemeral, port_free, window_env
-from tests.support.sim_stacks import allocation
+from tests.support.sim_groups import free_port_outside_ephemeral, plan_json, port_free, window_env
 
 SERVICE = "qwen-pd"
 SERVED = "qwen3-32b"
@@ -87,11 +86,7 @@ def planned_pd(sim: SimHost, tmp_path: Path) -> PdService:
             },
         }],
     }  # fmt: skip
-    config = tmp_path / "Pulumi.pd-on-sim.yaml"
-    config.write_text(json.dumps({"config": {f"ascend-fleet:{k}": v for k, v in values.items()}}))  # JSON is YAML
-    planned = allocation("plan", "--config", str(config), "--format", "json")
-    assert planned.returncode == 0, planned.stderr
-    [service] = json.loads(planned.stdout)["disaggregated"]
+    [service] = plan_json(tmp_path / "Pulumi.pd-on-sim.yaml", values)["disaggregated"]
     hccn_conf = tmp_path / "hccn.conf"
     hccn_conf.write_text("address_0=192.168.100.100\nnetmask_0=255.255.255.0\n")  # hccn_tool's keys
     return PdService(service, sim.address, model, hccn_conf)
