@@ -122,22 +122,34 @@ def _launcher(dist: importlib.metadata.Distribution, name: str) -> str:
     )
 
 
-def _layout() -> dict[Path, Path]:
-    """Every file of the image beyond the base: path in the image -> file here."""
+def python_layout() -> dict[Path, Path]:
+    """The CPython the project's venv runs, as an image carries it: path in the image -> file here
+    (its interpreter, `libpython` and standard library, at the same paths: the binary finds `libpython`
+    by RUNPATH)."""
     interpreter = Path(sys.executable).resolve()  # a venv's python is a symlink to its base interpreter
     if not interpreter.is_relative_to(PYTHON_PREFIX):
-        raise RuntimeError(f"the router stand-in copies the interpreter under {PYTHON_PREFIX}, not {interpreter}")
-    site_packages = STDLIB / "site-packages"
+        raise RuntimeError(f"the stand-in images copy the interpreter under {PYTHON_PREFIX}, not {interpreter}")
     files = {interpreter: interpreter, PYTHON_PREFIX / "lib" / LIBRARY: PYTHON_PREFIX / "lib" / LIBRARY}
-    files |= {path: path for path in _stdlib_files()}
-    files |= {site_packages / relative: path for path, relative in _site_packages_files()}
+    return files | {path: path for path in _stdlib_files()}
+
+
+def with_shared_libraries(files: dict[Path, Path]) -> dict[Path, Path]:
+    """`files` and the system libraries its binaries (the interpreter, every extension module) load."""
+    interpreter = Path(sys.executable).resolve()
     binaries = [here for here in files.values() if here.suffix == ".so" or ".so." in here.name or here == interpreter]
-    files |= {lib: lib.resolve() for lib in _shared_libraries(binaries)}
-    return files
+    return files | {lib: lib.resolve() for lib in _shared_libraries(binaries)}
 
 
-def _content_hash(base_id: str, layout: dict[Path, Path], launcher: str) -> str:
-    digest = hashlib.sha256(base_id.encode() + b"\0" + launcher.encode())
+def _layout() -> dict[Path, Path]:
+    """Every file of the image beyond the base: path in the image -> file here."""
+    site_packages = STDLIB / "site-packages"
+    files = python_layout() | {site_packages / relative: path for path, relative in _site_packages_files()}
+    return with_shared_libraries(files)
+
+
+def content_hash(base_id: str, layout: dict[Path, Path], text: str) -> str:
+    """A 16-hex digest of an image built on `base_id` from `layout` and `text` (what else it writes)."""
+    digest = hashlib.sha256(base_id.encode() + b"\0" + text.encode())
     for target in sorted(layout):
         digest.update(str(target).encode() + b"\0")
         with layout[target].open("rb") as f:
@@ -149,40 +161,60 @@ def build_router_image(docker: list[str], base_image: str) -> str:
     """Make `records.router.image_tag(base_image)` on the daemon `docker` (the CLI argv that reaches
     it) unless the image with the same content is there; its tag."""
     tag = image_tag(base_image)
-    base_id = _inspect(docker, "{{.Id}}", base_image)
+    base_id = inspect(docker, "{{.Id}}", base_image)
     if base_id is None:
         raise RuntimeError(f"the router stand-in needs the service image {base_image} on the simulated host")
     layout = _layout()
     launcher = _launcher(importlib.metadata.distribution(ROUTER_DISTRIBUTION), "vllm-router")
-    want = _content_hash(base_id, layout, launcher)
-    if _inspect(docker, f'{{{{ index .Config.Labels "{HASH_LABEL}" }}}}', tag) == want:
+    want = content_hash(base_id, layout, launcher)
+    if inspect(docker, f'{{{{ index .Config.Labels "{HASH_LABEL}" }}}}', tag) == want:
         return tag
+    launcher_path = Path("usr/local/bin/vllm-router")
+    build_on_base(
+        docker, base_image, tag, f"{HASH_LABEL}={want}", layout, {launcher_path: launcher},
+        "# Stands in for records.router.dockerfile(base): the same base, vllm-router copied instead of pip-installed.",
+    )  # fmt: skip
+    return tag
+
+
+def build_on_base(
+    docker: list[str],
+    base_image: str,
+    tag: str,
+    label: str,
+    layout: dict[Path, Path],
+    scripts: dict[Path, str],
+    comment: str,
+) -> None:
+    """Build `tag` on the daemon `docker`: `FROM base_image`, the files of `layout` (path in the image ->
+    file here), the executable `scripts` (path in the image, relative to /, -> text) and `python3` on
+    PATH for the interpreter of `python_layout`, labelled `label`."""
     interpreter = next(t for t in layout if t.parent == PYTHON_PREFIX / "bin")
-    with tempfile.TemporaryDirectory(prefix="router-sim-build-") as context:
+    with tempfile.TemporaryDirectory(prefix="sim-python-image-") as context:
         rootfs = Path(context) / "rootfs"
         for target, source in layout.items():
             copy = rootfs / target.relative_to("/")
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, copy)
-        launcher_path = rootfs / "usr/local/bin/vllm-router"
-        launcher_path.parent.mkdir(parents=True, exist_ok=True)
-        launcher_path.write_text(launcher)
-        launcher_path.chmod(0o755)
+        for relative, text in scripts.items():
+            script = rootfs / relative
+            script.parent.mkdir(parents=True, exist_ok=True)
+            script.write_text(text)
+            script.chmod(0o755)
         (Path(context) / "Dockerfile").write_text(
-            "# Stands in for records.router.dockerfile(base): the same base, vllm-router copied instead of pip-installed.\n"
+            f"{comment}\n"
             f"FROM {base_image}\n"
             "COPY rootfs/ /\n"
             f'RUN ["/bin/busybox", "ln", "-sf", "{interpreter}", "/usr/local/bin/python3"]\n'
         )
         proc = subprocess.run(
-            [*docker, "build", "-q", "-t", tag, "--label", f"{HASH_LABEL}={want}", context],
+            [*docker, "build", "-q", "-t", tag, "--label", label, context],
             capture_output=True, text=True, timeout=900, env={**os.environ, "DOCKER_BUILDKIT": "0"},
         )  # fmt: skip
     if proc.returncode != 0:
-        raise RuntimeError(f"building the router stand-in {tag} failed:\n{proc.stdout}\n{proc.stderr}")
-    return tag
+        raise RuntimeError(f"building the stand-in image {tag} failed:\n{proc.stdout}\n{proc.stderr}")
 
 
-def _inspect(docker: list[str], fmt: str, image: str) -> str | None:
+def inspect(docker: list[str], fmt: str, image: str) -> str | None:
     proc = subprocess.run([*docker, "image", "inspect", "-f", fmt, image], capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else None

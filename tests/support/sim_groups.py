@@ -33,14 +33,15 @@ def free_port_outside_ephemeral(start: int, taken: set[int]) -> int:
     """The first port from `start` that no socket holds on any address here and is not `taken` (then
     it is): a member's pinned windows must lie outside the ephemeral range, where `free_port` picks."""
     port = start
-    while port in taken or not _free(port):
+    while port in taken or not port_free(port):
         port += 1
     assert port < EPHEMERAL[0], f"no free port from {start} below the ephemeral range"
     taken.add(port)
     return port
 
 
-def _free(port: int) -> bool:
+def port_free(port: int) -> bool:
+    """Whether a socket could bind `port` on every address here."""
     with socket.socket() as s:
         try:
             s.bind(("0.0.0.0", port))
@@ -85,18 +86,28 @@ def planned_group(sim: SimHost, fleet: SimFleet, tmp_path: Path, size: int, host
             "dataParallel": {"size": size, "perHost": 1, "memberPins": pins},
         }],
     }  # fmt: skip
-    config = tmp_path / "Pulumi.dp-on-sim.yaml"
+    [group] = plan_json(tmp_path / "Pulumi.dp-on-sim.yaml", values)["groups"]
+    return Group(group, {e.name: e for e in endpoints}, model)
+
+
+def plan_json(config: Path, values: dict) -> dict:
+    """`python -m allocation plan --format json` of the stack file `config`, written with the
+    `ascend-fleet:` `values`."""
     config.write_text(json.dumps({"config": {f"ascend-fleet:{k}": v for k, v in values.items()}}))  # JSON is YAML
     planned = allocation("plan", "--config", str(config), "--format", "json")
     assert planned.returncode == 0, planned.stderr
-    [group] = json.loads(planned.stdout)["groups"]
-    return Group(group, {e.name: e for e in endpoints}, model)
+    return json.loads(planned.stdout)
+
+
+def window_env(entry: dict) -> dict[str, str]:
+    """The windows of a plan JSON entry (a member, an instance) as the variables a single-host service
+    carries them in."""
+    return {k.env: k.text(_window(entry[k.key])) for k in map(BY_KEY.get, entry) if k and k.env and entry[k.key]}
 
 
 def member_env(member: dict) -> dict[str, str]:
     """The member's env and its HCCL windows, as a single-host service carries them."""
-    windows = {k.env: k.text(_window(member[k.key])) for k in map(BY_KEY.get, member) if k and k.env and member[k.key]}
-    return {**windows, **member["env"]}
+    return {**window_env(member), **member["env"]}
 
 
 def _window(value: int | list[int]) -> tuple[int, int]:
