@@ -12,8 +12,8 @@ host names as its service image, the same way:
 - the distributions the example imports, pinned in sim/pd-proxy/requirements.txt and installed here with
   pip into a scratch folder (`--target`, never the venv), then copied into the image's site-packages;
 - the example itself at its path in vllm-ascend's image, read from the vllm-ascend repository at tag
-  v0.20.2rc1: from a clone named by `VLLM_ASCEND_REPO` (its git folder or work tree), else from GitHub, and
-  checked against its SHA-256. This repository does not carry vllm-ascend's source.
+  v0.20.2rc1: from a clone named by `VLLM_ASCEND_REPO` (its git folder or work tree), else from
+  vllm-ascend's sdist on PyPI (which carries `examples/`), and checked against its SHA-256. This repository does not carry vllm-ascend's source.
 
 It is cached by a content hash (label `ascend-fleet.npu-sim-pd.hash`) of the base image id, the copied
 interpreter, the requirements and the example, like the router stand-in.
@@ -25,6 +25,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import urllib.request
 from pathlib import Path
@@ -42,28 +43,35 @@ EXAMPLE_SHA256 = "46aeefb027b684681b945911c29ccb3d71a3bd7e396ed6c0d9c3e91838457e
 PROXY_SCRIPT = Path("/vllm-workspace/vllm-ascend") / EXAMPLE
 """Where vllm-ascend's image carries the example (Dockerfile: `COPY . /vllm-workspace/vllm-ascend/`)."""
 REPO_ENV = "VLLM_ASCEND_REPO"
-EXAMPLE_URL = f"https://raw.githubusercontent.com/vllm-project/vllm-ascend/{VLLM_ASCEND_TAG}/{EXAMPLE}"
+SDIST_URL = (
+    "https://files.pythonhosted.org/packages/89/52/e7e191b5d37fade131f1dad44cd31f6d5371df9e190f4666f825cc9ed131/"
+    "vllm_ascend-0.20.2rc1.tar.gz"
+)
+SDIST_SHA256 = "8ebd5c5b2ef5009baae1c5ddee390a0fe2821ef31aa33312a0b491f5b5185797"
+"""PyPI's digest of vllm-ascend's 0.20.2rc1 sdist (https://pypi.org/simple/vllm-ascend/)."""
+SDIST_MAX_BYTES = 64 << 20
+SDIST_CACHE = Path.home() / ".cache" / "ascend-fleet" / "vllm_ascend-0.20.2rc1.tar.gz"
 REQUIREMENTS = SIM_DIR / "pd-proxy" / "requirements.txt"
 
 
 def example_source() -> str:
-    """The example's text at `VLLM_ASCEND_TAG`, from `VLLM_ASCEND_REPO` or GitHub; one paragraph when
-    neither gives it or what they give is not that file."""
+    """The example's text at `VLLM_ASCEND_TAG`, from `VLLM_ASCEND_REPO` or vllm-ascend's sdist on PyPI (which
+    carries `examples/`); one paragraph when neither gives it or what they give is not that file."""
     repo = os.environ.get(REPO_ENV)
-    where = f"{REPO_ENV}={repo}" if repo else EXAMPLE_URL
+    where = f"{REPO_ENV}={repo}" if repo else SDIST_URL
     try:
         if repo:
             git = ["git", "--git-dir", str(Path(repo) / ".git")] if (Path(repo) / ".git").exists() else ["git", "--git-dir", repo]
             data = subprocess.run([*git, "show", f"{VLLM_ASCEND_TAG}:{EXAMPLE}"], capture_output=True, check=True).stdout
         else:
-            with urllib.request.urlopen(EXAMPLE_URL, timeout=30) as response:
-                data = response.read()
-    except (OSError, subprocess.CalledProcessError) as err:
+            data = _from_sdist()
+    except (OSError, subprocess.CalledProcessError, tarfile.TarError, KeyError) as err:
         detail = err.stderr.decode().strip() if isinstance(err, subprocess.CalledProcessError) else str(err)
         raise RuntimeError(
             f"the simulated disaggregated service runs vllm-ascend's own proxy example ({EXAMPLE} at "
             f"{VLLM_ASCEND_TAG}), and it could not be read from {where}: {detail}. Set {REPO_ENV} to a clone of "
-            "https://github.com/vllm-project/vllm-ascend (its .git folder or work tree) that has the tag."
+            "https://github.com/vllm-project/vllm-ascend (its .git folder or work tree) that has the tag, or let "
+            "this machine reach files.pythonhosted.org."
         ) from None
     if hashlib.sha256(data).hexdigest() != EXAMPLE_SHA256:
         raise RuntimeError(
@@ -71,6 +79,25 @@ def example_source() -> str:
             f"{hashlib.sha256(data).hexdigest()}, not {EXAMPLE_SHA256})."
         )
     return data.decode()
+
+
+def _from_sdist() -> bytes:
+    """The example from vllm-ascend's sdist of `VLLM_ASCEND_TAG` (PyPI's files, which this machine and CI
+    reach; GitHub they may not), downloaded once into `SDIST_CACHE` and checked against PyPI's SHA-256."""
+    if not SDIST_CACHE.exists() or hashlib.sha256(SDIST_CACHE.read_bytes()).hexdigest() != SDIST_SHA256:
+        SDIST_CACHE.parent.mkdir(parents=True, exist_ok=True)
+        with urllib.request.urlopen(SDIST_URL, timeout=120) as response:
+            data = response.read(SDIST_MAX_BYTES + 1)
+        if len(data) > SDIST_MAX_BYTES or hashlib.sha256(data).hexdigest() != SDIST_SHA256:
+            raise OSError(f"{SDIST_URL} is not vllm-ascend's sdist of {VLLM_ASCEND_TAG} (SHA-256 {SDIST_SHA256})")
+        partial = SDIST_CACHE.with_suffix(".partial")
+        partial.write_bytes(data)
+        partial.replace(SDIST_CACHE)
+    with tarfile.open(SDIST_CACHE, "r:gz") as sdist:
+        member = sdist.extractfile(f"vllm_ascend-{VLLM_ASCEND_TAG.removeprefix('v')}/{EXAMPLE}")
+        if member is None:
+            raise KeyError(f"{EXAMPLE} is not a file in the sdist")
+        return member.read()
 
 
 def _installed(target: Path) -> dict[Path, Path]:
