@@ -2,7 +2,7 @@
 
 The device nodes ``/dev/davinci0..7``, ``/dev/davinci_manager``, ``/dev/devmm_svm``,
 ``/dev/hisi_hdc`` (harmless copies of /dev/null, 1:3), ``/usr/local/Ascend/driver``
-(version.info, lib64/), ``/usr/local/dcmi``, ``/etc/ascend_install.info``, the fake
+(version.info, lib64/), ``/usr/local/dcmi``, ``/etc/ascend_install.info``, ``/etc/hccn.conf``, the fake
 ``/usr/local/bin/npu-smi`` (sim/npu-smi), the NPU state folder ``/var/lib/npu-sim``
 (sim/npu_state.py), ``/srv/models`` and the start gate's lock folder.
 
@@ -28,6 +28,9 @@ CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 DRIVER_DIR = Path("/usr/local/Ascend/driver")
 DCMI_DIR = Path("/usr/local/dcmi")
 INSTALL_INFO = Path("/etc/ascend_install.info")
+HCCN_CONF = Path("/etc/hccn.conf")
+"""The NPUs' network settings `hccn_tool` writes, which every prefill and decode instance mounts read-only
+(records.containers; vllm-ascend issue 7711) and the host check asks for."""
 NPU_SMI = Path("/usr/local/bin/npu-smi")
 CLAIMS_DIR = Path("/var/lib/npu-sim")
 DEVICE_SHARE_DIR = CLAIMS_DIR / "device-share"
@@ -130,6 +133,7 @@ def lay_out(files: HostFiles) -> None:
     files.ensure_dir(UNHEALTHY_FILE.parent)
     files.ensure_file(DCMI_DIR / "README.npu-sim", "placeholder for dcmi\n")
     files.ensure_file(INSTALL_INFO, ASCEND_INSTALL_INFO)
+    files.ensure_file(HCCN_CONF, "".join(f"address_{c}=192.168.100.{101 + c}\nnetmask_{c}=255.255.255.0\n" for c in range(CARDS)))
     files.ensure_file(NPU_SMI, NPU_SMI_SOURCE.read_text(), 0o755, replace_if=NPU_SMI_MARKER)
     files.ensure_dir(CLAIMS_DIR)
     files.ensure_dir(DEVICE_SHARE_DIR)
