@@ -14,6 +14,7 @@ passphrase secrets provider and no plugin downloads: the plugins are the ones on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -388,6 +389,28 @@ def doctor_findings(project: Project) -> list[dict[str, Any]]:
     )  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr
     return [finding for host in json.loads(proc.stdout)["hosts"] for finding in host["findings"]]
+
+
+@contextlib.contextmanager
+def destroyed_after(project: Project, host: SimHost) -> Iterator[Project]:
+    """The project, its stack destroyed and the simulated host reset when the block ends."""
+    try:
+        yield project
+    finally:
+        project.cli("destroy", "--stack", project.stack, "--yes", check=False)
+        host.reset()
+
+
+def assert_preview_changes_no_container(project: Project) -> None:
+    """A `preview` of the stack as it stands creates, deletes, replaces and updates no container."""
+    changes = container_changes(project.preview_json())
+    assert (changes.created, changes.deleted, changes.replaced, changes.updated) == (frozenset(),) * 4, changes
+
+
+def assert_doctor_clean(project: Project) -> None:
+    """`doctor` on the stack finds nothing; each finding shown when it does."""
+    findings = doctor_findings(project)
+    assert findings == [], "\n".join(f"{f['kind']} ({f.get('service')}): {f['message']}" for f in findings)
 
 
 def plan_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[set[str], set[str], set[str], set[str]]:

@@ -19,7 +19,9 @@ import pytest
 
 from sim.fleet import SimFleet, card_state_env
 from sim.host import SimHost
-from tests.engine.engine import Project, container_changes, doctor_findings, health, plan_of
+from tests.engine.engine import (
+    Project, assert_doctor_clean, assert_preview_changes_no_container, container_changes, destroyed_after, health, plan_of,
+)
 from tests.support.sim_stacks import fleet_defaults
 from views.diff import diff_plans, render_diff
 
@@ -68,12 +70,8 @@ def fleet(engine_host: SimHost, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def project(fleet: SimFleet, engine_host: SimHost, engine_env, tmp_path_factory: pytest.TempPathFactory):
-    project = Project.create(tmp_path_factory.mktemp("dp"), STACK, values(fleet), engine_env)
-    try:
+    with destroyed_after(Project.create(tmp_path_factory.mktemp("dp"), STACK, values(fleet), engine_env), engine_host) as project:
         yield project
-    finally:
-        project.cli("destroy", "--stack", STACK, "--yes", check=False)
-        engine_host.reset()
 
 
 def containers(host: SimHost) -> dict[str, str]:
@@ -106,13 +104,11 @@ def test_up_starts_the_group_on_both_hosts_networks_beside_the_single_host_servi
 
 
 def test_a_second_preview_changes_nothing(project):
-    changes = container_changes(project.preview_json())
-    assert (changes.created, changes.deleted, changes.replaced, changes.updated) == (frozenset(),) * 4
+    assert_preview_changes_no_container(project)
 
 
 def test_doctor_finds_nothing(project):
-    findings = doctor_findings(project)
-    assert findings == [], "\n".join(f"{f['kind']} ({f.get('service')}): {f['message']}" for f in findings)
+    assert_doctor_clean(project)
 
 
 def test_after_a_power_cut_dockerd_brings_the_group_back_whole_and_doctor_and_preview_find_nothing(project, engine_host):
