@@ -49,7 +49,8 @@ def test_the_host_check_over_ssh_refuses_a_32_gb_a3_board_declared_64_and_accept
 
 def _member_check(sim_host: SimHost, nic: dict) -> subprocess.CompletedProcess:
     """The host check of a host running the one member of a data-parallel service, over SSH on the simulated host."""
-    stack = fleet([host("npu-a", address=sim_host.address, nic=nic)], [service("ds", 2, 0.9, dataParallel={"size": 2, "perHost": 2})])
+    member = service("ds", 2, 0.9, dataParallel={"size": 2, "perHost": 2}, model=str(sim_host.make_model("ds")))
+    stack = fleet([host("npu-a", address=sim_host.address, nic=nic)], [member])
     return sim_host.run(deployment_of(stack).hosts[0].check_script, check=False, timeout=120)
 
 
