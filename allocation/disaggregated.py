@@ -39,6 +39,12 @@ class RoleInstance(Instance):
         return self.parent.name
 
     @property
+    def shard_key(self) -> str:
+        """Every instance of both roles goes to one shard: the proxy, which that shard's stack creates after
+        them, names each of them."""
+        return self.parent.name
+
+    @property
     def served_model_name(self) -> str:
         """Every instance answers to the service's model name: the proxy passes requests on unchanged."""
         return self.parent.served_model_name or self.parent.original_name

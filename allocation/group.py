@@ -109,6 +109,11 @@ class Member:
         """No replicas: a member's siblings are its group's other members, placed together."""
         return None
 
+    @property
+    def shard_key(self) -> None:
+        """Its group is placed in one shard as a whole (`allocation.placement`, the hosts' kind)."""
+        return None
+
     def pinned(self, kind: WindowKind, size: int) -> PortWindow | None:
         return self.pins.pinned(kind, size) if kind in MEMBER_KINDS else None
 

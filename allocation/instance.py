@@ -117,6 +117,11 @@ class Instance:
         """A replica's service, whose replicas keep apart; None for a service of its own."""
         return self.service.name if self.index else None
 
+    @property
+    def shard_key(self) -> str | None:
+        """Its replicas go to one shard, with their router."""
+        return self.group
+
 
 def instances(service: Service, defaults: ContainerSettings) -> list[Instance]:
     """The instances of a configured service, in replica order, its settings resolved over `defaults`."""

@@ -46,6 +46,10 @@ class Placeable(Protocol):
     @property
     def group(self) -> str | None:
         """The replicated service whose replicas keep apart (never on one card, hosts spread); None alone."""
+    @property
+    def shard_key(self) -> str | None:
+        """What must be deployed by one shard stack of a sharded fleet, as one name shared by its instances:
+        a replicated service (its router), a disaggregated service (its proxy names every instance); None alone."""
     def pinned(self, kind: WindowKind, size: int) -> PortWindow | None: ...
 
 

@@ -365,7 +365,7 @@ class Placer:
             return [self.cards[s.host].host]
         hosts = [h for h in self.hosts if h.name in s.allowed_hosts] if s.allowed_hosts else self.hosts
         hosts = [h for h in hosts if h.nic_address is not None] if s.alone else hosts
-        shard = self.group_shard.get(s.group) if s.group is not None else None
+        shard = self.group_shard.get(s.shard_key) if s.shard_key is not None else None
         return hosts if shard is None else [h for h in hosts if self.shard_of[h.name] == shard]
 
     def _avoid(self, s: Placeable, host: str) -> frozenset[int]:
@@ -530,8 +530,8 @@ class Placer:
         self.placed.append(Placement(s, cards.host, block))
         if s.group is not None:
             self.siblings.setdefault(s.group, {}).setdefault(cards.host.name, set()).update(block)
-            if self.shard_of:
-                self.group_shard.setdefault(s.group, self.shard_of[cards.host.name])
+        if s.shard_key is not None and self.shard_of:
+            self.group_shard.setdefault(s.shard_key, self.shard_of[cards.host.name])
 
     def _take(self, s: Placeable, cards: Cards, block: Block) -> None:
         """`s` holds `block` of `cards`' host: the host's capacities in the trees follow."""

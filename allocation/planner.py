@@ -27,7 +27,7 @@ from allocation.placement import Placer
 from allocation.plan import DisaggregatedPlan, GroupPlan, HostPlan, MemberPlan, Plan, RolePlan, ServicePlan, RouterPlan
 from allocation.ports import assign_ports
 from allocation.resolved import resolve, resolve_router
-from allocation.shards import assign_shards, split_services
+from allocation.shards import assign_shards, split_disaggregated, split_services
 from allocation.windows import PortWindow
 
 
@@ -96,6 +96,7 @@ def plan_fleet(fleet: FleetConfig) -> Plan:
     members = _members_by_host(placer.members, groups)
     replicas = _replicas(placed)
     kept(split_services(fleet, shard_of, replicas))
+    kept(split_disaggregated(shard_of, roles_on, proxies_on))
     router_hosts = _router_hosts(fleet, replicas)
     router_windows: dict[str, tuple[str, Mapping[str, PortWindow]]] = {}
     per_host: dict[str, list[Placement[Instance]]] = {h.name: [] for h in fleet.hosts}

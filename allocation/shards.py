@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Mapping, Sequence
 
-from allocation.config import FleetConfig
+from allocation.config import FleetConfig, Service
 from allocation.outcome import Outcome
 from allocation.placeable import Placement
 
@@ -65,12 +65,41 @@ def split_services(
         hosts = {p.host.name for p in replicas.get(s.name, ())}
         if s.router and s.router.host:
             hosts.add(s.router.host)
-        shards = sorted({shard_of[h] for h in hosts})
-        if len(shards) > 1:
-            where = ", ".join(f"{h} (shard {shard_of[h]})" for h in sorted(hosts))
-            problems.append(
-                f"service {s.name}: its replicas and router would be deployed by shards "
-                f"{', '.join(map(str, shards))}: {where}; a replicated service lives in one shard (its router "
-                "waits on every replica), so pin its replicas and router to hosts of one shard"
-            )
+        problems += _split(
+            s.name, hosts, shard_of, "its replicas and router",
+            "a replicated service lives in one shard (its router waits on every replica), so pin its replicas and router",
+        )  # fmt: skip
     return Outcome(None, tuple(problems))
+
+
+def split_disaggregated(
+    shard_of: Mapping[str, int], roles_on: Mapping[str, Sequence[Placement]], proxies_on: Mapping[str, Sequence[Service]]
+) -> Outcome[None]:
+    """A problem for each disaggregated service whose prefill and decode instances and proxy would be deployed by
+    two shards (`roles_on`: the instances' placements by host; `proxies_on`: the services whose proxy runs on each
+    host): only a pin can do that, since the placer keeps a service's instances in one shard (`shard_key`), and
+    the proxy names every instance and is created after them by one stack."""
+    hosts: dict[str, set[str]] = {}
+    for host, placed in roles_on.items():
+        for p in placed:
+            hosts.setdefault(p.instance.parent.name, set()).add(host)
+    for host, services in proxies_on.items():
+        for s in services:
+            hosts.setdefault(s.name, set()).add(host)
+    problems = []
+    for name, where in sorted(hosts.items()) if shard_of else ():
+        problems += _split(
+            name, where, shard_of, "its prefill and decode instances and proxy",
+            "a disaggregated service lives in one shard (its proxy names every instance and is created after them), "
+            "so pin its replicaPins and proxy",
+        )  # fmt: skip
+    return Outcome(None, tuple(problems))
+
+
+def _split(name: str, hosts: set[str], shard_of: Mapping[str, int], what: str, why: str) -> list[str]:
+    """The problem of service `name` whose `what` on `hosts` would be deployed by two shards; none in one."""
+    shards = sorted({shard_of[h] for h in hosts})
+    if len(shards) < 2:
+        return []
+    where = ", ".join(f"{h} (shard {shard_of[h]})" for h in sorted(hosts))
+    return [f"service {name}: {what} would be deployed by shards {', '.join(map(str, shards))}: {where}; {why} to hosts of one shard"]

@@ -21,7 +21,7 @@ from views.exports.kubernetes import manifests
 from views.plan_schema import plan_schema
 from views.report import plan_json, render_plan
 from tests.support.pipeline import deployment_of, plan_of
-from tests.support.disaggregated import EXAMPLE, example, pd, values
+from tests.support.disaggregated import EXAMPLE, ROLES, example, pd, values
 from tests.support.stacks import host
 
 def refusal(vals) -> str:
@@ -304,3 +304,32 @@ def test_the_kubernetes_target_refuses_a_disaggregated_service_in_one_run_error_
     with pytest.raises(pulumi.RunError) as info:
         run_program("pd-1p1d", stack_values(locate(None, EXAMPLE)) | {"target": "kubernetes"})
     assert str(info.value).startswith(KUBERNETES_SAID) and info.value.__cause__ is None and "\n" not in str(info.value)
+
+
+def sharded(*services, shards: tuple[int, ...] = (0, 1)) -> dict:
+    """Hosts a, b (and c) in `shards` (shards of 2 hosts), with `services`."""
+    names = "abc"[: len(shards)]
+    hosts = [host(n, address=f"10.0.0.{i}", shard=s) for i, (n, s) in enumerate(zip(names, shards), start=1)]
+    return values(*services, shards={"size": 2}) | {"hosts": hosts}
+
+
+def test_a_sharded_fleet_keeps_a_disaggregated_services_instances_and_proxy_in_one_shard():
+    """One shard stack creates the proxy after every instance it names. Host a's free half takes the decode
+    instance (hosts in use first); the prefill instance then goes to c of the same shard, not to b, in use
+    but of the other shard."""
+    busy = [{"name": "on-a", "model": "/models/a", "tensorParallelSize": 4, "host": "a", "devices": [0, 1, 2, 3]},
+            {"name": "on-b", "model": "/models/b", "host": "b", "devices": [0]}]  # fmt: skip
+    plan = plan_of(sharded(*busy, pd(), shards=(0, 1, 0)))
+    [d] = plan.disaggregated
+    shard = {hp.host.name: hp.shard for hp in plan.hosts}
+    assert {rp.name: rp.assignment.host_name for rp in d.instances} == {"pd-prefill": "c", "pd-decode": "a"}
+    assert {shard[rp.assignment.host_name] for rp in d.instances} | {shard[d.proxy_host.name]} == {0}
+
+
+def test_instances_pinned_to_two_shards_are_refused_in_one_paragraph_naming_each_hosts_shard():
+    pins = {"prefill": {**ROLES["prefill"], "replicaPins": [{"host": "a"}]}, "decode": {**ROLES["decode"], "replicaPins": [{"host": "b"}]}}
+    with pytest.raises(AllocationError) as err:
+        plan_of(sharded(pd(disaggregated=pins)))
+    text = str(err.value)
+    assert "service pd: its prefill and decode instances and proxy would be deployed by shards 0, 1: a (shard 0), b (shard 1)" in text
+    assert "\n" not in text

@@ -26,6 +26,10 @@ class Job:
     allowed_hosts: list[str] | None = None
     group: str | None = None
 
+    @property
+    def shard_key(self) -> str | None:
+        return self.group
+
     def pinned(self, kind: WindowKind, size: int) -> PortWindow | None:
         return None
 
