@@ -19,6 +19,7 @@ import dataclasses
 
 from records.command import START_GATE_NAME
 from records.containers import GATE_POLL_SECONDS, ContainerSpec
+from records.deployment import Deployment
 
 PROBE_SECONDS = 1
 GATE_POLL = f"sleep {GATE_POLL_SECONDS}; waited=$((waited + {GATE_POLL_SECONDS}))"
@@ -53,3 +54,25 @@ def script_probed_often(script: str, containers: int) -> str:
     for flag in set(planned):
         script = script.replace(f" {flag} ", f" --health-interval={PROBE_SECONDS}s ")
     return _gate_polled_often(script, containers)
+
+
+def probed_deployment(deployment: Deployment) -> Deployment:
+    """The deployment with every model container's and proxy's health probed every PROBE_SECONDS, as
+    `tests.support.sim_stacks.run_args` starts them: what doctor compares, since it compares the health check
+    too. A proxy's record holds its host's very instance records (`records.disaggregated`), so it gets the
+    probed ones."""
+
+    def probed(record):
+        return dataclasses.replace(record, spec=probed_often(record.spec))
+
+    def host(hd):
+        instances = {id(i): probed(i) for i in hd.instances}
+        proxies = tuple(
+            dataclasses.replace(probed(p), instances=tuple(instances.get(id(i), i) for i in p.instances)) for p in hd.proxies
+        )
+        return dataclasses.replace(
+            hd, services=tuple(map(probed, hd.services)), members=tuple(map(probed, hd.members)),
+            instances=tuple(instances.values()), proxies=proxies,
+        )  # fmt: skip
+
+    return dataclasses.replace(deployment, hosts=tuple(map(host, deployment.hosts)))

@@ -27,7 +27,7 @@ from ops.doctor.findings import Finding
 from records.deployment import Deployment
 from sim.fleet import SimFleet, card_state_env
 from sim.host import SimHost, free_port
-from tests.simhost.probes import probed_often
+from tests.simhost.probes import probed_deployment
 from tests.support.pipeline import deployment_of
 from tests.support.sim_groups import free_port_outside_ephemeral, replaced
 from tests.support.sim_stacks import fleet_defaults, run_args
@@ -69,20 +69,6 @@ def values(sim: SimHost, fleet: SimFleet) -> dict[str, Any]:
         "defaults": fleet_defaults(900),
         "services": services,
     }
-
-
-def probed(deployment: Deployment) -> Deployment:
-    """The deployment with every container's health probed every second (tests/simhost/probes.py), as
-    `run_args` starts them: what doctor compares, since it compares the health check too."""
-    hosts = tuple(
-        dataclasses.replace(
-            hd,
-            services=tuple(dataclasses.replace(sd, spec=probed_often(sd.spec)) for sd in hd.services),
-            members=tuple(dataclasses.replace(md, spec=probed_often(md.spec)) for md in hd.members),
-        )
-        for hd in deployment.hosts
-    )
-    return dataclasses.replace(deployment, hosts=hosts)
 
 
 @pytest.fixture
@@ -135,7 +121,7 @@ def restarted(sim: SimHost, name: str) -> bool:
 
 def findings(deployment: Deployment) -> dict[str, list[Finding]]:
     """`doctor`'s findings on each host, both hosts reachable."""
-    reports = doctor.audit(probed(deployment))
+    reports = doctor.audit(probed_deployment(deployment))
     assert all(r.reachable for r in reports), [f.message for r in reports for f in r.findings]
     return {r.name: list(r.findings) for r in reports}
 

@@ -19,12 +19,8 @@ import pytest
 
 from sim.host import SimHost
 from tests.support.sim_groups import listening
-from tests.support.sim_pd import PdService, complete, free_block, planned_pd, proxy_health, start_instance, start_proxy
+from tests.support.sim_pd import ANSWER, PROMPT, PdService, complete, free_block, planned_pd, proxy_health, start_instance, start_proxy
 from tests.support.waits import wait_for
-
-PROMPT = "the quick brown fox"
-ANSWER = " the quick brown fox the quick"
-"""The stand-in's model continues a prompt with its own words: 6 tokens of PROMPT."""
 
 
 @pytest.fixture

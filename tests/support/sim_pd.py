@@ -28,6 +28,9 @@ from tests.support.sim_groups import free_port_outside_ephemeral, plan_json, por
 SERVICE = "qwen-pd"
 SERVED = "qwen3-32b"
 HCCN_CONF = "/etc/hccn.conf"
+PROMPT = "the quick brown fox"
+ANSWER = " the quick brown fox the quick"
+"""The stand-in's model continues a prompt with its own words: 6 tokens of PROMPT."""
 
 
 def free_block(start: int, size: int, taken: set[int]) -> int:
@@ -130,9 +133,15 @@ def start_proxy(sim: SimHost, pd: PdService) -> str:
 
 def complete(pd: PdService, prompt: str, max_tokens: int) -> tuple[int, str]:
     """POST /v1/completions through the proxy: its status and body (an error status's body too)."""
+    return complete_at(f"{pd.proxy_url}/v1", prompt, max_tokens)
+
+
+def complete_at(endpoint: str, prompt: str, max_tokens: int) -> tuple[int, str]:
+    """POST /completions at an OpenAI-compatible base URL (`http://host:port/v1`) for the served model: its
+    status and body (an error status's body too)."""
     body = json.dumps({"model": SERVED, "prompt": prompt, "max_tokens": max_tokens}).encode()
     request = urllib.request.Request(
-        f"{pd.proxy_url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        f"{endpoint}/completions", data=body, headers={"Content-Type": "application/json"}
     )  # fmt: skip
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
