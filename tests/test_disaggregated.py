@@ -22,15 +22,7 @@ from views.plan_schema import plan_schema
 from views.report import plan_json, render_plan
 from tests.support.pipeline import deployment_of, plan_of
 from tests.support.disaggregated import EXAMPLE, ROLES, example, pd, values
-from tests.support.stacks import host
-
-def refusal(vals) -> str:
-    with pytest.raises(ConfigError) as err:
-        parse_fleet("test", vals)
-    text = str(err.value)
-    assert "\n" not in text and "Traceback" not in text
-    return text
-
+from tests.support.stacks import host, refusal
 
 def example_values() -> dict:
     """The example's `ascend-fleet:` values, namespace stripped."""

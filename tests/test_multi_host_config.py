@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from allocation.config import parse_fleet
-from allocation.errors import ConfigError
-from tests.support.stacks import host, service
+from tests.support.stacks import host, refusal, service
 
 DP = {"size": 4, "perHost": 2, "expertParallel": True}
 
@@ -15,14 +14,6 @@ DP = {"size": 4, "perHost": 2, "expertParallel": True}
 def values(fleet_hosts=None, fleet=None, **service_extra):
     hosts = fleet_hosts or [host("a", address="10.0.0.1"), host("b", address="10.0.0.2")]
     return {"hosts": hosts, "services": [service("ds", 4, 0.9, dataParallel=DP) | service_extra], **(fleet or {})}
-
-
-def refusal(vals) -> str:
-    with pytest.raises(ConfigError) as err:
-        parse_fleet("test", vals)
-    text = str(err.value)
-    assert "\n" not in text and "Traceback" not in text
-    return text
 
 
 def test_the_tutorials_two_host_recipe_is_a_service_with_data_parallel_and_its_members_names():

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from allocation.config import FleetConfig, parse_fleet
+from allocation.errors import ConfigError
 from allocation.planner import plan_fleet
 from cli.pin import stack_pins
 from cli.stackfile import stack_values, StackFile
@@ -123,3 +124,12 @@ def add_first(values: dict) -> dict:
     """A small newcomer whose name sorts before every other service."""
     values["services"].append({"name": "a-embed", "model": "/models/a", "memoryFraction": 0.05, "maxModelLen": 2048})
     return values
+
+
+def refusal(vals: dict[str, Any]) -> str:
+    """The one paragraph `parse_fleet` refuses the stack values `vals` with: no line break, no traceback."""
+    with pytest.raises(ConfigError) as err:
+        parse_fleet("test", vals)
+    text = str(err.value)
+    assert "\n" not in text and "Traceback" not in text
+    return text
